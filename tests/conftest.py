@@ -1,0 +1,76 @@
+"""Shared test helpers: the fixture pool and a dj-process runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE_POOL = REPO / "recipes" / "data" / "fixture_pool.jsonl"
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def read_jsonl(path) -> list[dict]:
+    path = Path(path)
+    files = sorted(path.glob("*.json*")) if path.is_dir() else [path]
+    rows = []
+    for f in files:
+        with open(f) as fh:
+            rows.extend(json.loads(line) for line in fh if line.strip())
+    return rows
+
+
+def write_jsonl(path, rows) -> Path:
+    path = Path(path)
+    with open(path, "w") as f:
+        for row in rows:
+            f.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
+    return path
+
+
+def dj_process(config: Path | dict, tmp_path: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run the real ``dj-process`` CLI; a dict config is written to a YAML file first."""
+    if isinstance(config, dict):
+        path = tmp_path / "recipe.yaml"
+        path.write_text(yaml.safe_dump(config))
+        config = path
+    dj = Path(sys.executable).with_name("dj-process")
+    return subprocess.run(
+        [str(dj), "--config", str(config), *extra],
+        cwd=REPO, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+@pytest.fixture
+def fixture_rows() -> list[dict]:
+    return read_jsonl(FIXTURE_POOL)
+
+
+@pytest.fixture
+def caplog_loguru():
+    """Capture loguru messages (loguru bypasses the logging module that caplog reads)."""
+    from loguru import logger
+
+    class Sink:
+        def __init__(self):
+            self.messages = []
+
+        def write(self, message):
+            self.messages.append(str(message))
+
+        @property
+        def text(self):
+            return "".join(self.messages)
+
+    sink = Sink()
+    handler = logger.add(sink.write, level="DEBUG", format="{level} {message}")
+    yield sink
+    logger.remove(handler)

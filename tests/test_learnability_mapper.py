@@ -1,0 +1,111 @@
+"""trajval_learnability_mapper on in-memory datasets (the dj-process runs are in test_recipes_e2e)."""
+
+import math
+
+import numpy as np
+import pytest
+from data_juicer.core.data import NestedDataset
+from datasets import Dataset
+
+from trajval_ops import core
+from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
+from trajval_ops.validation import TrajvalInputError
+
+
+def run(rows, **params):
+    op = TrajvalLearnabilityMapper(**params)
+    return op.run(NestedDataset(Dataset.from_list(rows))).to_list()
+
+
+def test_fixture_pool_values_match_the_core(fixture_rows):
+    out = run(fixture_rows)
+    assert [r["extra_info"]["index"] for r in out] == [r["extra_info"]["index"] for r in fixture_rows]
+    r_early = np.array([r["trajval_r_early"] for r in fixture_rows])
+    r_late = np.array([r["trajval_r_late"] for r in fixture_rows])
+    score = core.learnability_score(r_early, r_late)
+    assert [r["trajval_score"] for r in out] == score.tolist()
+    assert [r["trajval_weight"] for r in out] == core.sampling_weight(score).tolist()
+    assert [r["trajval_profile"] for r in out] == core.endpoint_profiles(r_early, r_late).tolist()
+    for before, after in zip(fixture_rows, out):  # original fields untouched
+        assert {k: after[k] for k in before} == before
+
+
+def test_hand_computed_row():
+    out = run([{"id": "a", "trajval_r_early": 0.25, "trajval_r_late": 0.75}], alpha=0.5, eps=0.1)[0]
+    assert out["trajval_delta"] == 0.5
+    assert out["trajval_score"] == 0.375
+    assert out["trajval_weight"] == pytest.approx(math.sqrt(0.375))
+    assert out["trajval_profile"] == "stable"
+    prov = out["trajval_score_provenance"]
+    assert prov["alpha"] == 0.5 and prov["eps"] == 0.1
+    assert prov["r_early_source"] == ["trajval_r_early"] and prov["profile_rule"] == "saturation_first"
+
+
+def test_k_window_fields_are_averaged_and_written_back():
+    rows = [{"e0": 0.0, "e1": 0.5, "l0": 1.0, "l1": 0.5}, {"e0": 0.25, "e1": 0.25, "l0": 0.25, "l1": 0.75}]
+    out = run(rows, early_window_keys=["e0", "e1"], late_window_keys=["l0", "l1"])
+    assert [r["trajval_r_early"] for r in out] == [0.25, 0.25]
+    assert [r["trajval_r_late"] for r in out] == [0.75, 0.5]
+    assert out[0]["trajval_score"] == 0.75 * 0.5
+    assert out[0]["trajval_score_provenance"]["r_late_source"] == ["l0", "l1"]
+
+
+def test_custom_field_names():
+    out = run([{"pre": 0.0, "post": 1.0}], r_early_key="pre", r_late_key="post", weight_key="w", score_key="s")
+    assert out[0]["s"] == 1.0 and out[0]["w"] == 1.0
+
+
+def test_all_at_floor_is_logged_not_an_error(caplog_loguru):
+    out = run([{"trajval_r_early": 0.5, "trajval_r_late": 0.5}] * 3)
+    assert [r["trajval_weight"] for r in out] == [0.05] * 3
+    assert "every one of the 3 rows has its weight at the floor" in caplog_loguru.text
+
+
+@pytest.mark.parametrize(
+    "row,message",
+    [
+        ({"id": "t7", "trajval_r_late": 0.5}, "row 1 (id='t7'): field 'trajval_r_early' is missing"),
+        ({"id": "t7", "trajval_r_early": math.nan, "trajval_r_late": 0.5}, "row 1 (id='t7'): field 'trajval_r_early' is nan"),
+        ({"id": "t7", "trajval_r_early": "0.5", "trajval_r_late": 0.5}, "field 'trajval_r_early' must be a number"),
+        ({"id": "t7", "trajval_r_early": 0.5, "trajval_r_late": 1.5}, "row 1 (id='t7'): field 'trajval_r_late' = 1.5 is outside [0, 1]"),
+        ({"id": "t7", "trajval_r_early": -0.1, "trajval_r_late": 0.5}, "is outside [0, 1]"),
+    ],
+)
+def test_bad_rewards_name_row_and_field(row, message):
+    good = {"id": "t0", "trajval_r_early": 0.1, "trajval_r_late": 0.2}
+    # JSON-like mixed types: build through from_list of plain dicts with a common schema
+    rows = [dict(good), row]
+    with pytest.raises(TrajvalInputError) as err:
+        TrajvalLearnabilityMapper().process_batched(
+            {k: [r.get(k) for r in rows] for k in set(good) | set(row)}, indices=[0, 1]
+        )
+    assert message in str(err.value)
+
+
+def test_error_names_global_position_through_run():
+    rows = [{"trajval_r_early": 0.1, "trajval_r_late": 0.2}] * 5 + [{"trajval_r_early": 0.1, "trajval_r_late": 2.0}]
+    with pytest.raises(TrajvalInputError, match=r"row 5: field 'trajval_r_late'"):
+        run(rows, batch_size=2)
+
+
+def test_empty_pool_is_an_error():
+    with pytest.raises(TrajvalInputError, match="empty"):
+        TrajvalLearnabilityMapper().run(NestedDataset(Dataset.from_list([])))
+
+
+def test_skip_op_error_cannot_be_turned_on():
+    op = TrajvalLearnabilityMapper(skip_op_error=True)
+    assert op.skip_op_error is False
+    with pytest.raises(TrajvalInputError):
+        op.process({"trajval_r_early": [None], "trajval_r_late": [0.5]})
+
+
+def test_bad_parameters():
+    with pytest.raises(ValueError):
+        TrajvalLearnabilityMapper(early_window_keys=[])
+
+
+def test_text_reward_column_refused_before_processing():
+    rows = [{"trajval_r_early": "0.5", "trajval_r_late": 0.5}]
+    with pytest.raises(TrajvalInputError, match="field 'trajval_r_early' must hold numbers"):
+        run(rows)

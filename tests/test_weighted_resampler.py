@@ -1,0 +1,125 @@
+"""trajval_weighted_resampler on in-memory datasets (default executor code path)."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from data_juicer.core.data import NestedDataset
+from datasets import Dataset
+
+from trajval_ops import core
+from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
+from trajval_ops.ops.weighted_resampler import TrajvalWeightedResampler
+from trajval_ops.validation import TrajvalInputError
+
+
+@pytest.fixture
+def scored(fixture_rows):
+    return TrajvalLearnabilityMapper().run(NestedDataset(Dataset.from_list(fixture_rows))).to_list()
+
+
+def resample(rows, **params):
+    return TrajvalWeightedResampler(**params).run(NestedDataset(Dataset.from_list(rows))).to_list()
+
+
+@pytest.mark.parametrize("mode", ["multinomial", "systematic"])
+def test_same_seed_same_output(scored, mode):
+    a = resample(scored, mode=mode, seed=5)
+    b = resample(scored, mode=mode, seed=5)
+    c = resample(scored, mode=mode, seed=6)
+    assert a == b
+    assert [r["trajval_source_row"] for r in a] != [r["trajval_source_row"] for r in c]
+
+
+def test_original_fields_pass_through(scored):
+    out = resample(scored, mode="multinomial", num_samples=100, seed=1)
+    assert len(out) == 100
+    for row in out:
+        source = scored[row["trajval_source_row"]]
+        assert {k: row[k] for k in source} == source
+    assert out[0]["trajval_resample_provenance"]["mode"] == "multinomial"
+    assert out[0]["trajval_resample_provenance"]["pool_rows"] == len(scored)
+
+
+def test_prob_is_normalised_weight(scored):
+    out = resample(scored, mode="systematic", seed=0)
+    p = core.normalize([r["trajval_weight"] for r in scored])
+    for row in out:
+        assert row["trajval_prob"] == pytest.approx(p[row["trajval_source_row"]])
+
+
+def test_systematic_counts_are_floor_or_ceil(scored):
+    n = 480
+    out = resample(scored, mode="systematic", num_samples=n, seed=3)
+    counts = Counter(r["trajval_source_row"] for r in out)
+    expected = n * core.normalize([r["trajval_weight"] for r in scored])
+    for i, e in enumerate(expected):
+        assert counts.get(i, 0) in (np.floor(e), np.ceil(e))
+    # pool order kept, duplicates adjacent
+    assert [r["trajval_source_row"] for r in out] == sorted(r["trajval_source_row"] for r in out)
+
+
+def test_shuffle_is_seeded_permutation(scored):
+    plain = resample(scored, mode="systematic", seed=2)
+    shuffled = resample(scored, mode="systematic", seed=2, shuffle=True)
+    assert sorted(r["trajval_source_row"] for r in shuffled) == [r["trajval_source_row"] for r in plain]
+    assert shuffled == resample(scored, mode="systematic", seed=2, shuffle=True)
+
+
+def test_hard_cut_keeps_positive_scores_once(scored):
+    out = resample(scored, mode="hard_cut")
+    kept = [i for i, r in enumerate(scored) if r["trajval_score"] > 0]
+    assert [r["trajval_source_row"] for r in out] == kept
+    assert sum(r["trajval_prob"] for r in out) == pytest.approx(1.0)
+    higher = resample(scored, mode="hard_cut", threshold=0.2)
+    assert all(r["trajval_score"] > 0.2 for r in higher) and len(higher) < len(out)
+
+
+def test_hard_cut_keeping_nothing_is_an_error(scored):
+    with pytest.raises(TrajvalInputError, match="kept no row"):
+        resample(scored, mode="hard_cut", threshold=1.0)
+
+
+def test_online_weight_composes(scored):
+    rows = [dict(r, w_online=0.0 if i % 2 else 2.0) for i, r in enumerate(scored)]
+    out = resample(rows, mode="multinomial", num_samples=500, seed=0, online_weight_key="w_online")
+    assert all(r["trajval_source_row"] % 2 == 0 for r in out)
+    p = core.normalize(core.compose_online([r["trajval_weight"] for r in rows], [r["w_online"] for r in rows]))
+    assert out[0]["trajval_prob"] == pytest.approx(p[out[0]["trajval_source_row"]])
+
+
+def test_all_floor_pool_samples_uniformly_with_a_warning(caplog_loguru):
+    rows = [{"id": i, "trajval_weight": 0.05, "trajval_score": 0.0} for i in range(10)]
+    out = resample(rows, mode="systematic", seed=0)
+    assert sorted(r["trajval_source_row"] for r in out) == list(range(10))
+    assert all(r["trajval_prob"] == pytest.approx(0.1) for r in out)
+    assert "weight at the floor" in caplog_loguru.text
+
+
+@pytest.mark.parametrize(
+    "weights,message",
+    [
+        ([0.5, None], "row 1 (id=1): field 'trajval_weight' is missing"),
+        ([0.5, float("nan")], "row 1 (id=1): field 'trajval_weight' is nan"),
+        ([0.5, -1.0], "row 1 (id=1): field 'trajval_weight' = -1.0 is not a finite number >= 0"),
+        (["0.5", "x"], "row 0 (id=0): field 'trajval_weight' must be a number, got str '0.5'"),
+        ([0.0, 0.0], "every weight is zero"),
+    ],
+)
+def test_bad_weights(weights, message):
+    import pyarrow as pa
+
+    if any(isinstance(w, str) for w in weights):
+        table = pa.table({"id": [0, 1], "trajval_weight": pa.array(weights, type=pa.string())})
+    else:
+        table = pa.table({"id": [0, 1], "trajval_weight": pa.array(weights, type=pa.float64())})
+    with pytest.raises(TrajvalInputError) as err:
+        TrajvalWeightedResampler().resample_table(table)
+    assert message in str(err.value)
+
+
+def test_empty_pool_is_an_error():
+    import pyarrow as pa
+
+    with pytest.raises(TrajvalInputError, match="empty"):
+        TrajvalWeightedResampler().resample_table(pa.table({"trajval_weight": pa.array([], type=pa.float64())}))

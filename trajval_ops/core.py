@@ -1,0 +1,209 @@
+"""The TrajVal numeric core: plain numpy functions shared by operators, samplers and tools.
+
+Everything here is pure (no I/O, no Data-Juicer): arrays in, arrays out, so the math exists
+once.  Inputs are validated by the callers (see :mod:`trajval_ops.validation`); the functions
+here still refuse values that would make the formulas meaningless.
+
+Paper, section 4.2:
+
+    r_phi = mean of acc(x, theta_t) over the K checkpoints of window phi
+    delta = r_late - r_early
+    s     = (1 - r_early) * max(0, delta)
+    w     = max(s ** alpha, eps)
+    p     = w / sum(w)
+    w_final = w * w_online
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DEFAULT_ALPHA = 0.3
+DEFAULT_EPS = 0.05
+
+#: Endpoint-only trajectory profiles, in the order of the paper's Figure 1.
+PROFILES = ("stable", "sluggish", "ineffective", "mastered", "unlearned", "forgetting")
+#: The paper's binary grouping: profiles with a non-negative training response.
+LEARNABLE_PROFILES = frozenset({"stable", "sluggish", "ineffective"})
+#: Name of the rule that resolves rows matching several Figure-1 criteria (see endpoint_profiles).
+PROFILE_RULE = "saturation_first"
+
+RESAMPLE_MODES = ("multinomial", "systematic", "hard_cut")
+
+
+def _as_float_array(values, name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.flatnonzero((~np.isfinite(arr.reshape(arr.shape[0], -1))).any(axis=1))[0])
+        raise ValueError(f"{name}: non-finite value at position {bad}")
+    return arr
+
+
+def _check_unit_interval(arr: np.ndarray, name: str) -> None:
+    outside = (arr < 0.0) | (arr > 1.0)
+    if outside.any():
+        flat = outside.reshape(arr.shape[0], -1).any(axis=1)
+        pos = int(np.flatnonzero(flat)[0])
+        raise ValueError(f"{name}: value outside [0, 1] at position {pos}")
+
+
+def window_mean(per_checkpoint_acc) -> np.ndarray:
+    """Average per-checkpoint accuracies over a window of K checkpoints.
+
+    :param per_checkpoint_acc: array of shape (n_rows, K) (or (n_rows,) for K = 1), values in
+        [0, 1].
+    :return: array of shape (n_rows,), the window mean ``r_phi``.
+    """
+    acc = _as_float_array(per_checkpoint_acc, "per-checkpoint accuracy")
+    if acc.ndim == 1:
+        acc = acc[:, None]
+    if acc.ndim != 2 or acc.shape[1] == 0:
+        raise ValueError(f"per-checkpoint accuracy must have shape (n_rows, K>=1), got {acc.shape}")
+    _check_unit_interval(acc, "per-checkpoint accuracy")
+    return acc.mean(axis=1)
+
+
+def reward_delta(r_early, r_late) -> np.ndarray:
+    """``delta = r_late - r_early``."""
+    return np.asarray(r_late, dtype=np.float64) - np.asarray(r_early, dtype=np.float64)
+
+
+def learnability_score(r_early, r_late) -> np.ndarray:
+    """``s = (1 - r_early) * max(0, r_late - r_early)``; in [0, 1] for inputs in [0, 1]."""
+    r_early = np.asarray(r_early, dtype=np.float64)
+    return (1.0 - r_early) * np.maximum(0.0, reward_delta(r_early, r_late))
+
+
+def check_alpha_eps(alpha: float, eps: float) -> None:
+    """Refuse parameters that make the weight formula meaningless."""
+    if not (np.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"alpha must be a finite number > 0, got {alpha!r}")
+    if not (np.isfinite(eps) and 0 < eps <= 1):
+        raise ValueError(f"eps must be in (0, 1], got {eps!r}")
+
+
+def sampling_weight(score, alpha: float = DEFAULT_ALPHA, eps: float = DEFAULT_EPS) -> np.ndarray:
+    """``w = max(s ** alpha, eps)``: power compression then a probability floor.
+
+    Scores are in [0, 1], so the weight lies in [eps, 1].
+    """
+    check_alpha_eps(alpha, eps)
+    score = np.asarray(score, dtype=np.float64)
+    if (score < 0).any():
+        raise ValueError(f"score must be >= 0, first negative at position {int(np.flatnonzero(score < 0)[0])}")
+    return np.maximum(np.power(score, alpha), eps)
+
+
+def at_floor(weight, eps: float = DEFAULT_EPS) -> np.ndarray:
+    """Boolean mask of rows whose weight was set by the floor (``s ** alpha <= eps``)."""
+    return np.asarray(weight, dtype=np.float64) <= eps
+
+
+def normalize(weight) -> np.ndarray:
+    """``p = w / sum(w)``.  Refuses negative, non-finite, empty or all-zero weights."""
+    w = _as_float_array(weight, "weight")
+    if w.ndim != 1:
+        raise ValueError(f"weight must be one-dimensional, got shape {w.shape}")
+    if w.size == 0:
+        raise ValueError("cannot normalise an empty weight vector (empty pool)")
+    if (w < 0).any():
+        raise ValueError(f"weight must be >= 0, first negative at position {int(np.flatnonzero(w < 0)[0])}")
+    total = w.sum()
+    if not total > 0:
+        raise ValueError("all weights are zero: no row can be sampled")
+    return w / total
+
+
+def compose_online(weight, online_weight) -> np.ndarray:
+    """``w_final = w_trajval * w_online``: the static prior times an online scheduler's weight."""
+    w = _as_float_array(weight, "weight")
+    w_online = _as_float_array(online_weight, "online weight")
+    if w.shape != w_online.shape:
+        raise ValueError(f"weight and online weight differ in shape: {w.shape} vs {w_online.shape}")
+    if (w_online < 0).any():
+        pos = int(np.flatnonzero(w_online < 0)[0])
+        raise ValueError(f"online weight must be >= 0, first negative at position {pos}")
+    return w * w_online
+
+
+def endpoint_profiles(r_early, r_late) -> np.ndarray:
+    """Endpoint-only approximation of the paper's six trajectory profiles (Figure 1).
+
+    Figure 1 also uses the trajectory's sigma and R^2, which two endpoints cannot give; the
+    approximation keeps the delta bands and the endpoint criteria only:
+
+    - mastered:    r_early > 0.9 and delta < 0.1
+    - unlearned:   r_late < 0.1 and delta < 0.1
+    - forgetting:  delta < -0.05
+    - stable:      delta > 0.4
+    - sluggish:    0.15 < delta <= 0.4
+    - ineffective: -0.05 <= delta <= 0.15
+
+    Overlaps are resolved by the ``saturation_first`` rule: the criteria are tried in the order
+    above and the first match wins, so a near-ceiling or near-floor task is labelled by its
+    saturation before its (small) change.  The paper's Figure 1 leaves delta == -0.05 in no band;
+    it is put in ``ineffective`` so that every row gets exactly one label. Delta is rounded to
+    9 decimals first, so pass rates on a k/n grid that land on a band edge (1.0 - 0.85) fall on
+    the documented side instead of on float noise.
+
+    :return: array of profile names (dtype object), one per row.
+    """
+    r_early = np.asarray(r_early, dtype=np.float64)
+    r_late = np.asarray(r_late, dtype=np.float64)
+    delta = np.round(r_late - r_early, 9)
+    conditions = [
+        (r_early > 0.9) & (delta < 0.1),
+        (r_late < 0.1) & (delta < 0.1),
+        delta < -0.05,
+        delta > 0.4,
+        delta > 0.15,
+    ]
+    choices = ["mastered", "unlearned", "forgetting", "stable", "sluggish"]
+    return np.select(conditions, choices, default="ineffective").astype(object)
+
+
+def is_learnable(profiles) -> np.ndarray:
+    """The paper's binary grouping: True for stable, sluggish and ineffective."""
+    return np.isin(np.asarray(profiles, dtype=object), list(LEARNABLE_PROFILES))
+
+
+def multinomial_indices(prob, num_samples: int, seed: int) -> np.ndarray:
+    """Draw ``num_samples`` row indices with replacement in proportion to ``prob``.
+
+    Returned in ascending row order (each index repeated by its draw count), so the output keeps
+    the pool's order; the same seed gives the same indices.
+    """
+    p = normalize(prob)
+    if num_samples < 0:
+        raise ValueError(f"num_samples must be >= 0, got {num_samples}")
+    counts = np.random.default_rng(seed).multinomial(num_samples, p)
+    return np.repeat(np.arange(p.size), counts)
+
+
+def systematic_counts(prob, num_samples: int, seed: int) -> np.ndarray:
+    """Low-variance (systematic) resampling counts.
+
+    One uniform offset ``u`` in [0, 1) and ``num_samples`` evenly spaced pointers over the
+    cumulative expected counts ``C_i = num_samples * cumsum(p)_i``; row i gets
+    ``floor(C_i + u) - floor(C_{i-1} + u)`` copies, which is always floor or ceil of
+    ``num_samples * p_i``, and the counts sum to ``num_samples``.
+    """
+    p = normalize(prob)
+    if num_samples < 0:
+        raise ValueError(f"num_samples must be >= 0, got {num_samples}")
+    cumulative = np.cumsum(p) * num_samples
+    cumulative[-1] = num_samples  # remove float drift so the total is exact
+    u = np.random.default_rng(seed).random()
+    edges = np.floor(np.concatenate(([0.0], cumulative)) + u)
+    return np.diff(edges).astype(np.int64)
+
+
+def systematic_indices(prob, num_samples: int, seed: int) -> np.ndarray:
+    """Row indices (ascending) from :func:`systematic_counts`."""
+    counts = systematic_counts(prob, num_samples, seed)
+    return np.repeat(np.arange(counts.size), counts)
+
+
+def hard_cut_mask(score, threshold: float) -> np.ndarray:
+    """Rows kept by the paper's learnable-subset use: ``score > threshold``."""
+    return np.asarray(score, dtype=np.float64) > threshold

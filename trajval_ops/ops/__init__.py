@@ -1,0 +1,11 @@
+"""Data-Juicer operators of trajval_ops.
+
+Data-Juicer imports this module through the ``data_juicer.ops`` entry point; importing an
+operator module registers it. Keep module-level imports light: heavy libraries load lazily.
+"""
+
+from trajval_ops.ops import learnability_mapper, weighted_resampler  # noqa: F401
+from trajval_ops.ops import probe_trainer  # noqa: F401
+from trajval_ops.ops.load_guard import guard_json_loading
+
+guard_json_loading()

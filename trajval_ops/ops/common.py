@@ -1,0 +1,40 @@
+"""Keyword handling shared by every trajval operator's ``__init__``."""
+
+from __future__ import annotations
+
+
+def safe_op_kwargs(kwargs: dict) -> dict:
+    """Adjust Data-Juicer's base keyword arguments so an operator can neither lose rows silently
+    nor trip the preflight over a text key it does not read.
+
+    - ``skip_op_error`` is forced off: Data-Juicer's default turns an exception into a dropped
+      row and exit code 0; our errors name the row and must stop the run.
+    - Recipes set ``text_keys: null`` so Data-Juicer's loader cannot drop rows whose text field
+      is None. Our operators read no text; an unset text key is reset to Data-Juicer's default
+      name so the preflight does not look for a column called None.
+    """
+    kwargs["skip_op_error"] = False
+    if kwargs.get("text_key") is None:
+        kwargs["text_key"] = "text"
+    return kwargs
+
+
+def dataset_table(dataset):
+    """The rows of a Hugging Face dataset as one ``pyarrow.Table``, in dataset order.
+
+    Data-Juicer's loader filters the pool, which leaves an index mapping over the Arrow table;
+    ``Dataset.flatten_indices`` would rebuild it row by row in Python (tens of seconds for a
+    million rows). An Arrow ``take`` does the same in C++.
+    """
+    table = dataset.data.table
+    if dataset._indices is not None:
+        table = table.take(dataset._indices.column(0))
+    return table
+
+
+def table_to_dataset(table):
+    """A Data-Juicer dataset over an Arrow table (no copy)."""
+    from data_juicer.core.data import NestedDataset
+    from datasets import Dataset
+
+    return NestedDataset(Dataset(table))

@@ -1,0 +1,180 @@
+"""trajval_weighted_resampler: resample (or cut) a weighted pool by its TrajVal weights."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import numpy as np
+from data_juicer.ops.base_op import OPERATORS, Pipeline
+from loguru import logger
+from pydantic import Field, PositiveInt
+from typing_extensions import Annotated
+
+from trajval_ops import __version__, core, fields
+from trajval_ops.ops.common import dataset_table, safe_op_kwargs, table_to_dataset
+from trajval_ops.summary import log_weight_summary
+from trajval_ops.validation import TrajvalInputError, arrow_numeric_column
+
+OP_NAME = "trajval_weighted_resampler"
+
+
+@OPERATORS.register_module(OP_NAME)
+class TrajvalWeightedResampler(Pipeline):
+    """Resample a pool in proportion to ``trajval_weight``, or keep its learnable subset.
+
+    Modes:
+
+    - ``multinomial``: ``num_samples`` draws with replacement, probability ``p = w / sum(w)``.
+    - ``systematic``: low-variance resampling; every row appears floor or ceil of its expected
+      count ``num_samples * p``.
+    - ``hard_cut``: keep the rows whose ``score_key`` exceeds ``threshold`` (the paper's
+      learnable-subset use), each once.
+
+    With ``online_weight_key`` the weight is ``w * w_online`` before sampling. Output rows keep
+    the pool's order (duplicates adjacent) unless ``shuffle`` is set; original fields pass
+    through untouched; ``trajval_prob`` (the normalised p of the row), ``trajval_source_row``
+    (its 0-based position in the input) and ``trajval_resample_provenance`` are added.
+    Same seed, same output. Works under the default and the Ray executor (under Ray the pool
+    is gathered to the driver, which holds one copy of it).
+    """
+
+    def __init__(
+        self,
+        mode: Literal["multinomial", "systematic", "hard_cut"] = "multinomial",
+        num_samples: Optional[PositiveInt] = None,
+        seed: int = 0,
+        weight_key: str = fields.WEIGHT,
+        online_weight_key: Optional[str] = None,
+        score_key: str = fields.SCORE,
+        threshold: float = 0.0,
+        shuffle: bool = False,
+        eps: Annotated[float, Field(gt=0, le=1)] = core.DEFAULT_EPS,
+        prob_key: str = fields.PROB,
+        source_row_key: str = fields.SOURCE_ROW,
+        provenance_key: str = fields.RESAMPLE_PROVENANCE,
+        id_key: Optional[str] = None,
+        *args,
+        **kwargs,
+    ):
+        """
+        Initialization method.
+
+        :param mode: ``multinomial``, ``systematic`` or ``hard_cut`` (see the class docstring).
+        :param num_samples: rows to draw in the sampling modes; None: the pool size. Ignored by
+            ``hard_cut``.
+        :param seed: random seed; the same seed gives the same output.
+        :param weight_key: field holding the unnormalised weight w (written by
+            trajval_learnability_mapper).
+        :param online_weight_key: optional field holding an online scheduler's weight; the
+            sampling weight becomes ``w * w_online``.
+        :param score_key: field compared with ``threshold`` in ``hard_cut`` mode.
+        :param threshold: ``hard_cut`` keeps rows with ``score > threshold``; 0 keeps every row
+            with a positive learnability score.
+        :param shuffle: shuffle the output rows (seeded) instead of keeping the pool's order.
+        :param eps: the floor used when the weights were made; only used to report how many
+            rows sit at the floor (and to warn when all do).
+        :param prob_key: output field for the row's normalised sampling probability.
+        :param source_row_key: output field for the row's position in the input pool.
+        :param provenance_key: output field recording how the resample was made.
+        :param id_key: dotted path of the row id used in error messages.
+        """
+        super().__init__(*args, **safe_op_kwargs(kwargs))
+        self.mode = mode
+        self.num_samples = num_samples
+        self.seed = int(seed)
+        self.weight_key = weight_key
+        self.online_weight_key = online_weight_key
+        self.score_key = score_key
+        self.threshold = float(threshold)
+        self.shuffle = bool(shuffle)
+        self.eps = float(eps)
+        self.prob_key = prob_key
+        self.source_row_key = source_row_key
+        self.provenance_key = provenance_key
+        self.id_key = id_key
+
+    def plan(self, table) -> tuple[np.ndarray, np.ndarray]:
+        """Source-row indices of the output and each output row's probability, from a pyarrow.Table."""
+        if table.num_rows == 0:
+            raise TrajvalInputError(f"{OP_NAME}: the pool is empty (0 rows): nothing to resample")
+        weight = arrow_numeric_column(table, self.weight_key, lower=0.0, id_key=self.id_key)
+        log_weight_summary(f"{OP_NAME} input", weight, self.eps)
+        if self.online_weight_key:
+            online = arrow_numeric_column(table, self.online_weight_key, lower=0.0, id_key=self.id_key)
+            weight = core.compose_online(weight, online)
+        if self.mode == "hard_cut":
+            score = arrow_numeric_column(table, self.score_key, lower=0.0, upper=1.0, id_key=self.id_key)
+            indices = np.flatnonzero(core.hard_cut_mask(score, self.threshold))
+            if indices.size == 0:
+                raise TrajvalInputError(
+                    f"{OP_NAME}: hard_cut kept no row: the largest '{self.score_key}' is "
+                    f"{score.max():.4g}, the threshold {self.threshold}"
+                )
+            prob = np.zeros_like(weight)
+            prob[indices] = core.normalize(weight[indices])
+        else:
+            if not weight.sum() > 0:
+                raise TrajvalInputError(f"{OP_NAME}: every weight is zero: no row can be sampled")
+            prob = core.normalize(weight)
+            n = self.num_samples if self.num_samples is not None else table.num_rows
+            draw = core.multinomial_indices if self.mode == "multinomial" else core.systematic_indices
+            indices = draw(prob, n, self.seed)
+        if self.shuffle:
+            indices = np.random.default_rng([self.seed, 1]).permutation(indices)
+        return indices, prob[indices]
+
+    def resample_table(self, table):
+        """Apply :meth:`plan` to a pyarrow.Table: the one code path of both executors."""
+        import pyarrow as pa
+
+        indices, prob = self.plan(table)
+        out = table.take(pa.array(indices, type=pa.int64()))
+        provenance = {
+            "mode": self.mode,
+            "seed": self.seed,
+            "num_samples": int(indices.size),
+            "pool_rows": int(table.num_rows),
+            "weight_key": self.weight_key,
+            "online_weight_key": self.online_weight_key,
+            "threshold": self.threshold if self.mode == "hard_cut" else None,
+            "shuffle": self.shuffle,
+            "trajval_ops_version": __version__,
+        }
+        new_columns = {
+            self.prob_key: pa.array(prob, type=pa.float64()),
+            self.source_row_key: pa.array(indices, type=pa.int64()),
+            self.provenance_key: pa.repeat(pa.scalar(provenance), len(indices)),
+        }
+        for name, values in new_columns.items():
+            if name in out.column_names:
+                out = out.drop_columns([name])
+            out = out.append_column(name, values)
+        unique = np.unique(indices).size
+        logger.info(
+            f"{OP_NAME}: mode={self.mode} seed={self.seed}: {table.num_rows} rows in, {out.num_rows} out "
+            f"({unique} distinct, {table.num_rows - unique} pool rows not drawn)"
+        )
+        return out
+
+    def run(self, dataset, *, exporter=None, tracer=None):
+        if _is_ray_dataset(dataset):
+            return self._run_ray(dataset)
+        return table_to_dataset(self.resample_table(dataset_table(dataset)))
+
+    def _run_ray(self, dataset):
+        import pyarrow as pa
+        import ray
+
+        # The draw depends on row positions, so the gathered order must be deterministic.
+        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        tables = [t for t in ray.get(dataset.to_arrow_refs()) if t.num_rows]
+        table = pa.concat_tables(tables, promote_options="default") if tables else dataset.schema().empty_table()
+        return ray.data.from_arrow(self.resample_table(table))
+
+
+def _is_ray_dataset(dataset) -> bool:
+    try:
+        import ray.data
+    except ImportError:
+        return False
+    return isinstance(dataset, ray.data.Dataset)

@@ -1,0 +1,194 @@
+"""Input checks that name the row and the field, shared by every operator and tool.
+
+Operators receive batches as dicts of lists (Data-Juicer's batched format). A bad value raises
+:class:`TrajvalInputError` whose message names the row (its id when the row has one, else its
+position) and the field, so that ``dj-process`` stops with a message a user can act on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from trajval_ops.fields import ID_CANDIDATES
+
+
+class TrajvalInputError(ValueError):
+    """Bad input data: the message names the row and the field."""
+
+
+_MISSING = object()
+
+
+def get_path(row: Mapping[str, Any], path: str, default: Any = _MISSING) -> Any:
+    """Read a dotted path (``reward_model.ground_truth``) from a row.
+
+    Intermediate values may be dicts or JSON strings holding a dict (GURU stores
+    ``reward_model`` and ``extra_info`` that way). A top-level key containing dots is tried
+    first. Returns ``default`` when the path is absent; raises KeyError when no default is given.
+    """
+    if path in row:
+        return row[path]
+    node: Any = row
+    for part in path.split("."):
+        if isinstance(node, str):
+            try:
+                node = json.loads(node)
+            except ValueError:
+                node = _MISSING
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        else:
+            if default is _MISSING:
+                raise KeyError(path)
+            return default
+    return node
+
+
+def batch_row(samples: Mapping[str, Sequence[Any]], i: int) -> dict:
+    """Row ``i`` of a batched dict-of-lists as a plain dict."""
+    return {key: values[i] for key, values in samples.items()}
+
+
+def row_label(row: Mapping[str, Any], position: int | None, id_key: str | None = None) -> str:
+    """Human-readable name of a row for error messages: ``row 12 (id=abc)``."""
+    keys = (id_key,) if id_key else ID_CANDIDATES
+    for key in keys:
+        value = get_path(row, key, None)
+        if value is not None:
+            where = f"row {position} " if position is not None else "row "
+            return f"{where}({key}={value!r})"
+    if position is not None:
+        return f"row {position}"
+    return "row (no id field; set id_key)"
+
+
+def unit_float_column(
+    samples: Mapping[str, Sequence[Any]],
+    field: str,
+    *,
+    id_key: str | None = None,
+    position_offset: int | None = 0,
+) -> np.ndarray:
+    """Read ``field`` of every row in a batch as floats in [0, 1].
+
+    :param position_offset: position of the batch's first row in the pool, for messages; None
+        when the global position is unknown (the message then relies on the row's id).
+    :raises TrajvalInputError: for a missing field, None, a non-number (strings included: a
+        reward written as text is a bug upstream), NaN/inf, or a value outside [0, 1].
+    """
+    n = _batch_len(samples)
+    if field not in samples:
+        # field absent from the whole batch: name the first row.
+        raise TrajvalInputError(
+            f"{_label(samples, 0, id_key, position_offset)}: field '{field}' is missing"
+        )
+    column = samples[field]
+    out = np.empty(n, dtype=np.float64)
+    for i, value in enumerate(column):
+        if value is None:
+            raise TrajvalInputError(f"{_label(samples, i, id_key, position_offset)}: field '{field}' is missing (None)")
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TrajvalInputError(
+                f"{_label(samples, i, id_key, position_offset)}: field '{field}' must be a number "
+                f"in [0, 1], got {type(value).__name__} {value!r}"
+            )
+        value = float(value)
+        if math.isnan(value) or math.isinf(value):
+            raise TrajvalInputError(f"{_label(samples, i, id_key, position_offset)}: field '{field}' is {value}")
+        if not 0.0 <= value <= 1.0:
+            raise TrajvalInputError(
+                f"{_label(samples, i, id_key, position_offset)}: field '{field}' = {value} is outside [0, 1]"
+            )
+        out[i] = value
+    return out
+
+
+def nonnegative_float_column(
+    samples: Mapping[str, Sequence[Any]],
+    field: str,
+    *,
+    id_key: str | None = None,
+    position_offset: int | None = 0,
+) -> np.ndarray:
+    """Read ``field`` as finite floats >= 0 (weights), with the same error contract."""
+    n = _batch_len(samples)
+    if field not in samples:
+        raise TrajvalInputError(
+            f"{_label(samples, 0, id_key, position_offset)}: field '{field}' is missing"
+        )
+    out = np.empty(n, dtype=np.float64)
+    for i, value in enumerate(samples[field]):
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TrajvalInputError(
+                f"{_label(samples, i, id_key, position_offset)}: field '{field}' must be a number >= 0, "
+                f"got {type(value).__name__} {value!r}"
+            )
+        value = float(value)
+        if not math.isfinite(value) or value < 0:
+            raise TrajvalInputError(
+                f"{_label(samples, i, id_key, position_offset)}: field '{field}' = {value} is not a finite number >= 0"
+            )
+        out[i] = value
+    return out
+
+
+def _batch_len(samples: Mapping[str, Sequence[Any]]) -> int:
+    for values in samples.values():
+        return len(values)
+    return 0
+
+
+def _label(samples, i, id_key, position_offset) -> str:
+    position = None if position_offset is None else position_offset + i
+    try:
+        row = batch_row(samples, i)
+    except IndexError:
+        row = {}
+    return row_label(row, position, id_key)
+
+
+def arrow_numeric_column(
+    table,
+    field: str,
+    *,
+    lower: float = 0.0,
+    upper: float | None = None,
+    id_key: str | None = None,
+) -> np.ndarray:
+    """Read a whole-pool column of a ``pyarrow.Table`` as float64, checked like the batch readers.
+
+    Vectorised for large pools; on a bad value the message names the first offending row.
+    """
+    import pyarrow as pa
+
+    def fail(position: int, problem: str):
+        row = table.slice(position, 1).to_pylist()[0]
+        raise TrajvalInputError(f"{row_label(row, position, id_key)}: field '{field}' {problem}")
+
+    if field not in table.column_names:
+        if table.num_rows == 0:
+            raise TrajvalInputError(f"field '{field}' is missing (the pool is empty)")
+        fail(0, "is missing")
+    column = table.column(field)
+    if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
+        for position, value in enumerate(column.to_pylist()):
+            if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+                fail(position, f"must be a number, got {type(value).__name__} {value!r}")
+    if column.null_count:
+        fail(int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0]), "is missing (null)")
+    values = np.asarray(column.to_numpy(), dtype=np.float64)
+    bad = ~np.isfinite(values) | (values < lower)
+    if upper is not None:
+        bad |= values > upper
+    if bad.any():
+        position = int(np.flatnonzero(bad)[0])
+        value = values[position]
+        if not np.isfinite(value):
+            fail(position, f"is {value}")
+        bounds = f"outside [{lower:g}, {upper:g}]" if upper is not None else f"not a finite number >= {lower:g}"
+        fail(position, f"= {value} is {bounds}")
+    return values
