@@ -1,0 +1,105 @@
+"""Evaluation-curve metrics (paper appendix) on hand-made curves."""
+
+import numpy as np
+import pytest
+
+from trajval_ops.analysis import curves as cv
+
+BASELINE = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.6, 0.6, 0.6]
+FASTER = [0.0, 0.2, 0.4, 0.6, 0.7, 0.7, 0.7, 0.7, 0.7, 0.7]
+
+
+def test_sliding_window_mean_hand_and_numpy():
+    assert cv.sliding_window_mean([1, 2, 3, 4, 5, 6], 5).tolist() == pytest.approx([3.0, 4.0])
+    rng = np.random.default_rng(0)
+    curve = rng.uniform(0, 1, 40)
+    expected = np.convolve(curve, np.ones(5) / 5, mode="valid")
+    assert cv.sliding_window_mean(curve) == pytest.approx(expected)
+
+
+def test_short_curve_uses_one_window():
+    assert cv.sliding_window_mean([0.2, 0.4, 0.6]).tolist() == pytest.approx([0.4])
+
+
+def test_best_acc_is_peak_of_window_mean_not_raw_peak():
+    curve = [0.1, 0.2, 0.3, 0.4, 0.5, 0.9, 0.1]
+    # windows: 0.30, 0.46, 0.44
+    assert cv.best_acc(curve) == pytest.approx(0.46)
+    assert cv.best_acc(curve, window=1) == pytest.approx(0.9)
+
+
+def test_auc_is_mean_over_steps_and_seeds_are_averaged_first():
+    assert cv.auc([0.2, 0.4, 0.9]) == pytest.approx(0.5)
+    seeds = np.array([[0.2, 0.4, 0.6, 0.8, 1.0, 0.0], [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]])
+    assert cv.auc(seeds) == pytest.approx(seeds.mean())
+    assert cv.best_acc(seeds) == pytest.approx(cv.best_acc(seeds.mean(axis=0)))
+
+
+def test_steps_to_baseline_hand_value():
+    # baseline windows: .20 .30 .40 .48 .54 .58 -> T = 0.58, first at window 6 = eval 10
+    # method windows:   .38 .52 .62 ...        -> reaches 0.58 at window 3 = eval 7 -> 70 %
+    out = cv.steps_to_baseline(FASTER, BASELINE)
+    assert out["target"] == pytest.approx(0.58)
+    assert out["s_base"] == 10 and out["s_comp"] == 7
+    assert out["s2b"] == pytest.approx(70.0)
+    steps = 12 * np.arange(1, 11)
+    out = cv.steps_to_baseline(FASTER, BASELINE, steps=steps)
+    assert (out["s_base"], out["s_comp"]) == (120, 84) and out["s2b"] == pytest.approx(70.0)
+
+
+def test_baseline_against_itself_is_100_percent_and_never_reaching_is_inf():
+    assert cv.steps_to_baseline(BASELINE, BASELINE)["s2b"] == pytest.approx(100.0)
+    out = cv.steps_to_baseline(np.full(10, 0.1), BASELINE)
+    assert out["s_comp"] is None and out["s2b"] == float("inf")
+
+
+def test_bad_curves_are_refused():
+    with pytest.raises(ValueError, match="length"):
+        cv.steps_to_baseline([0.1] * 5, [0.1] * 6)
+    with pytest.raises(ValueError, match="non-finite"):
+        cv.auc([0.1, float("nan")])
+    with pytest.raises(ValueError, match="increasing"):
+        cv.first_step_reaching([0.1, 0.2], 0.1, steps=[2, 1], window=1)
+
+
+def test_macro_average_best_acc_is_peak_of_averaged_curve():
+    # Two benchmarks peaking at different times: peak of the mean curve < mean of the peaks.
+    a = [0.0] * 5 + [1.0] * 5
+    b = [1.0] * 5 + [0.0] * 5
+    out = cv.curve_metrics({"a": a, "b": b})
+    assert out["a"]["best_acc"] == 1.0 and out["b"]["best_acc"] == 1.0
+    assert out["avg"]["best_acc"] == pytest.approx(0.5)
+    assert out["avg"]["auc"] == pytest.approx(0.5)
+
+
+def test_curve_metrics_with_baseline_and_seeds():
+    method = {"math500": np.stack([FASTER, FASTER]), "aime": np.array(FASTER) / 2}
+    baseline = {"math500": BASELINE, "aime": np.array(BASELINE) / 2}
+    out = cv.curve_metrics(method, baseline)
+    assert out["math500"]["s2b"] == pytest.approx(70.0)
+    assert out["aime"]["s2b"] == pytest.approx(70.0)
+    # macro curve = 0.75 * curve, same timing -> same S2B
+    assert out["avg"]["s2b"] == pytest.approx(70.0)
+    assert out["avg"]["best_acc"] == pytest.approx(0.75 * cv.best_acc(FASTER))
+    with pytest.raises(ValueError, match="differ"):
+        cv.curve_metrics(method, {"math500": BASELINE})
+
+
+def test_curve_metrics_tool(tmp_path, capsys):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "curve_metrics", Path(__file__).resolve().parents[1] / "tools" / "curve_metrics.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    (tmp_path / "m.json").write_text(json.dumps({"math500": [FASTER, FASTER], "aime": FASTER}))
+    (tmp_path / "b.json").write_text(json.dumps({"math500": BASELINE, "aime": BASELINE}))
+    assert tool.main(["--method", str(tmp_path / "m.json"), "--baseline", str(tmp_path / "b.json"),
+                      "--eval-every", "12", "--out", str(tmp_path / "o.json")]) == 0
+    out = json.loads((tmp_path / "o.json").read_text())
+    assert out["avg"]["s2b"] == pytest.approx(70.0) and out["avg"]["s_base"] == 120
+    assert "avg" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    assert tool.main(["--method", str(tmp_path / "bad.json")]) == 2

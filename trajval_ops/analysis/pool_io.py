@@ -1,0 +1,273 @@
+"""Reading pools and trajectories for the diagnostics, and atomic writes.
+
+Bad input raises :class:`trajval_ops.validation.TrajvalInputError` naming the file line or the
+row (id or position) and the field.  Every file is written to a temporary file in the target
+directory and moved into place with ``os.replace``, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from trajval_ops import core, fields
+from trajval_ops.validation import (
+    TrajvalInputError,
+    get_path,
+    nonnegative_float_column,
+    row_label,
+    unit_float_column,
+)
+
+#: Default field of a dense trajectory row: the list of per-checkpoint accuracies.
+TRAJECTORY_KEY = "accuracies"
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """All rows of a JSONL file; blank lines are skipped, a malformed line is an error."""
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as err:
+                raise TrajvalInputError(f"{path} line {line_no}: malformed JSON ({err})") from None
+            if not isinstance(row, dict):
+                raise TrajvalInputError(f"{path} line {line_no}: expected a JSON object, got {type(row).__name__}")
+            rows.append(row)
+    return rows
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def _atomic_write(path: str | os.PathLike, write: Callable[[Any], None], mode: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
+        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as handle:
+            write(handle)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    return _atomic_write(path, lambda h: h.write(text), "w")
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+    return _atomic_write(path, lambda h: json.dump(to_jsonable(obj), h, indent=2, allow_nan=True), "w")
+
+
+def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[Mapping]) -> Path:
+    def write(handle):
+        for row in rows:
+            handle.write(json.dumps(to_jsonable(row), ensure_ascii=False))
+            handle.write("\n")
+
+    return _atomic_write(path, write, "w")
+
+
+def write_figure_atomic(path: str | os.PathLike, figure) -> Path:
+    """Save a matplotlib figure as PNG atomically."""
+    return _atomic_write(path, lambda h: figure.savefig(h, format="png", dpi=110, bbox_inches="tight"), "wb")
+
+
+def to_jsonable(obj: Any) -> Any:
+    """numpy scalars/arrays -> plain Python, NaN -> None, recursively (inf stays, as JSON Infinity)."""
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and math.isnan(obj):
+        return None  # strict JSON has no NaN
+    return obj
+
+
+def _id_columns(rows: Sequence[Mapping], id_key: str | None) -> dict[str, list]:
+    keys = (id_key,) if id_key else fields.ID_CANDIDATES
+    top_level = {key.split(".")[0] for key in keys}
+    return {key: [row.get(key) for row in rows] for key in top_level}
+
+
+def row_ids(rows: Sequence[Mapping], id_key: str | None = None) -> list:
+    """The id of each row (``id_key`` or the first of ``fields.ID_CANDIDATES`` present), or its
+    position when it has none."""
+    keys = (id_key,) if id_key else fields.ID_CANDIDATES
+    ids = []
+    for position, row in enumerate(rows):
+        for key in keys:
+            value = get_path(row, key, None)
+            if value is not None:
+                ids.append(value)
+                break
+        else:
+            ids.append(position)
+    return ids
+
+
+def float_column(rows: Sequence[Mapping], field: str, id_key: str | None = None) -> np.ndarray:
+    """``field`` of every row as floats in [0, 1] (errors name the row and the field)."""
+    samples = _id_columns(rows, id_key)
+    samples[field] = [get_path(row, field, None) for row in rows]
+    return unit_float_column(samples, field, id_key=id_key)
+
+
+def nonnegative_column(rows: Sequence[Mapping], field: str, id_key: str | None = None) -> np.ndarray:
+    """``field`` of every row as finite floats >= 0 (weights)."""
+    samples = _id_columns(rows, id_key)
+    samples[field] = [get_path(row, field, None) for row in rows]
+    return nonnegative_float_column(samples, field, id_key=id_key)
+
+
+def provenance_eps_alpha(rows: Sequence[Mapping], provenance_key: str = fields.SCORE_PROVENANCE) -> dict:
+    """``alpha`` and ``eps`` recorded by the learnability mapper (first row's provenance), or {}."""
+    if not rows:
+        return {}
+    prov = rows[0].get(provenance_key)
+    if isinstance(prov, str):
+        try:
+            prov = json.loads(prov)
+        except ValueError:
+            return {}
+    if not isinstance(prov, Mapping):
+        return {}
+    return {k: float(prov[k]) for k in ("alpha", "eps") if isinstance(prov.get(k), (int, float))}
+
+
+def pool_columns(
+    rows: Sequence[Mapping],
+    *,
+    alpha: float | None = None,
+    eps: float | None = None,
+    id_key: str | None = None,
+    r_early_key: str = fields.R_EARLY,
+    r_late_key: str = fields.R_LATE,
+    score_key: str = fields.SCORE,
+    weight_key: str = fields.WEIGHT,
+    profile_key: str = fields.PROFILE,
+) -> dict:
+    """The diagnostic columns of a pool.
+
+    ``r_early`` and ``r_late`` are required.  ``score``, ``weight`` and ``profile`` are read when
+    every row has them, computed when no row has them (a pool that has some rows annotated and
+    others not is an error) with the numeric core (``learnability_score``,
+    ``sampling_weight``, ``endpoint_profiles``); ``computed`` lists which were.  ``alpha``/``eps``
+    default to the pool's recorded provenance, then to the paper's 0.3 / 0.05.
+    """
+    if not rows:
+        raise TrajvalInputError("the pool is empty (0 rows): nothing to analyse")
+    recorded = provenance_eps_alpha(rows)
+    alpha = recorded.get("alpha", core.DEFAULT_ALPHA) if alpha is None else alpha
+    eps = recorded.get("eps", core.DEFAULT_EPS) if eps is None else eps
+    core.check_alpha_eps(alpha, eps)
+    out: dict = {
+        "id": row_ids(rows, id_key),
+        "r_early": float_column(rows, r_early_key, id_key),
+        "r_late": float_column(rows, r_late_key, id_key),
+        "alpha": alpha,
+        "eps": eps,
+        "computed": [],
+    }
+    out["delta"] = core.reward_delta(out["r_early"], out["r_late"])
+
+    def present(key):
+        """True if every row has ``key``, False if none has; a partly annotated pool is an error."""
+        missing = [i for i, row in enumerate(rows) if get_path(row, key, None) is None]
+        if missing and len(missing) < len(rows):
+            raise TrajvalInputError(
+                f"{row_label(rows[missing[0]], missing[0], id_key)}: field '{key}' is missing while other "
+                f"rows have it ({len(missing)} of {len(rows)} rows lack it); annotate the whole pool"
+            )
+        return not missing
+
+    if present(score_key):
+        out["score"] = float_column(rows, score_key, id_key)
+    else:
+        out["score"] = core.learnability_score(out["r_early"], out["r_late"])
+        out["computed"].append("score")
+    if present(weight_key):
+        out["weight"] = nonnegative_column(rows, weight_key, id_key)
+    else:
+        out["weight"] = core.sampling_weight(out["score"], alpha, eps)
+        out["computed"].append("weight")
+    if present(profile_key):
+        labels = [get_path(row, profile_key) for row in rows]
+        for position, label in enumerate(labels):
+            if label not in core.PROFILES:
+                raise TrajvalInputError(
+                    f"{row_label(rows[position], position, id_key)}: field '{profile_key}' = {label!r} "
+                    f"is not one of {list(core.PROFILES)}"
+                )
+        out["profile"] = np.asarray(labels, dtype=object)
+    else:
+        out["profile"] = core.endpoint_profiles(out["r_early"], out["r_late"])
+        out["computed"].append("profile")
+    return out
+
+
+def trajectory_matrix(
+    rows: Sequence[Mapping], key: str = TRAJECTORY_KEY, id_key: str | None = None
+) -> tuple[list, np.ndarray]:
+    """``(ids, acc)`` from dense-trajectory rows ``{"id": ..., key: [a_1, ..., a_T]}``.
+
+    Every row must hold a list of the same length T >= 2 of numbers in [0, 1].
+    """
+    if not rows:
+        raise TrajvalInputError("the trajectory file is empty (0 rows)")
+    length = None
+    matrix = []
+    for position, row in enumerate(rows):
+        values = get_path(row, key, None)
+        label = row_label(row, position, id_key)
+        if not isinstance(values, list) or len(values) < 2:
+            raise TrajvalInputError(f"{label}: field '{key}' must be a list of >= 2 accuracies, got {values!r:.80}")
+        if length is None:
+            length = len(values)
+        elif len(values) != length:
+            raise TrajvalInputError(f"{label}: field '{key}' has {len(values)} checkpoints, the first row has {length}")
+        for value in values:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+                raise TrajvalInputError(f"{label}: field '{key}' holds {value!r}; accuracies must be numbers in [0, 1]")
+        matrix.append(values)
+    return row_ids(rows, id_key), np.asarray(matrix, dtype=np.float64)
+
+
+def join_on_id(ids_a: Sequence, ids_b: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    """Positions ``(ia, ib)`` of the ids present in both sequences, in ``ids_a`` order.
+
+    Duplicate ids on either side are an error: a join on them would be ambiguous.
+    """
+    for name, ids in (("first", ids_a), ("second", ids_b)):
+        seen = set()
+        for value in ids:
+            key = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
+            if key in seen:
+                raise TrajvalInputError(f"duplicate id {value!r} in the {name} input: cannot join on id")
+            seen.add(key)
+    where_b = {value: i for i, value in enumerate(ids_b)}
+    pairs = [(i, where_b[value]) for i, value in enumerate(ids_a) if value in where_b]
+    if not pairs:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    ia, ib = zip(*pairs)
+    return np.asarray(ia, dtype=np.int64), np.asarray(ib, dtype=np.int64)
