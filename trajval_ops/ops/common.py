@@ -12,7 +12,13 @@ def safe_op_kwargs(kwargs: dict) -> dict:
     - Recipes set ``text_keys: null`` so Data-Juicer's loader cannot drop rows whose text field
       is None. Our operators read no text; an unset text key is reset to Data-Juicer's default
       name so the preflight does not look for a column called None.
+
+    It also installs the atomic JSONL export (:mod:`trajval_ops.ops.jsonl_export`) for the
+    run that builds the operator.
     """
+    from trajval_ops.ops.jsonl_export import install_jsonl_export
+
+    install_jsonl_export()
     kwargs["skip_op_error"] = False
     if kwargs.get("text_key") is None:
         kwargs["text_key"] = "text"

@@ -1,0 +1,165 @@
+"""Online composition w_final = w_trajval * w_online with simulated rollout feedback."""
+
+import json
+
+import numpy as np
+import pytest
+
+from trajval_ops.samplers import BotsScheduler, ComposedSampler, GresoScheduler, group_feedback, zero_variance_mask
+
+G = 16  # rollouts per task (paper: n = 16)
+
+
+def _rollouts(tasks, pass_prob, rng):
+    """Simulated binary rewards: G rollouts per task with the task's true pass probability."""
+    ids = np.repeat(tasks, G)
+    return ids, (rng.random(ids.size) < pass_prob[ids]).astype(float)
+
+
+def _run(composed, pass_prob, steps, batch=16, seed=0):
+    rng = np.random.default_rng(seed)
+    counts = np.zeros(composed.num_tasks, dtype=np.int64)
+    for _ in range(steps):
+        tasks = composed.draw(batch)
+        counts += np.bincount(tasks, minlength=composed.num_tasks)
+        composed.feedback(*_rollouts(tasks, pass_prob, rng))
+    return counts
+
+
+def test_group_feedback_and_dapo_mask():
+    ids = [3, 3, 3, 1, 1, 1, 0, 0]
+    rewards = [1, 0, 1, -1, -1, -1, 1, 1]  # DAPO-style -1/1 rewards work with the threshold
+    tasks, rate, counts, zero_var = group_feedback(ids, rewards, num_tasks=4)
+    assert tasks.tolist() == [0, 1, 3]
+    assert rate.tolist() == [1.0, 0.0, pytest.approx(2 / 3)]
+    assert counts.tolist() == [2, 3, 3]
+    assert zero_var.tolist() == [True, True, False]
+    assert zero_variance_mask(ids, rewards).tolist() == [True] * 3 + [False] * 5
+
+
+def test_feedback_rejects_bad_input():
+    composed = ComposedSampler(np.ones(4))
+    with pytest.raises(ValueError, match="task index 9"):
+        composed.feedback([0, 9], [1.0, 0.0])
+    with pytest.raises(ValueError, match="differ in length"):
+        composed.feedback([0, 1], [1.0])
+    with pytest.raises(ValueError, match="not finite"):
+        composed.feedback([0, 1], [1.0, float("nan")])
+
+
+def test_greso_keep_probability_follows_the_streak():
+    greso = GresoScheduler(3)
+    for _ in range(3):  # task 0 always solved, task 1 never, task 2 mixed
+        greso.update(np.array([0, 1, 2]), np.array([1.0, 0.0, 0.5]), np.full(3, G), np.array([True, True, False]))
+    keep = greso.online_weights()
+    assert keep[0] == pytest.approx(max(greso.p_easy ** 3, 0.01))
+    assert keep[1] == pytest.approx(max(greso.p_hard ** 3, 0.01))
+    assert keep[2] == 1.0
+    # two of three groups zero-variance every step: above both targets, so both p fell by 0.01 a step
+    assert greso.p_easy == pytest.approx(0.47) and greso.p_hard == pytest.approx(0.47)
+    greso.update(np.array([0]), np.array([0.5]), np.array([G]), np.array([False]))
+    assert greso.online_weights()[0] == 1.0  # streak broken
+
+
+def test_greso_keep_mask_flips_coins_with_the_keep_probability():
+    greso = GresoScheduler(2)
+    for _ in range(2):
+        greso.update(np.array([0, 1]), np.array([1.0, 0.5]), np.full(2, G), np.array([True, False]))
+    candidates = np.repeat([0, 1], 20_000)
+    kept = greso.keep_mask(candidates, np.random.default_rng(0))
+    assert kept[20_000:].all()
+    assert kept[:20_000].mean() == pytest.approx(greso.online_weights()[0], abs=0.01)
+
+
+def test_greso_probabilities_stay_clipped():
+    greso = GresoScheduler(1)
+    for _ in range(200):
+        greso.update(np.array([0]), np.array([0.5]), np.array([G]), np.array([False]))
+    assert greso.p_easy == pytest.approx(0.95) and greso.p_hard == pytest.approx(0.95)
+
+
+def test_greso_skips_an_always_solved_task_more_and_prior_still_shifts_mass():
+    n = 40
+    pass_prob = np.full(n, 0.5)
+    pass_prob[:10] = 1.0  # always solved
+    prior = np.ones(n)
+    prior[20:30] = 4.0  # TrajVal prior favours tasks 20-29 (all mixed difficulty)
+    uniform = _run(ComposedSampler(np.ones(n), seed=1), pass_prob, steps=150)
+    greso = _run(ComposedSampler(np.ones(n), online=GresoScheduler(n), seed=1), pass_prob, steps=150)
+    composed = _run(ComposedSampler(prior, online=GresoScheduler(n), seed=1), pass_prob, steps=150)
+    share = lambda c, sl: c[sl].sum() / c.sum()  # noqa: E731
+    assert share(greso, slice(0, 10)) < 0.5 * share(uniform, slice(0, 10))  # solved tasks skipped
+    assert share(composed, slice(0, 10)) < 0.5 * share(uniform, slice(0, 10))
+    # the prior still shifts mass: tasks 20-29 get far more than the other mixed tasks
+    assert composed[20:30].mean() > 2.5 * composed[np.r_[10:20, 30:40]].mean()
+
+
+def test_bots_posterior_follows_feedback():
+    bots = BotsScheduler(2, thompson=False)
+    for _ in range(30):
+        bots.update(np.array([0, 1]), np.array([1.0, 0.5]), np.full(2, G), np.array([True, False]))
+    mean = bots.posterior_mean()
+    assert mean[0] > 0.95 and mean[1] == pytest.approx(0.5, abs=0.01)
+    w = bots.online_weights()
+    assert w[1] == pytest.approx(1.0, abs=0.03) and w[0] == pytest.approx(np.exp(-(mean[0] - 0.5) / 0.5))
+
+
+def test_bots_update_matches_the_formula_by_hand():
+    bots = BotsScheduler(2, m=16, lam=0.1, rho=0.1, thompson=False)
+    bots.update(np.array([0]), np.array([0.75]), np.array([16]), np.array([False]))
+    # observed task: 0.9*1 + 0.1 + 0.9*12 + 0.1*0.75*16 = 13.0 ; beta: 0.9 + 0.1 + 0.9*4 + 0.1*0.25*16 = 5.0
+    assert bots.alpha[0] == pytest.approx(13.0) and bots.beta[0] == pytest.approx(5.0)
+    # unobserved task: p_ref = posterior mean 0.5 -> 0.9 + 0.1 + 0.1*0.5*16 = 1.8 each
+    assert bots.alpha[1] == pytest.approx(1.8) and bots.beta[1] == pytest.approx(1.8)
+
+
+def test_bots_prefers_tasks_near_the_target_and_prior_still_shifts_mass():
+    n = 30
+    pass_prob = np.concatenate([np.full(10, 1.0), np.full(10, 0.0), np.full(10, 0.5)])
+    prior = np.ones(n)
+    prior[20:25] = 4.0
+    bots = _run(ComposedSampler(np.ones(n), online=BotsScheduler(n), seed=3), pass_prob, steps=120)
+    composed = _run(ComposedSampler(prior, online=BotsScheduler(n), seed=3), pass_prob, steps=120)
+    assert bots[20:].sum() > 1.5 * bots[:10].sum() and bots[20:].sum() > 1.5 * bots[10:20].sum()
+    assert composed[20:25].mean() > 2.5 * composed[25:30].mean()
+
+
+def test_composed_state_dict_resumes_exactly():
+    n = 50
+    pass_prob = np.random.default_rng(0).random(n)
+    for online in (GresoScheduler(n), BotsScheduler(n)):
+        a = ComposedSampler(np.linspace(0.05, 1, n), online=online, seed=4)
+        _run(a, pass_prob, steps=5)
+        state = json.loads(json.dumps(a.state_dict(), default=lambda x: x.tolist()))
+        b = ComposedSampler(np.linspace(0.05, 1, n), online=type(online)(n), seed=4)
+        b.load_state_dict(state)
+        assert np.array_equal(_run(a, pass_prob, steps=4, seed=9), _run(b, pass_prob, steps=4, seed=9))
+
+
+@pytest.mark.parametrize("scheduler", [GresoScheduler, BotsScheduler])
+def test_composed_resumes_exactly_when_saved_between_draw_and_feedback(scheduler):
+    n = 50
+    pass_prob = np.random.default_rng(0).random(n)
+    a = ComposedSampler(np.linspace(0.05, 1, n), online=scheduler(n), seed=4)
+    _run(a, pass_prob, steps=3)
+    a.draw(16)  # weights rebuilt (a Thompson sample for BOTS), no feedback yet
+    state = json.loads(json.dumps(a.state_dict(), default=lambda x: x.tolist()))
+    b = ComposedSampler(np.linspace(0.05, 1, n), online=scheduler(n), seed=4)
+    b.load_state_dict(state)
+    assert np.array_equal(a.draw(16), b.draw(16))
+    assert np.array_equal(_run(a, pass_prob, steps=3, seed=2), _run(b, pass_prob, steps=3, seed=2))
+
+
+def test_composed_refuses_a_state_with_another_prior():
+    a = ComposedSampler(np.ones(5), online=GresoScheduler(5))
+    b = ComposedSampler(np.arange(1, 6, dtype=float), online=GresoScheduler(5))
+    with pytest.raises(ValueError, match="different prior"):
+        b.load_state_dict(a.state_dict())
+
+
+def test_pass_rate_feedback_trinity_form():
+    composed = ComposedSampler(np.ones(3), online=BotsScheduler(3, thompson=False))
+    composed.feedback_pass_rates([0, 2], [1.0, 0.5], num_rollouts=G)
+    assert composed.online.posterior_mean()[0] > composed.online.posterior_mean()[2]
+    with pytest.raises(ValueError, match="outside"):
+        composed.feedback_pass_rates([0], [1.5], num_rollouts=G)

@@ -1,0 +1,63 @@
+"""PyTorch adapter against torch's DataLoader and torchdata's StatefulDataLoader."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader, Sampler  # noqa: E402
+
+from trajval_ops.samplers import BotsScheduler, ComposedSampler  # noqa: E402
+from trajval_ops.samplers.torch_sampler import TrajvalSampler  # noqa: E402
+
+
+def test_dataloader_draws_by_weight():
+    weights = np.array([1.0] * 2 + [0.05] * 8)
+    sampler = TrajvalSampler(weights, num_samples=4000, seed=0)
+    assert isinstance(sampler, Sampler) and len(sampler) == 4000
+    drawn = torch.cat(list(DataLoader(list(range(10)), batch_size=50, sampler=sampler))).numpy()
+    share = np.isin(drawn, [0, 1]).mean()
+    assert share == pytest.approx(2 / 2.4, abs=0.03)
+
+
+def test_epochs_differ_and_replicas_partition_the_same_stream():
+    w = np.arange(1, 101, dtype=float)
+    whole = TrajvalSampler(w, seed=3, chunk_size=7)
+    parts = [TrajvalSampler(w, seed=3, chunk_size=7, num_replicas=3, rank=r) for r in range(3)]
+    epoch0 = list(whole)
+    assert list(whole) != epoch0
+    shards = [list(p) for p in parts]
+    assert all(len(s) == len(parts[0]) == 33 for s in shards)
+    assert [shards[i % 3][i // 3] for i in range(99)] == epoch0[:99]
+
+
+def test_stateful_dataloader_resumes_mid_epoch():
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    w = np.random.default_rng(0).random(60) + 0.05
+
+    def loader():
+        return StatefulDataLoader(list(range(60)), batch_size=8, sampler=TrajvalSampler(w, seed=9, chunk_size=8))
+
+    full = loader()
+    batches = []
+    it = iter(full)
+    for _ in range(3):
+        batches.append(next(it).tolist())
+    state = full.state_dict()
+    rest = [b.tolist() for b in it]
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert [b.tolist() for b in resumed] == rest
+
+
+def test_online_feedback_between_batches_shapes_later_draws():
+    n = 20
+    source = ComposedSampler(np.ones(n), online=BotsScheduler(n), seed=1)
+    sampler = TrajvalSampler(source=source, num_samples=16 * 60, chunk_size=16)
+    counts = np.zeros(n)
+    for batch in DataLoader(list(range(n)), batch_size=16, sampler=sampler):
+        ids = np.repeat(batch.numpy(), 8)
+        rewards = (ids >= 10).astype(float) * (np.arange(ids.size) % 2)  # tasks >= 10 pass half the time
+        sampler.feedback(ids, rewards)
+        counts += np.bincount(batch.numpy(), minlength=n)
+    assert counts[10:].sum() > 1.5 * counts[:10].sum()

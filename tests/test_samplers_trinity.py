@@ -1,0 +1,74 @@
+"""Trinity-RFT adapter against trinity-rft 0.6.0's real SELECTORS, BaseSelector, _HFBatchReader."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("trinity.buffer.selector", reason="needs trinity-rft==0.6.0 (see docs/downstream.md)")
+
+from datasets import Dataset  # noqa: E402
+from trinity.buffer.reader.file_reader import _HFBatchReader  # noqa: E402
+from trinity.buffer.selector import SELECTORS  # noqa: E402
+from trinity.buffer.selector.selector import BaseSelector  # noqa: E402
+from trinity.common.config import DataSelectorConfig  # noqa: E402
+
+from trajval_ops.samplers.trinity import REGISTRY_NAME, TrajvalSelector  # noqa: E402
+
+N = 20
+HEAVY = [0, 1, 2]
+
+
+def _reader():
+    weights = [1.0 if i in HEAVY else 0.05 for i in range(N)]
+    data = Dataset.from_dict({"question": [f"q{i}" for i in range(N)], "trajval_weight": weights})
+    return _HFBatchReader(data, name="pool", default_batch_size=8, total_epochs=100, enable_progress_bar=False)
+
+
+def _selector(selector_type=REGISTRY_NAME, **kwargs):
+    config = DataSelectorConfig(selector_type=selector_type, seed=7, feature_keys=["trajval_weight"], kwargs=kwargs)
+    reader = _reader()
+    return SELECTORS.get(selector_type)(reader, config), reader
+
+
+def test_registered_under_its_name_and_by_dotted_path():
+    assert SELECTORS.get(REGISTRY_NAME) is TrajvalSelector
+    assert SELECTORS.get("trajval_ops.samplers.trinity.TrajvalSelector") is TrajvalSelector
+    assert issubclass(TrajvalSelector, BaseSelector)
+
+
+def test_get_indices_draws_by_weight_through_the_reader():
+    selector, reader = _selector()
+    rows = []
+    for _ in range(50):
+        rows += reader.select_batch(selector.get_indices(8))  # what TasksetScheduler does
+    share = np.mean([int(r["question"][1:]) in HEAVY for r in rows])
+    assert share == pytest.approx(3 / (3 + 17 * 0.05), abs=0.06)
+    indices, extra = selector.get_indices(4, return_extra_info=True)
+    assert extra["indices"] == list(indices) and len(extra["prob"]) == 4
+
+
+def test_state_dict_is_json_and_resumes():
+    selector, _ = _selector(online="bots")
+    selector.get_indices(8)
+    selector.feedback([0, 5], [1.0, 0.5])
+    state = json.loads(json.dumps(selector.state_dict()))
+    expected = [selector.get_indices(8).tolist() for _ in range(3)]
+    resumed, _ = _selector(online="bots")
+    resumed.load_state_dict(state)
+    assert [resumed.get_indices(8).tolist() for _ in range(3)] == expected
+
+
+def test_feedback_moves_mass_away_from_solved_tasks():
+    selector, _ = _selector(online="greso")
+    for _ in range(6):
+        selector.feedback([0, 1], [1.0, 0.5])  # task 0 always solved
+    keep = selector.source.online.online_weights()
+    assert keep[0] < 0.1 and keep[1] == 1.0
+    counts = np.bincount(np.concatenate([selector.get_indices(8) for _ in range(100)]), minlength=N)
+    assert counts[0] < 0.25 * counts[1]
+
+
+def test_unknown_online_scheduler_is_refused():
+    with pytest.raises(ValueError, match="greso"):
+        _selector(online="nope")

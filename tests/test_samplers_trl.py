@@ -1,0 +1,125 @@
+"""TRL adapter against the real trl 1.16 GRPOTrainer / RepeatSampler, plus a short GRPO run."""
+
+import collections
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+trl = pytest.importorskip("trl")
+
+from trl.trainer.utils import RepeatSampler  # noqa: E402
+
+from trajval_ops.samplers.online import ComposedSampler  # noqa: E402
+from trajval_ops.samplers.trl import TrajvalGRPOTrainer, WeightedRepeatSampler  # noqa: E402
+
+
+def _sampler(weights, seed=3, batch_size=3, mini=2, repeat=2):
+    data = list(range(len(weights)))
+    return WeightedRepeatSampler(data, ComposedSampler(weights, seed=seed), mini_repeat_count=mini,
+                                 batch_size=batch_size, repeat_count=repeat)
+
+
+def test_is_a_real_repeat_sampler_with_the_same_length():
+    sampler = _sampler(np.ones(7))
+    reference = RepeatSampler(list(range(7)), mini_repeat_count=2, batch_size=3, repeat_count=2, seed=3)
+    assert isinstance(sampler, RepeatSampler)
+    assert len(sampler) == len(reference) == len(list(sampler))
+
+
+def test_keeps_the_repeat_structure():
+    mini, batch, repeat = 2, 3, 2
+    out = list(_sampler(np.arange(1, 10, dtype=float), mini=mini, batch_size=batch, repeat=repeat))
+    block = mini * batch
+    for start in range(0, len(out), block * repeat):
+        first = out[start:start + block]
+        assert all(first[i] == first[i + 1] for i in range(0, block, mini))  # each index x num_generations
+        for r in range(1, repeat):  # the chunk repeated repeat_count times
+            assert out[start + r * block:start + (r + 1) * block] == first
+
+
+def test_same_seed_same_stream_on_every_process_and_epoch_dependent():
+    a, b = _sampler(np.arange(1, 30, dtype=float)), _sampler(np.arange(1, 30, dtype=float))
+    first_a, first_b = list(a), list(b)  # two "processes"
+    assert first_a == first_b
+    assert list(a) != first_a  # next epoch draws a different stream
+    b.set_epoch(0)
+    assert list(b) == first_a  # Trainer's set_epoch replays an epoch exactly (resume)
+
+
+def test_zero_weight_rows_are_never_drawn():
+    weights = np.array([0.0, 1.0, 0.0, 2.0, 0.0, 0.0])
+    assert set(_sampler(weights, batch_size=2)) <= {1, 3}
+
+
+N_TASKS = 8
+HEAVY = {0, 1}
+
+
+def _grpo_run(tmp_path, reward, online_scheduler=None):
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig
+
+    from trajval_ops.models import resolve_model
+
+    model_dir = resolve_model("tiny-random-llama")
+    dataset = Dataset.from_dict({
+        "prompt": [[{"role": "user", "content": f"What is {i} + {i}?"}] for i in range(N_TASKS)],
+        "task_id": list(range(N_TASKS)),
+        "trajval_weight": [1.0 if i in HEAVY else 0.05 for i in range(N_TASKS)],
+    })
+    args = GRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, use_vllm=False, report_to="none",
+        num_generations=2, per_device_train_batch_size=8, max_completion_length=8,
+        gradient_checkpointing=False, max_steps=4, logging_steps=1, save_strategy="no", seed=11,
+    )
+    trainer = TrajvalGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=reward,
+                                 args=args, train_dataset=dataset,
+                                 processing_class=AutoTokenizer.from_pretrained(model_dir),
+                                 online_scheduler=online_scheduler)
+    trainer.train()
+    return trainer
+
+
+@pytest.mark.slow
+def test_grpo_run_draws_heavier_rows_more_often(tmp_path):
+    heavy = HEAVY
+    seen = []
+
+    def record_reward(prompts, completions, task_id, **kwargs):
+        seen.append(list(task_id))
+        return [float(len(c[0]["content"]) % 2) for c in completions]
+
+    trainer = _grpo_run(tmp_path, record_reward)
+    assert trainer.trajval_source is not None
+    ids = [i for call in seen for i in call]
+    assert len(ids) == 4 * 8
+    for call in seen:  # every prompt appears num_generations times in its generation batch
+        assert all(count % 2 == 0 for count in collections.Counter(call).values())
+    heavy_share = sum(i in heavy for i in ids) / len(ids)
+    # p(heavy) = 2 / (2 + 6 * 0.05) = 0.87; uniform would give 0.25
+    assert heavy_share >= 0.6, heavy_share
+
+
+@pytest.mark.slow
+def test_grpo_run_feeds_the_online_scheduler(tmp_path):
+    from trajval_ops.samplers.online import GresoScheduler
+
+    seen = []
+
+    def solved_if_heavy(prompts, completions, task_id, **kwargs):
+        seen.append(list(task_id))
+        return [1.0 if t in HEAVY else float(i % 2) for i, t in enumerate(task_id)]
+
+    greso = GresoScheduler(N_TASKS)
+    trainer = _grpo_run(tmp_path, solved_if_heavy, online_scheduler=greso)
+    assert trainer.trajval_source.online is greso
+    drawn = collections.Counter(i for call in seen for i in set(call))
+    # every generation batch reached the scheduler: always-solved heavy tasks carry an easy streak
+    for task in HEAVY & set(drawn):
+        assert greso.easy_streak[task] >= 1
+    assert all(greso.easy_streak[t] == 0 for t in drawn if t not in HEAVY)
+    assert greso.online_weights()[sorted(HEAVY & set(drawn))].max() < 1.0

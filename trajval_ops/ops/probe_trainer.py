@@ -1,0 +1,231 @@
+"""trajval_probe_trainer: sample the probe set P, train the base model on it with GRPO, write
+the checkpoint manifest the endpoint-reward mapper reads."""
+
+from __future__ import annotations
+
+from typing import List, Literal, Optional, Union
+
+from data_juicer.ops.base_op import OPERATORS, Pipeline
+from loguru import logger
+from pydantic import Field, PositiveInt
+from typing_extensions import Annotated
+
+from trajval_ops.ops.common import safe_op_kwargs
+from trajval_ops.probe.config import ProbeConfig
+from trajval_ops.probe.sampling import (
+    DEFAULT_PROBE_FRACTION,
+    probe_size_for,
+    resolve_id_key,
+    row_ids,
+    sample_probe_positions,
+)
+
+OP_NAME = "trajval_probe_trainer"
+#: Field marking the rows of the probe set (bool).
+IN_PROBE = "trajval_in_probe"
+
+_DEFAULTS = ProbeConfig()
+
+
+@OPERATORS.register_module(OP_NAME)
+class TrajvalProbeTrainer(Pipeline):
+    """Run the TrajVal probe: GRPO on a small uniform sample P of the pool, keeping checkpoints.
+
+    Samples P (seeded; ``probe_size`` rows or ``probe_fraction`` of the pool, default the
+    paper's 512/17,398; ``forced_ids`` always included), trains ``model`` on P with TRL's
+    GRPOTrainer for ``epochs`` epochs (paper regime by default; vLLM generation on a GPU,
+    transformers on CPU), keeps the early window (the first ``window_k`` checkpoints, epoch 0 =
+    the base model) and the late window (the last ``window_k`` epochs), and writes
+    ``<output_dir>/manifest.json``. Every row passes through unchanged and in order, with
+    ``in_probe_key`` (bool) added. A finished probe with the same configuration is reused, an
+    interrupted one resumes, a different one in ``output_dir`` is refused. Works under the
+    default and the Ray executor (under Ray the pool is gathered to the driver, which trains).
+    """
+
+    def __init__(
+        self,
+        output_dir: str = "",
+        model: str = _DEFAULTS.model,
+        probe_size: Optional[PositiveInt] = None,
+        probe_fraction: Optional[Annotated[float, Field(gt=0, le=1)]] = None,
+        forced_ids: Optional[List[Union[str, int]]] = None,
+        seed: int = _DEFAULTS.seed,
+        id_key: Optional[str] = None,
+        in_probe_key: str = IN_PROBE,
+        prompt_key: str = _DEFAULTS.prompt_key,
+        prompt_template: str = _DEFAULTS.prompt_template,
+        category_key: str = _DEFAULTS.category_key,
+        ground_truth_key: str = _DEFAULTS.ground_truth_key,
+        verifier: str = _DEFAULTS.verifier,
+        verifier_options: Optional[dict] = None,
+        epochs: PositiveInt = _DEFAULTS.epochs,
+        learning_rate: Annotated[float, Field(gt=0)] = _DEFAULTS.learning_rate,
+        weight_decay: Annotated[float, Field(ge=0)] = _DEFAULTS.weight_decay,
+        max_grad_norm: Annotated[float, Field(gt=0)] = _DEFAULTS.max_grad_norm,
+        prompts_per_batch: PositiveInt = _DEFAULTS.prompts_per_batch,
+        num_generations: Annotated[int, Field(ge=2)] = _DEFAULTS.num_generations,
+        micro_batch_size: PositiveInt = _DEFAULTS.micro_batch_size,
+        epsilon: Annotated[float, Field(gt=0)] = _DEFAULTS.epsilon,
+        temperature: Annotated[float, Field(gt=0)] = _DEFAULTS.temperature,
+        top_p: Annotated[float, Field(gt=0, le=1)] = _DEFAULTS.top_p,
+        beta: Annotated[float, Field(ge=0)] = _DEFAULTS.beta,
+        loss_type: str = _DEFAULTS.loss_type,
+        max_completion_length: PositiveInt = _DEFAULTS.max_completion_length,
+        window_k: PositiveInt = _DEFAULTS.window_k,
+        keep_epochs: Optional[List[int]] = None,
+        device: Literal["auto", "cpu", "cuda"] = _DEFAULTS.device,
+        gradient_checkpointing: Optional[bool] = None,
+        use_lora: bool = _DEFAULTS.use_lora,
+        lora_r: PositiveInt = _DEFAULTS.lora_r,
+        lora_alpha: PositiveInt = _DEFAULTS.lora_alpha,
+        lora_dropout: Annotated[float, Field(ge=0, lt=1)] = _DEFAULTS.lora_dropout,
+        lora_target_modules: Union[str, List[str]] = _DEFAULTS.lora_target_modules,
+        vllm_mode: Literal["colocate", "server"] = _DEFAULTS.vllm_mode,
+        vllm_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = _DEFAULTS.vllm_gpu_memory_utilization,
+        vllm_tensor_parallel_size: PositiveInt = _DEFAULTS.vllm_tensor_parallel_size,
+        show_progress: bool = True,
+        *args,
+        **kwargs,
+    ):
+        """
+        Initialization method.
+
+        :param output_dir: directory for checkpoints and ``manifest.json`` (required; one probe
+            per directory).
+        :param model: base model: a short reference (``smollm2-135m-instruct``,
+            ``tiny-random-llama``) or a Hugging Face model folder.
+        :param probe_size: rows in P; overrides ``probe_fraction``.
+        :param probe_fraction: share of the pool in P (default 512/17398, about 2.9 %), rounded
+            to the nearest row (halves up), at least 1. A probe larger than the pool is an error.
+        :param forced_ids: row ids always put in P (e.g. to share tasks between two probes).
+        :param seed: seed of the probe sample and of training.
+        :param id_key: dotted path of the row id; None: the first of id, task_id,
+            extra_info.index, extra_info.id, index, uid present, else the row position.
+        :param in_probe_key: output field, True for rows of P.
+        :param prompt_key: field holding the question or chat-message list.
+        :param prompt_template: prompt template name (math, logic_arc, logic_ordering,
+            logic_graph, chat, auto), shared with the endpoint-reward mapper.
+        :param category_key: (logic_ordering template) field naming what is ordered.
+        :param ground_truth_key: dotted path of the ground truth.
+        :param verifier: reward verifier name (math, answer_tag, custom).
+        :param verifier_options: options of the verifier (e.g. fallback_last_number).
+        :param epochs: GRPO epochs over P (the paper's T = 20).
+        :param learning_rate: AdamW learning rate (constant schedule).
+        :param weight_decay: AdamW weight decay.
+        :param max_grad_norm: gradient clipping norm.
+        :param prompts_per_batch: prompts per optimizer step (the paper's 64).
+        :param num_generations: rollouts per prompt (the paper's n = 16).
+        :param micro_batch_size: completions per forward/backward pass (gradient accumulation
+            makes up the rest); must divide prompts_per_batch x num_generations.
+        :param epsilon: PPO clip ratio.
+        :param temperature: sampling temperature of the rollouts.
+        :param top_p: nucleus sampling of the rollouts.
+        :param beta: KL coefficient against the base model (0: no reference model).
+        :param loss_type: TRL GRPO loss aggregation (grpo, dr_grpo, dapo, ...).
+        :param max_completion_length: maximum new tokens per rollout.
+        :param window_k: K, checkpoints per window (K = 1: early = the base model, late = the
+            last epoch).
+        :param keep_epochs: extra epochs whose weights are kept on disk and listed in the
+            manifest (e.g. for trajectory analysis); windows are unaffected.
+        :param device: ``auto`` (GPU with vLLM generation when torch sees one, else CPU with
+            transformers generation), ``cpu`` or ``cuda``.
+        :param gradient_checkpointing: None: on for GPU, off for CPU.
+        :param use_lora: train a LoRA adapter instead of all weights; checkpoints are merged
+            into full model folders for the endpoint mapper.
+        :param lora_r: LoRA rank.
+        :param lora_alpha: LoRA alpha.
+        :param lora_dropout: LoRA dropout.
+        :param lora_target_modules: modules LoRA adapts (``all-linear`` or a list of names).
+        :param vllm_mode: TRL vLLM mode on GPU (colocate, or server with ``trl vllm-serve``).
+        :param vllm_gpu_memory_utilization: GPU memory share vLLM may take (colocate).
+        :param vllm_tensor_parallel_size: vLLM tensor parallel size (colocate).
+        :param show_progress: show the trainer's progress bar.
+        """
+        super().__init__(*args, **safe_op_kwargs(kwargs))
+        if not output_dir:
+            raise ValueError(f"{OP_NAME}: output_dir is required (checkpoints and manifest.json go there)")
+        self.output_dir = output_dir
+        self.probe_size = probe_size
+        self.probe_fraction = probe_fraction
+        self.forced_ids = [str(i) for i in (forced_ids or [])]
+        self.id_key = id_key
+        self.in_probe_key = in_probe_key
+        self.show_progress = show_progress
+        self.config = ProbeConfig(
+            model=model, epochs=epochs, learning_rate=learning_rate, weight_decay=weight_decay,
+            max_grad_norm=max_grad_norm, prompts_per_batch=prompts_per_batch,
+            num_generations=num_generations, micro_batch_size=micro_batch_size, epsilon=epsilon,
+            temperature=temperature, top_p=top_p, beta=beta, loss_type=loss_type,
+            max_completion_length=max_completion_length, window_k=window_k,
+            keep_epochs=tuple(keep_epochs or ()), seed=seed, verifier=verifier,
+            verifier_options=dict(verifier_options or {}), prompt_template=prompt_template,
+            prompt_key=prompt_key, category_key=category_key, ground_truth_key=ground_truth_key, device=device,
+            gradient_checkpointing=gradient_checkpointing, use_lora=use_lora, lora_r=lora_r,
+            lora_alpha=lora_alpha, lora_dropout=lora_dropout, lora_target_modules=lora_target_modules,
+            vllm_mode=vllm_mode, vllm_gpu_memory_utilization=vllm_gpu_memory_utilization,
+            vllm_tensor_parallel_size=vllm_tensor_parallel_size,
+        )
+
+    def probe_positions(self, table):
+        """Sorted positions of P in a pyarrow.Table of the pool, and their ids."""
+        size = probe_size_for(table.num_rows, self.probe_size, self.probe_fraction)
+        first = table.slice(0, 1).to_pylist()[0]
+        id_key = resolve_id_key(first, self.id_key)
+        if id_key is None:
+            ids = [str(i) for i in range(table.num_rows)]
+        else:
+            root = id_key.split(".")[0] if id_key not in table.column_names else id_key
+            ids = row_ids(table.select([root]).to_pylist(), id_key)
+        positions = sample_probe_positions(ids, size, self.config.seed, self.forced_ids)
+        fraction = self.probe_fraction if self.probe_fraction is not None else DEFAULT_PROBE_FRACTION
+        logger.info(
+            f"{OP_NAME}: probe of {size} rows from {table.num_rows} "
+            f"({'probe_size' if self.probe_size else f'fraction {fraction:.4g}'}, seed {self.config.seed}, "
+            f"{len(self.forced_ids)} forced, ids from {id_key or 'row position'})"
+        )
+        return positions, [ids[p] for p in positions]
+
+    def process_table(self, table):
+        """Mark P, train on it, return the table with ``in_probe_key`` added (both executors)."""
+        import numpy as np
+        import pyarrow as pa
+
+        from trajval_ops.probe.trainer import run_probe
+
+        if table.num_rows == 0:
+            raise ValueError(f"{OP_NAME}: the pool is empty (0 rows): nothing to probe")
+        positions, ids = self.probe_positions(table)
+        probe_rows = table.take(pa.array(positions, type=pa.int64())).to_pylist()
+        run_probe(probe_rows, ids, self.config, self.output_dir, show_progress=self.show_progress)
+        mask = np.zeros(table.num_rows, dtype=bool)
+        mask[positions] = True
+        if self.in_probe_key in table.column_names:
+            table = table.drop_columns([self.in_probe_key])
+        return table.append_column(self.in_probe_key, pa.array(mask, type=pa.bool_()))
+
+    def run(self, dataset, *, exporter=None, tracer=None):
+        if _is_ray_dataset(dataset):
+            return self._run_ray(dataset)
+        from data_juicer.core.data import NestedDataset
+        from datasets import Dataset
+
+        table = dataset.with_format("arrow")[:] if len(dataset) else dataset.data.table
+        return NestedDataset(Dataset(self.process_table(table)))
+
+    def _run_ray(self, dataset):
+        import pyarrow as pa
+        import ray
+
+        # P is drawn by row position and rows must come back in order.
+        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        tables = [t for t in ray.get(dataset.to_arrow_refs()) if t.num_rows]
+        table = pa.concat_tables(tables, promote_options="default") if tables else dataset.schema().empty_table()
+        return ray.data.from_arrow(self.process_table(table))
+
+
+def _is_ray_dataset(dataset) -> bool:
+    try:
+        import ray.data
+    except ImportError:
+        return False
+    return isinstance(dataset, ray.data.Dataset)

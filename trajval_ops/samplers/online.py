@@ -1,0 +1,341 @@
+"""Online schedulers the TrajVal prior composes with: ``w_final(x, t) = w_trajval(x) * w_online(x, t)``.
+
+Reference implementations driven by per-step rollout feedback (numpy only):
+
+- :class:`GresoScheduler` -- GRESO-style pre-rollout skipping (Zheng et al., 2025). A task whose
+  rollout groups were all-correct (or all-wrong) for ``c`` consecutive observations is kept with
+  probability ``max(p ** c, min_keep)`` (skip probability ``1 - max(p ** c, 0.01)``); ``p_easy``
+  and ``p_hard`` start at 0.5 and move by 0.01 per step toward target zero-variance ratios
+  ``tzv / 3`` (easy) and ``2 * tzv / 3`` (hard), ``tzv = 0.25``, clipped to [0.05, 0.95].
+  Its online weight is the keep probability, so composing it multiplies the prior by the chance
+  the task survives GRESO's filter (skipping in expectation); :meth:`GresoScheduler.keep_mask`
+  does the literal per-candidate coin flip.
+- :class:`BotsScheduler` -- BOTS-style Bayesian selection (Trinity-RFT ``difficulty_based``): a
+  Beta(alpha, beta) posterior of each task's pass rate, updated with discount ``lam`` and
+  pseudo-count weight ``rho`` over ``m`` rollouts; a Thompson sample ``p~`` per task gives the
+  online weight ``exp(-|p~ - target| / tau)``, i.e. the numerator of BOTS's
+  ``softmax(-|p~ - p*| / tau)``, so composing it is BOTS sampling tilted by the prior. A new
+  Thompson sample is taken once per weight update (after each feedback), not per draw, so a
+  draw stays a binary search.
+- :func:`zero_variance_mask` -- DAPO dynamic sampling: keep a task's group only if its rollout
+  rewards are not all equal.
+
+Feedback is what a trainer has after a step: one task index and one reward per rollout
+(:func:`group_feedback` groups them). Rewards are reduced to binary accuracy with
+``success_threshold`` (reward > threshold counts as solved), so shaped rewards such as
+DAPO's -1/1 work unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from trajval_ops.core import compose_online
+from trajval_ops.samplers.weighted import WeightedIndexSampler
+
+# GRESO paper settings.
+GRESO_TARGET_ZERO_VARIANCE = 0.25
+GRESO_EASY_THRESHOLD = 0.98
+GRESO_HARD_THRESHOLD = 0.11
+GRESO_P_INIT = 0.5
+GRESO_P_STEP = 0.01
+GRESO_P_MIN, GRESO_P_MAX = 0.05, 0.95
+GRESO_MIN_KEEP = 0.01
+# BOTS paper settings (as used by the TrajVal paper).
+BOTS_M = 16
+BOTS_LAMBDA = 0.1
+BOTS_RHO = 0.1
+BOTS_TARGET = 0.5
+BOTS_TAU = 0.5
+
+DEFAULT_SUCCESS_THRESHOLD = 0.5
+
+
+def group_feedback(task_ids, rewards, num_tasks: int, success_threshold: float = DEFAULT_SUCCESS_THRESHOLD):
+    """Group per-rollout feedback by task.
+
+    :param task_ids: one task index per rollout (repeated ``num_generations`` times per task).
+    :param rewards: one reward per rollout, same length.
+    :return: ``(tasks, pass_rate, num_rollouts, zero_variance)``: unique task indices, their
+        fraction of rollouts with reward > ``success_threshold``, rollouts per task, and whether
+        all of a task's raw rewards are equal.
+    """
+    ids = np.asarray(task_ids, dtype=np.int64).reshape(-1)
+    values = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    if ids.shape != values.shape:
+        raise ValueError(f"task_ids and rewards differ in length: {ids.size} vs {values.size}")
+    if ids.size == 0:
+        raise ValueError("empty feedback: no rollouts")
+    if not np.isfinite(values).all():
+        raise ValueError(f"reward of rollout {int(np.flatnonzero(~np.isfinite(values))[0])} is not finite")
+    if ids.min() < 0 or ids.max() >= num_tasks:
+        bad = int(np.flatnonzero((ids < 0) | (ids >= num_tasks))[0])
+        raise ValueError(f"rollout {bad}: task index {int(ids[bad])} outside the pool [0, {num_tasks})")
+    tasks, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+    solved = np.bincount(inverse, weights=(values > success_threshold).astype(np.float64))
+    low = np.full(tasks.size, np.inf)
+    high = np.full(tasks.size, -np.inf)
+    np.minimum.at(low, inverse, values)
+    np.maximum.at(high, inverse, values)
+    return tasks, solved / counts, counts, low == high
+
+
+def zero_variance_mask(task_ids, rewards) -> np.ndarray:
+    """DAPO dynamic sampling, per rollout: True where the rollout's task group has reward spread.
+
+    Drop the rollouts where this is False: with identical rewards the group advantage is zero.
+    """
+    ids = np.asarray(task_ids, dtype=np.int64).reshape(-1)
+    _, _, _, zero_var = group_feedback(ids, rewards, num_tasks=int(ids.max()) + 1 if ids.size else 0)
+    _, inverse = np.unique(ids, return_inverse=True)
+    return ~zero_var[inverse]
+
+
+class GresoScheduler:
+    """GRESO-style probabilistic pre-rollout skipping of tasks with a zero-variance streak.
+
+    :param num_tasks: pool size.
+    :param target_zero_variance: ``tzv``; targets are ``tzv/3`` (easy) and ``2*tzv/3`` (hard).
+    :param easy_threshold: a group with pass rate >= this counts as all-correct.
+    :param hard_threshold: a group with pass rate <= this counts as all-wrong.
+    :param p_init: initial ``p_easy`` and ``p_hard``.
+    :param p_step: per-step move of ``p_easy`` / ``p_hard``.
+    :param p_min: lower clip of ``p``.
+    :param p_max: upper clip of ``p``.
+    :param min_keep: floor of the keep probability (GRESO's 0.01).
+    """
+
+    def __init__(
+        self,
+        num_tasks: int,
+        target_zero_variance: float = GRESO_TARGET_ZERO_VARIANCE,
+        easy_threshold: float = GRESO_EASY_THRESHOLD,
+        hard_threshold: float = GRESO_HARD_THRESHOLD,
+        p_init: float = GRESO_P_INIT,
+        p_step: float = GRESO_P_STEP,
+        p_min: float = GRESO_P_MIN,
+        p_max: float = GRESO_P_MAX,
+        min_keep: float = GRESO_MIN_KEEP,
+    ):
+        if not 0 < min_keep <= 1:
+            raise ValueError(f"min_keep must be in (0, 1], got {min_keep}")
+        self.num_tasks = int(num_tasks)
+        self.target_easy = target_zero_variance / 3
+        self.target_hard = 2 * target_zero_variance / 3
+        self.easy_threshold = easy_threshold
+        self.hard_threshold = hard_threshold
+        self.p_step, self.p_min, self.p_max, self.min_keep = p_step, p_min, p_max, min_keep
+        self.p_easy = self.p_hard = float(p_init)
+        self.easy_streak = np.zeros(self.num_tasks, dtype=np.int64)
+        self.hard_streak = np.zeros(self.num_tasks, dtype=np.int64)
+
+    def update(self, tasks, pass_rate, num_rollouts, zero_variance) -> None:
+        """Record one step's grouped feedback (see :func:`group_feedback`)."""
+        easy = pass_rate >= self.easy_threshold
+        hard = pass_rate <= self.hard_threshold
+        self.easy_streak[tasks] = np.where(easy, self.easy_streak[tasks] + 1, 0)
+        self.hard_streak[tasks] = np.where(hard, self.hard_streak[tasks] + 1, 0)
+        # Too many wasted easy (hard) groups this step -> skip them more (lower p), else explore more.
+        easy_ratio = float(np.mean(easy & zero_variance))
+        hard_ratio = float(np.mean(hard & zero_variance))
+        self.p_easy = self._moved(self.p_easy, easy_ratio > self.target_easy)
+        self.p_hard = self._moved(self.p_hard, hard_ratio > self.target_hard)
+
+    def _moved(self, p: float, above_target: bool) -> float:
+        return float(np.clip(p - self.p_step if above_target else p + self.p_step, self.p_min, self.p_max))
+
+    def online_weights(self, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Keep probability of each task: ``max(p ** c, min_keep)`` (1 without a streak)."""
+        keep = np.ones(self.num_tasks)
+        easy = self.easy_streak > 0
+        hard = self.hard_streak > 0
+        keep[easy] = np.maximum(self.p_easy ** self.easy_streak[easy], self.min_keep)
+        keep[hard] = np.maximum(self.p_hard ** self.hard_streak[hard], self.min_keep)
+        return keep
+
+    def keep_mask(self, candidates, rng: np.random.Generator) -> np.ndarray:
+        """GRESO's literal filter: one coin per candidate, True = roll it out."""
+        candidates = np.asarray(candidates, dtype=np.int64)
+        return rng.random(candidates.size) < self.online_weights()[candidates]
+
+    def state_dict(self) -> dict:
+        return {"p_easy": self.p_easy, "p_hard": self.p_hard,
+                "easy_streak": self.easy_streak.copy(), "hard_streak": self.hard_streak.copy()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.p_easy, self.p_hard = float(state["p_easy"]), float(state["p_hard"])
+        self.easy_streak = np.array(state["easy_streak"], dtype=np.int64)
+        self.hard_streak = np.array(state["hard_streak"], dtype=np.int64)
+
+
+class BotsScheduler:
+    """BOTS-style Beta-posterior pass-rate model with Thompson sampling toward a target.
+
+    After a step observing pass rates ``r_i`` of tasks ``I`` (``m`` rollouts each), every task is
+    updated (Trinity-RFT's rule): ``alpha <- (1-lam) alpha + lam + (1-rho) s + rho p_ref m`` and
+    ``beta <- (1-lam) beta + lam + (1-rho) f + rho (1-p_ref) m``, with ``s = r m``, ``f = (1-r) m``
+    for observed tasks and 0 otherwise; ``p_ref`` is the observed rate for observed tasks and
+    the ``prior_pass_rate`` (default: the current posterior mean) for the others.
+
+    :param num_tasks: pool size.
+    :param m: rollouts per task the pseudo-counts are scaled to.
+    :param lam: discount of the history (``lambda``).
+    :param rho: weight of the reference pseudo-counts.
+    :param target: target pass rate ``p*``.
+    :param tau: temperature of ``exp(-|p~ - p*| / tau)``.
+    :param thompson: sample ``p~`` from the posterior (True) or use its mean.
+    :param prior_pass_rate: optional per-task reference pass rate in [0, 1] for unobserved tasks
+        (e.g. a probe's ``trajval_r_late``).
+    """
+
+    def __init__(
+        self,
+        num_tasks: int,
+        m: int = BOTS_M,
+        lam: float = BOTS_LAMBDA,
+        rho: float = BOTS_RHO,
+        target: float = BOTS_TARGET,
+        tau: float = BOTS_TAU,
+        thompson: bool = True,
+        prior_pass_rate=None,
+    ):
+        if tau <= 0:
+            raise ValueError(f"tau must be > 0, got {tau}")
+        self.num_tasks = int(num_tasks)
+        self.m, self.lam, self.rho, self.target, self.tau = int(m), lam, rho, target, tau
+        self.thompson = bool(thompson)
+        self.prior_pass_rate = None if prior_pass_rate is None else np.asarray(prior_pass_rate, dtype=np.float64)
+        if self.prior_pass_rate is not None and self.prior_pass_rate.shape != (self.num_tasks,):
+            raise ValueError(f"prior_pass_rate must have shape ({self.num_tasks},), got {self.prior_pass_rate.shape}")
+        self.alpha = np.ones(self.num_tasks)
+        self.beta = np.ones(self.num_tasks)
+
+    def posterior_mean(self) -> np.ndarray:
+        return self.alpha / (self.alpha + self.beta)
+
+    def update(self, tasks, pass_rate, num_rollouts, zero_variance) -> None:
+        successes = np.zeros(self.num_tasks)
+        failures = np.zeros(self.num_tasks)
+        successes[tasks] = pass_rate * self.m
+        failures[tasks] = (1 - pass_rate) * self.m
+        p_ref = self.posterior_mean() if self.prior_pass_rate is None else self.prior_pass_rate.copy()
+        p_ref[tasks] = pass_rate
+        keep = 1 - self.lam
+        self.alpha = keep * self.alpha + self.lam + (1 - self.rho) * successes + self.rho * p_ref * self.m
+        self.beta = keep * self.beta + self.lam + (1 - self.rho) * failures + self.rho * (1 - p_ref) * self.m
+
+    def online_weights(self, rng: np.random.Generator | None = None) -> np.ndarray:
+        """``exp(-|p~ - target| / tau)``, ``p~`` a Thompson sample (needs ``rng``) or the mean."""
+        if self.thompson:
+            if rng is None:
+                raise ValueError("Thompson sampling needs a generator")
+            pass_rate = rng.beta(self.alpha, self.beta)
+        else:
+            pass_rate = self.posterior_mean()
+        return np.exp(-np.abs(pass_rate - self.target) / self.tau)
+
+    def state_dict(self) -> dict:
+        return {"alpha": self.alpha.copy(), "beta": self.beta.copy(), "rho": self.rho}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.alpha = np.array(state["alpha"], dtype=np.float64)
+        self.beta = np.array(state["beta"], dtype=np.float64)
+        self.rho = float(state["rho"])
+
+
+class ComposedSampler:
+    """Weighted draws from ``w_trajval * w_online``, with per-step feedback.
+
+    :param prior_weights: the TrajVal prior (``trajval_weight``), one per task.
+    :param online: a :class:`GresoScheduler`, :class:`BotsScheduler` or None (prior only).
+    :param seed: stream seed (same on every rank).
+    :param success_threshold: reward > threshold counts a rollout as solved.
+
+    In a multi-process run every process must receive the same (all-gathered) feedback, or the
+    processes' streams diverge.
+    """
+
+    def __init__(self, prior_weights, online=None, seed: int = 0, success_threshold: float = DEFAULT_SUCCESS_THRESHOLD):
+        self.sampler = WeightedIndexSampler(prior_weights, seed=seed)
+        self.prior = self.sampler.prob.copy()  # normalised: only ratios matter
+        self._prior_fingerprint = self.sampler.fingerprint
+        if online is not None and online.num_tasks != self.prior.size:
+            raise ValueError(f"online scheduler has {online.num_tasks} tasks, the prior {self.prior.size}")
+        self.online = online
+        self.success_threshold = success_threshold
+        self._stale = online is not None
+        self._rebuild_rng_state = None
+
+    @property
+    def num_tasks(self) -> int:
+        return int(self.prior.size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def _rebuild(self, rng: np.random.Generator) -> None:
+        """Set ``w_final = prior * w_online`` (BOTS draws its Thompson sample from ``rng``)."""
+        self.sampler.set_weights(compose_online(self.prior, self.online.online_weights(rng)))
+        self._stale = False
+
+    def draw(self, k: int) -> np.ndarray:
+        """``k`` task indices; the cumulative table is rebuilt only after feedback changed ``w_final``."""
+        if self._stale:
+            # remember where the Thompson sample came from, so a checkpoint can rebuild it
+            self._rebuild_rng_state = self.sampler.rng.bit_generator.state
+            self._rebuild(self.sampler.rng)
+        return self.sampler.draw(k)
+
+    def feedback(self, task_ids, rewards) -> np.ndarray:
+        """Feed one step's rollouts (one task index and reward per rollout) to the scheduler.
+
+        :return: the DAPO keep mask per rollout (False where the task's rewards have no spread).
+        """
+        tasks, pass_rate, counts, zero_var = group_feedback(task_ids, rewards, self.num_tasks, self.success_threshold)
+        if self.online is not None:
+            self.online.update(tasks, pass_rate, counts, zero_var)
+            self._stale = True
+        _, inverse = np.unique(np.asarray(task_ids, dtype=np.int64).reshape(-1), return_inverse=True)
+        return ~zero_var[inverse]
+
+    def feedback_pass_rates(self, task_ids, pass_rates, num_rollouts: int) -> None:
+        """Feedback as one pass rate per task (Trinity-RFT's form); rates 0 or 1 count as zero-variance."""
+        tasks = np.asarray(task_ids, dtype=np.int64).reshape(-1)
+        rates = np.asarray(pass_rates, dtype=np.float64).reshape(-1)
+        if tasks.shape != rates.shape:
+            raise ValueError(f"task_ids and pass_rates differ in length: {tasks.size} vs {rates.size}")
+        outside = ~((rates >= 0) & (rates <= 1))  # NaN included
+        if outside.any():
+            raise ValueError(f"pass rate at position {int(np.flatnonzero(outside)[0])} is outside [0, 1]")
+        if tasks.size and (tasks.min() < 0 or tasks.max() >= self.num_tasks):
+            raise ValueError(f"task index outside the pool [0, {self.num_tasks})")
+        if self.online is not None:
+            counts = np.full(tasks.size, int(num_rollouts))
+            self.online.update(tasks, rates, counts, (rates == 0) | (rates == 1))
+            self._stale = True
+
+    def state_dict(self) -> dict:
+        return {
+            "prior_fingerprint": self._prior_fingerprint,
+            "sampler": self.sampler.state_dict(),
+            "online": None if self.online is None else self.online.state_dict(),
+            "rebuild_rng_state": None if self._stale else self._rebuild_rng_state,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue the saved stream and scheduler state (same prior required)."""
+        if state["prior_fingerprint"] != self._prior_fingerprint:
+            raise ValueError("composed sampler state was saved with a different prior: resume with the same weights")
+        if (state["online"] is None) != (self.online is None):
+            raise ValueError("composed sampler state and this sampler differ in having an online scheduler")
+        self._stale = self.online is not None
+        if self.online is not None:
+            self.online.load_state_dict(state["online"])
+            if state["rebuild_rng_state"] is not None:  # weights in use when saved: rebuild them
+                rng = np.random.Generator(np.random.PCG64())
+                rng.bit_generator.state = state["rebuild_rng_state"]
+                self._rebuild_rng_state = state["rebuild_rng_state"]
+                self._rebuild(rng)
+        self.sampler.load_state_dict(state["sampler"], check_weights=not self._stale)

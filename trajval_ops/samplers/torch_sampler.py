@@ -1,0 +1,109 @@
+"""PyTorch adapter: a ``torch.utils.data.Sampler`` over a weight column, resumable mid-epoch.
+
+Works with ``torch.utils.data.DataLoader`` and torchdata's ``StatefulDataLoader`` (which saves
+and restores :meth:`TrajvalSampler.state_dict` with the loader state).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Iterator, Mapping
+
+from torch.utils.data import Sampler
+
+from trajval_ops.samplers.online import ComposedSampler
+
+DEFAULT_CHUNK_SIZE = 64
+
+
+class TrajvalSampler(Sampler[int]):
+    """Indices drawn with replacement in proportion to ``trajval_weight`` (times ``w_online``).
+
+    Indices are drawn lazily, ``chunk_size`` at a time, so feedback given to an online scheduler
+    between batches shapes the following draws. Every rank draws the same global stream (seed
+    and epoch only); global position ``i`` goes to rank ``i % num_replicas``.
+
+    :param weights: one weight per dataset row (ignored when ``source`` is given).
+    :param source: a :class:`~trajval_ops.samplers.online.ComposedSampler` (prior times online
+        weight) to draw from instead of plain weights.
+    :param num_samples: indices per epoch over all ranks (default: the pool size).
+    :param seed: stream seed, the same on every rank.
+    :param chunk_size: indices drawn per call to the core sampler (e.g. the batch size).
+    :param num_replicas: number of ranks sharing the stream.
+    :param rank: this process's rank.
+    """
+
+    def __init__(
+        self,
+        weights=None,
+        *,
+        source: ComposedSampler | None = None,
+        num_samples: int | None = None,
+        seed: int = 0,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ):
+        if (weights is None) == (source is None):
+            raise ValueError("give exactly one of weights or source")
+        self.source = source if source is not None else ComposedSampler(weights, seed=seed)
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} outside [0, {num_replicas})")
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        total = self.source.num_tasks if num_samples is None else int(num_samples)
+        self.num_replicas, self.rank, self.chunk_size = int(num_replicas), int(rank), int(chunk_size)
+        self.total_size = (total // self.num_replicas) * self.num_replicas
+        if self.total_size == 0:
+            raise ValueError(f"num_samples={total} gives no index for {num_replicas} replicas")
+        self.epoch = 0
+        self._yielded = 0  # global positions consumed in this epoch
+        self._pending: deque[int] = deque()
+        self._resuming = False
+
+    def __len__(self) -> int:
+        return self.total_size // self.num_replicas
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch of the next iteration (as with ``DistributedSampler``)."""
+        self.epoch = int(epoch)
+        self._resuming = False
+
+    def __iter__(self) -> Iterator[int]:
+        if self._resuming:
+            self._resuming = False
+        else:
+            self.source.set_epoch(self.epoch)
+            self._yielded = 0
+            self._pending.clear()
+        while self._yielded < self.total_size:
+            if not self._pending:
+                count = min(self.chunk_size, self.total_size - self._yielded)
+                self._pending.extend(self.source.draw(count).tolist())
+            index = self._pending.popleft()
+            position = self._yielded
+            self._yielded += 1
+            if position % self.num_replicas == self.rank:
+                yield index
+        self.epoch += 1
+        self._yielded = 0
+
+    def feedback(self, task_ids, rewards):
+        """Forward one step's rollout feedback to the online scheduler (returns the DAPO mask)."""
+        return self.source.feedback(task_ids, rewards)
+
+    def state_dict(self) -> dict:
+        return {
+            "epoch": self.epoch,
+            "yielded": self._yielded,
+            "pending": list(self._pending),
+            "source": self.source.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume: the next iteration continues the saved epoch where it stopped."""
+        self.source.load_state_dict(state["source"])
+        self.epoch = int(state["epoch"])
+        self._yielded = int(state["yielded"])
+        self._pending = deque(int(i) for i in state["pending"])
+        self._resuming = True

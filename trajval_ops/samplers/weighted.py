@@ -1,0 +1,201 @@
+"""The core weighted index sampler every trainer adapter wraps (numpy only).
+
+Draws task indices with replacement in proportion to a weight vector (``trajval_weight`` or
+``trajval_prob``). The random stream depends only on ``(seed, epoch)``, never on the rank, so
+every process of a distributed run draws the same indices; ``state_dict`` records the exact
+generator state so a resumed run continues the same stream.
+
+Cost: one ``O(n)`` cumulative sum per weight update; a draw of ``k`` indices is ``k`` uniforms
+and a binary search in the cumulative weights (``O(k log n)``), nothing proportional to ``n``.
+Pools of ``GUIDE_MIN_ROWS`` rows or more, whose cumulative table no longer fits in cache, also
+get a guide table (one start row per ``1/n`` slice of [0, 1), Chen and Asau's indexed search):
+a draw then walks forward a few rows from its guide instead of a cache-missing binary search.
+Both give exactly ``searchsorted(cumulative, u, side="right")``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from trajval_ops.core import normalize
+from trajval_ops.fields import WEIGHT
+from trajval_ops.validation import TrajvalInputError, nonnegative_float_column
+
+STATE_VERSION = 1
+#: Pool size from which draws use the guide table.
+GUIDE_MIN_ROWS = 1 << 20
+#: Forward steps from the guide before falling back to a binary search for the rest.
+_GUIDE_STEPS = 4
+
+
+def weights_from_column(column: Sequence[Any], field: str = WEIGHT) -> np.ndarray:
+    """Validate a weight column read from a dataset (list, array, Arrow column).
+
+    :raises TrajvalInputError: naming the row position and the field for a missing, non-numeric,
+        non-finite or negative weight, or an empty column.
+    """
+    values = column if isinstance(column, np.ndarray) else list(column)
+    if len(values) == 0:
+        raise TrajvalInputError(f"field '{field}': the pool is empty, nothing to sample")
+    weights = np.asarray(values)
+    clean = weights.dtype.kind in "fiu" and np.isfinite(weights).all() and (weights >= 0).all()
+    if not clean:  # slow path only to name the first bad row
+        weights = nonnegative_float_column({field: list(values)}, field)
+    weights = weights.astype(np.float64, copy=False)
+    if not weights.sum() > 0:
+        raise TrajvalInputError(f"field '{field}': every weight is zero, no row can be sampled")
+    return weights
+
+
+def weights_from_dataset(dataset: Any, field: str = WEIGHT) -> np.ndarray:
+    """Read and validate ``field`` from a map-style dataset (datasets.Dataset, pandas, dict)."""
+    try:
+        column = dataset[field]
+    except (KeyError, ValueError) as err:
+        raise TrajvalInputError(f"row 0: field '{field}' is missing from the dataset") from err
+    return weights_from_column(column, field)
+
+
+def _fingerprint(prob: np.ndarray) -> str:
+    return hashlib.blake2b(prob.tobytes(), digest_size=16).hexdigest()
+
+
+def _guide_table(cumulative: np.ndarray) -> np.ndarray:
+    """``guide[b]``: a row at or before the answer for every uniform in ``[b/n, (b+1)/n)``.
+
+    Row ``i`` is counted before bucket ``b`` only if ``floor(c_i n) + 1 <= b``, which implies
+    ``c_i n < b <= u n`` for every ``u`` of the bucket, hence ``c_i < u``: the guide never
+    overshoots, whatever the rounding.
+    """
+    n = cumulative.size
+    keys = np.minimum(np.floor(cumulative * n).astype(np.int64) + 1, n)
+    counts = np.bincount(keys, minlength=n + 1)[:n]
+    return np.cumsum(counts, dtype=np.int32 if n < 2**31 else np.int64)
+
+
+def _guided_search(cumulative: np.ndarray, guide: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """``cumulative.searchsorted(uniforms, side="right")`` via the guide table."""
+    n = cumulative.size
+    indices = guide[np.minimum((uniforms * n).astype(np.intp), n - 1)].astype(np.intp)
+    for _ in range(_GUIDE_STEPS):
+        behind = cumulative[indices] <= uniforms
+        if not behind.any():
+            return indices
+        indices += behind
+    behind = cumulative[indices] <= uniforms
+    indices[behind] = cumulative.searchsorted(uniforms[behind], side="right")
+    return indices
+
+
+class WeightedIndexSampler:
+    """Seeded weighted sampling of row indices, identical on every rank.
+
+    :param weights: one non-negative weight per task (unnormalised ``trajval_weight`` or
+        ``trajval_prob``; only ratios matter).
+    :param seed: base seed; the stream of epoch ``e`` is seeded by ``(seed, e)``.
+    :param epoch: epoch to start in.
+    """
+
+    def __init__(self, weights, seed: int = 0, epoch: int = 0):
+        if int(seed) < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        self.seed = int(seed)
+        self.set_weights(weights)
+        self.set_epoch(epoch)
+
+    # -- weights ---------------------------------------------------------------------------
+    def set_weights(self, weights) -> None:
+        """Replace the weights, keeping the random stream; rebuilds the cumulative table (the
+        only O(n) step)."""
+        prob = normalize(weights)
+        cumulative = np.cumsum(prob)
+        cumulative[-1] = 1.0  # remove float drift so every uniform in [0, 1) lands in a row
+        self._prob = prob
+        self._cumulative = cumulative
+        self._guide = _guide_table(cumulative) if prob.size >= GUIDE_MIN_ROWS else None
+        self._fingerprint: str | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return int(self._prob.size)
+
+    @property
+    def prob(self) -> np.ndarray:
+        """The normalised sampling probabilities (read-only view)."""
+        view = self._prob.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def fingerprint(self) -> str:
+        """Digest of the probabilities, checked on resume (computed on first use)."""
+        if self._fingerprint is None:
+            self._fingerprint = _fingerprint(self._prob)
+        return self._fingerprint
+
+    # -- stream ----------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Restart the stream of ``epoch``: same seed and epoch give the same draws everywhere."""
+        if int(epoch) < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._epoch = int(epoch)
+        self._rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence((self.seed, self._epoch))))
+        self._drawn = 0
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The epoch's generator (online schedulers draw their Thompson samples from it)."""
+        return self._rng
+
+    def draw(self, k: int) -> np.ndarray:
+        """``k`` row indices (int64) drawn with replacement in proportion to the weights."""
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        uniforms = self._rng.random(k)
+        if self._guide is None:
+            indices = self._cumulative.searchsorted(uniforms, side="right")
+        else:
+            indices = _guided_search(self._cumulative, self._guide, uniforms)
+        self._drawn += k
+        return indices
+
+    # -- checkpointing ---------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to continue the same stream (plain Python types only)."""
+        return {
+            "version": STATE_VERSION,
+            "seed": self.seed,
+            "epoch": self._epoch,
+            "drawn": self._drawn,
+            "num_rows": self.num_rows,
+            "fingerprint": self.fingerprint,
+            "bit_generator": self._rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any], check_weights: bool = True) -> None:
+        """Continue the stream saved by :meth:`state_dict`.
+
+        :param check_weights: refuse a state saved with other weights (resuming with other
+            weights would silently change the stream); owners that rebuild changing weights
+            themselves (online composition) check their own prior instead.
+        :raises ValueError: when the saved state belongs to a different pool or weights.
+        """
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown sampler state version {state.get('version')!r}")
+        if state["num_rows"] != self.num_rows or (check_weights and state["fingerprint"] != self.fingerprint):
+            raise ValueError(
+                f"sampler state was saved for {state['num_rows']} rows with weights "
+                f"{state['fingerprint']}, but this sampler has {self.num_rows} rows with weights "
+                f"{self.fingerprint}: resume with the same weights"
+            )
+        self.seed = int(state["seed"])
+        self.set_epoch(state["epoch"])
+        self._rng.bit_generator.state = state["bit_generator"]
+        self._drawn = int(state["drawn"])
