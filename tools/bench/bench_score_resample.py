@@ -85,7 +85,7 @@ def op_seconds(log: str, op: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--np", type=int, default=1, help="processes for dj-process")
+    parser.add_argument("--np", type=int, default=None, help="processes for dj-process (default: the recipe's)")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
 
@@ -98,12 +98,13 @@ def main() -> None:
 
     baseline = min(numpy_scoring(r_early, r_late) for _ in range(3))
     dj = str(Path(sys.executable).with_name("dj-process"))
+    np_args = ["--np", str(args.np)] if args.np else []
     score_wall, score_rss, score_log = run_measured(
         [dj, "--config", "recipes/score_pool.yaml", "--dataset_path", str(pool), "--export_path", str(scored),
-         "--np", str(args.np)])
+         *np_args])
     resample_wall, resample_rss, resample_log = run_measured(
         [dj, "--config", "recipes/resample_pool.yaml", "--dataset_path", str(scored), "--export_path",
-         str(resampled), "--np", str(args.np)])
+         str(resampled), *np_args])
     score_op = op_seconds(score_log, "trajval_learnability_mapper")
     resample_op = op_seconds(resample_log, "trajval_weighted_resampler")
 

@@ -1,0 +1,224 @@
+"""Importers: each source format on small hand-made files (JSONL and parquet)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from trajval_ops.pools.answers import extract_answer
+from trajval_ops.pools.identity import PROMPT_HASH, TASK_ID, prompt_hash
+from trajval_ops.pools.importers import import_pool
+from trajval_ops.pools.io import read_rows
+from trajval_ops.validation import TrajvalInputError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import import_pool as import_pool_cli  # noqa: E402
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def write_parquet(path: Path, rows: list) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def dapo_rows(problems: int = 3, copies: int = 4) -> list:
+    """DAPO-Math-17k style: each problem repeated, each copy with its own uuid."""
+    rows = []
+    for copy in range(copies):
+        for k in range(problems):
+            rows.append({
+                "data_source": "math_dapo",
+                "prompt": [{"role": "user", "content": f"Solve the following math problem: {k} + 40 = ?\n\nAnswer: $Answer"}],
+                "ability": "MATH",
+                "reward_model": {"ground_truth": str(k + 40), "style": "rule-lighteval/MATH_v2"},
+                "extra_info": {"index": f"uuid-{k}-{copy}"},
+            })
+    return rows
+
+
+def run_import(tmp_path: Path, rows_or_file, name="in.jsonl", **kwargs):
+    source = rows_or_file if isinstance(rows_or_file, Path) else write_jsonl(tmp_path / name, rows_or_file)
+    out = tmp_path / "out.jsonl"
+    report = import_pool(str(source), str(out), progress=False, **kwargs)
+    return list(read_rows(out)), report
+
+
+def test_dapo_duplicates_removed_first_copy_kept_and_counted(tmp_path):
+    rows, report = run_import(tmp_path, dapo_rows(3, 4))
+    assert [r["reward_model"]["ground_truth"] for r in rows] == ["40", "41", "42"]
+    assert [r[TASK_ID] for r in rows] == ["uuid-0-0", "uuid-1-0", "uuid-2-0"]
+    assert (report.rows_read, report.rows_written, report.duplicates_removed) == (12, 3, 9)
+    assert report.max_copies_of_one_prompt == 4
+    # originals kept untouched
+    assert rows[0]["extra_info"] == {"index": "uuid-0-0"}
+    assert rows[0]["reward_model"]["style"] == "rule-lighteval/MATH_v2"
+    assert rows[0]["ability"] == "MATH"
+    assert rows[0][PROMPT_HASH] == prompt_hash(rows[0]["prompt"])
+    saved = json.loads((tmp_path / "out.jsonl.report.json").read_text())
+    assert saved["duplicates_removed"] == 9
+
+
+def test_parquet_gives_the_same_pool_as_jsonl(tmp_path):
+    from_jsonl, _ = run_import(tmp_path, dapo_rows(3, 2))
+    parquet = write_parquet(tmp_path / "dapo.parquet", dapo_rows(3, 2))
+    from_parquet, report = run_import(tmp_path, parquet)
+    assert report.format["name"] == "verl"
+    assert from_parquet == from_jsonl
+
+
+def test_guru_json_string_fields_and_dict_ground_truth(tmp_path):
+    zebra = {"header": ["House", "Name"], "rows": [["1", "Eric"], ["2", "Arnold"]]}
+    source = [
+        {"data_source": "zebra_puzzle", "prompt": [{"role": "user", "content": "Who lives in house 1?"}],
+         "ability": "logic", "reward_model": json.dumps({"style": "rule", "ground_truth": zebra}),
+         "extra_info": json.dumps({"id": "zebra-7", "split": "train"})},
+        {"data_source": "ordering_puzzle", "prompt": [{"role": "user", "content": "Order them."}],
+         "ability": "logic", "reward_model": json.dumps({"style": "rule", "ground_truth": "['a', 'b']"}),
+         "extra_info": json.dumps({"id": "order-3"})},
+    ]
+    rows, report = run_import(tmp_path, write_parquet(tmp_path / "guru.parquet", source), format_name="guru")
+    assert [r[TASK_ID] for r in rows] == ["zebra-7", "order-3"]
+    # reward_model decoded to a dict; a non-string ground truth becomes compact sorted JSON
+    assert json.loads(rows[0]["reward_model"]["ground_truth"]) == zebra
+    assert rows[1]["reward_model"] == {"style": "rule", "ground_truth": "['a', 'b']"}
+    # extra_info is kept as it was (a JSON string)
+    assert rows[0]["extra_info"] == source[0]["extra_info"]
+    assert report.ids_from_field == 2
+
+
+def test_openrlhf_string_prompt_hash_ids_and_position_fallback(tmp_path):
+    source = [{"input": "What is 2+3?", "label": "5", "datasource": "toy"},
+              {"input": "What is 2+4?", "label": "6", "datasource": "toy"},
+              {"input": "What is 2+3?", "label": "5", "datasource": "toy"}]
+    rows, report = run_import(tmp_path, source)
+    assert report.format["name"] == "openrlhf"
+    assert len(rows) == 2 and report.duplicates_removed == 1
+    assert rows[0]["prompt"] == [{"role": "user", "content": "What is 2+3?"}]
+    assert rows[0]["input"] == "What is 2+3?" and rows[0]["label"] == "5"
+    assert rows[0]["reward_model"]["ground_truth"] == "5"
+    assert rows[0]["data_source"] == "toy"
+    # no id field: the content hash, the same one a chat-list copy of the prompt gets
+    assert rows[0][TASK_ID] == prompt_hash([{"role": "user", "content": "What is 2+3?"}])
+    assert rows[0]["extra_info"] == {"index": rows[0][TASK_ID]}
+    positional, _ = run_import(tmp_path, source, id_fallback="position")
+    assert [r[TASK_ID] for r in positional] == ["row-0", "row-1"]
+
+
+def test_gsm8k_final_answer_marker(tmp_path):
+    source = [{"question": "Natalia sold 48 clips...", "answer": "48 + 24 = 72\n#### 72"},
+              {"question": "A farm has many cows...", "answer": "so\n#### 1,234"}]
+    rows, _ = run_import(tmp_path, source, format_name="gsm8k")
+    assert [r["reward_model"]["ground_truth"] for r in rows] == ["72", "1234"]
+    assert rows[0]["answer"] == "48 + 24 = 72\n#### 72"  # original kept
+
+
+def test_gsm8k_answer_without_marker_names_row_and_field(tmp_path):
+    source = [{"question": "q0", "answer": "#### 1"}, {"question": "q1", "answer": "the answer is 3"}]
+    with pytest.raises(TrajvalInputError, match=r"row 1.*'answer'.*####"):
+        run_import(tmp_path, source, format_name="gsm8k")
+
+
+def test_open_r1_prefers_answer_and_boxes_solutions(tmp_path):
+    source = [{"problem": "Half of one?", "solution": "We get \\boxed{\\frac{1}{2}}.", "uuid": "u1"},
+              {"problem": "Two squared?", "solution": "so \\boxed{4}", "answer": "4", "uuid": "u2"}]
+    rows, report = run_import(tmp_path, source)
+    assert report.format["name"] == "open-r1"
+    assert [r["reward_model"]["ground_truth"] for r in rows] == ["\\frac{1}{2}", "4"]
+    assert [r[TASK_ID] for r in rows] == ["u1", "u2"]
+
+
+def test_nested_dotted_keys_with_json_string_levels(tmp_path):
+    source = [{"meta": {"q": "Capital of France?", "uid": 17}, "target": json.dumps({"value": "Paris"})},
+              {"meta": {"q": "Capital of Italy?", "uid": 18}, "target": json.dumps({"value": "Rome"})}]
+    rows, _ = run_import(tmp_path, source, format_name="openrlhf", prompt_key="meta.q",
+                         answer_key="target.value", id_keys=["meta.uid"])
+    assert [r[TASK_ID] for r in rows] == ["17", "18"]
+    assert [r["reward_model"]["ground_truth"] for r in rows] == ["Paris", "Rome"]
+    assert rows[1]["prompt"][0]["content"] == "Capital of Italy?"
+
+
+@pytest.mark.parametrize("bad", [{}, {"ground_truth": None}, {"ground_truth": "   "}])
+def test_missing_ground_truth_names_row_and_field_and_writes_nothing(tmp_path, bad):
+    source = dapo_rows(2, 1)
+    source[1]["reward_model"] = bad
+    with pytest.raises(TrajvalInputError, match=r"row 1 \(extra_info.index='uuid-1-0'\).*reward_model.ground_truth"):
+        run_import(tmp_path, source)
+    assert not (tmp_path / "out.jsonl").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["in.jsonl"]  # no temp file left behind
+
+
+def test_cli_exit_code_and_message_on_missing_ground_truth(tmp_path, capsys):
+    source = [{"input": "q0", "label": "1"}, {"input": "q1"}]
+    path = write_jsonl(tmp_path / "in.jsonl", source)
+    code = import_pool_cli.main([str(path), str(tmp_path / "out.jsonl"), "--no-progress"])
+    assert code == 2
+    assert "row 1" in capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_cli_imports_and_reports(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "in.jsonl", dapo_rows(2, 3))
+    assert import_pool_cli.main([str(path), str(tmp_path / "o.jsonl"), "--no-progress"]) == 0
+    assert "written 2, duplicates removed 4" in capsys.readouterr().out
+
+
+def test_duplicate_prompt_with_other_ground_truth(tmp_path):
+    source = dapo_rows(2, 2)
+    source[3]["reward_model"]["ground_truth"] = "999"
+    with pytest.raises(TrajvalInputError, match=r"row 3.*same prompt as row 1.*'999'"):
+        run_import(tmp_path, source)
+    rows, report = run_import(tmp_path, source, on_conflict="keep-first")
+    assert [r["reward_model"]["ground_truth"] for r in rows] == ["40", "41"]
+    assert report.duplicate_ground_truth_conflicts == 1
+
+
+def test_one_id_on_two_different_prompts_is_an_error(tmp_path):
+    source = [{"input": "q0", "label": "1", "id": "same"}, {"input": "q1", "label": "2", "id": "same"}]
+    with pytest.raises(TrajvalInputError, match=r"row 1.*'same'.*row 0"):
+        run_import(tmp_path, source)
+    rows, _ = run_import(tmp_path, source, id_keys=())
+    assert len({r[TASK_ID] for r in rows}) == 2
+
+
+def test_malformed_jsonl_line_and_empty_pool(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"input": "q", "label": "1"}\n{"input": \n', encoding="utf-8")
+    with pytest.raises(TrajvalInputError, match=r"line 2 \(row 1\)"):
+        run_import(tmp_path, path)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", encoding="utf-8")
+    with pytest.raises(TrajvalInputError, match="empty"):
+        run_import(tmp_path, empty)
+
+
+def test_prompt_hash_ignores_container_and_outer_whitespace():
+    chat = [{"role": "user", "content": "What is 1+1?"}]
+    assert prompt_hash("  What is 1+1?\n") == prompt_hash(chat) == prompt_hash(json.dumps(chat))
+    assert prompt_hash("What is 1+2?") != prompt_hash(chat)
+    assert prompt_hash([{"role": "system", "content": "x"}, *chat]) != prompt_hash(chat)
+    with pytest.raises(ValueError):
+        prompt_hash("")
+
+
+def test_extract_answer_boxed_nesting():
+    assert extract_answer("a \\boxed{1} then \\boxed{\\frac{a}{b}}", "boxed") == "\\frac{a}{b}"
+    with pytest.raises(ValueError):
+        extract_answer("\\boxed{1", "boxed")
+
+
+def test_pool_modules_do_not_import_data_juicer():
+    import subprocess
+
+    code = ("import sys, trajval_ops.pools.importers, trajval_ops.pools.transfer, trajval_ops.pools.generate; "
+            "sys.exit('data_juicer' in sys.modules or 'reasoning_gym' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1]).returncode == 0

@@ -1,0 +1,53 @@
+"""Stable task identity: the task-id field and the prompt-content hash every pool tool shares.
+
+The hash is what deduplication and prior transfer match on, so it is defined once, here:
+SHA-256 of the prompt's messages as ``[[role, content.strip()], ...]`` in compact JSON, first
+32 hex digits. A plain-string prompt hashes as one user message, so the same question stored as
+a string (OpenRLHF, GSM8K) or as a chat list (verl) gets the same hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+#: Top-level field holding the stable task id of every row written by the pool tools.
+TASK_ID = "task_id"
+#: Top-level field holding the prompt-content hash (see :func:`prompt_hash`).
+PROMPT_HASH = "trajval_prompt_hash"
+
+HASH_HEX_DIGITS = 32
+
+
+def prompt_messages(prompt: Any) -> list[list[str]]:
+    """Normalise a prompt (string, chat list, or JSON string of a chat list) to [[role, content]].
+
+    :raises ValueError: when the value is not a prompt (None, empty, a message without content).
+    """
+    if isinstance(prompt, str):
+        stripped = prompt.strip()
+        if stripped.startswith("[") :
+            try:
+                decoded = json.loads(stripped)
+            except ValueError:
+                decoded = None
+            if isinstance(decoded, list):
+                return prompt_messages(decoded)
+        if not stripped:
+            raise ValueError("prompt is an empty string")
+        return [["user", stripped]]
+    if isinstance(prompt, (list, tuple)) and prompt:
+        messages = []
+        for message in prompt:
+            if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+                raise ValueError(f"chat message {message!r} has no string 'content'")
+            messages.append([str(message.get("role", "user")), message["content"].strip()])
+        return messages
+    raise ValueError(f"prompt must be a string or a non-empty chat list, got {type(prompt).__name__} {prompt!r}")
+
+
+def prompt_hash(prompt: Any) -> str:
+    """Content hash of a prompt (see the module docstring for the exact definition)."""
+    canonical = json.dumps(prompt_messages(prompt), ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:HASH_HEX_DIGITS]
