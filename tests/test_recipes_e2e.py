@@ -117,3 +117,34 @@ def test_resampler_under_ray_executor(tmp_path):
     # the same seed draws the same rows under both executors
     assert [r["trajval_source_row"] for r in ray_rows] == [r["trajval_source_row"] for r in default_rows]
     assert [r["extra_info"]["index"] for r in ray_rows] == [r["extra_info"]["index"] for r in default_rows]
+
+
+def test_plug_in_prior_recipe_composes_online_weight(tmp_path):
+    out = tmp_path / "composed.jsonl"
+    result = dj_process(REPO / "recipes" / "plug_in_prior.yaml", tmp_path, "--export_path", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    pool = read_jsonl(REPO / "recipes" / "data" / "fixture_pool_online.jsonl")
+    w = core.sampling_weight(core.learnability_score([r["trajval_r_early"] for r in pool],
+                                                     [r["trajval_r_late"] for r in pool]))
+    p = core.normalize(core.compose_online(w, [r["online_weight"] for r in pool]))
+    rows = read_jsonl(out)
+    assert len(rows) == len(pool)
+    for row in rows:
+        assert row["trajval_prob"] == pytest.approx(p[row["trajval_source_row"]], rel=1e-12)
+        assert row["online_weight"] == pool[row["trajval_source_row"]]["online_weight"]
+
+
+def test_ray_recipe_matches_default_executor(tmp_path):
+    out = tmp_path / "ray.jsonl"
+    result = dj_process(REPO / "recipes" / "score_resample_ray.yaml", tmp_path, "--export_path", str(out))
+    assert result.returncode == 0, result.stderr[-4000:]
+    ray_rows = read_jsonl(out)
+    config = recipe("score_resample_ray.yaml", executor_type="default", export_path=str(tmp_path / "d.jsonl"))
+    config.pop("ray_address")
+    assert dj_process(config, tmp_path).returncode == 0
+    default_rows = read_jsonl(tmp_path / "d.jsonl")
+    assert [r["trajval_source_row"] for r in ray_rows] == [r["trajval_source_row"] for r in default_rows]
+    for a, b in zip(ray_rows, default_rows):
+        # Ray's JSON writer keeps 10 significant digits (pandas' default); the values agree to that
+        assert a["trajval_weight"] == pytest.approx(b["trajval_weight"], rel=1e-9)
+        assert a["trajval_profile"] == b["trajval_profile"]
