@@ -104,8 +104,8 @@ class TrajvalLearnabilityMapper(Mapper):
             return read(key)
         return core.window_mean(np.stack([read(k) for k in keys], axis=1))
 
-    def score_columns(self, read, n_rows: int) -> dict:
-        """The output columns, from ``read(field) -> float array in [0, 1]`` (validating reader)."""
+    def score_columns(self, read) -> tuple[np.ndarray, np.ndarray, dict]:
+        """(r_early, r_late, output columns) from ``read(field) -> float array in [0, 1]``."""
         r_early = self._window(read, self.early_window_keys, self.r_early_key)
         r_late = self._window(read, self.late_window_keys, self.r_late_key)
         score = core.learnability_score(r_early, r_late)
@@ -118,7 +118,7 @@ class TrajvalLearnabilityMapper(Mapper):
         columns[self.score_key] = score
         columns[self.weight_key] = core.sampling_weight(score, self.alpha, self.eps)
         columns[self.profile_key] = core.endpoint_profiles(r_early, r_late)
-        return columns
+        return r_early, r_late, columns
 
     def process_batched(self, samples, indices=None):
         """Batch path (Ray executor, direct calls): dict of lists in, same rows plus our fields out."""
@@ -129,7 +129,7 @@ class TrajvalLearnabilityMapper(Mapper):
             return unit_float_column(samples, key, id_key=self.id_key, position_offset=offset)
 
         n_rows = len(next(iter(samples.values()), []))
-        for name, values in self.score_columns(read, n_rows).items():
+        for name, values in self.score_columns(read)[2].items():
             samples[name] = values.tolist()
         samples[self.provenance_key] = [self.provenance] * n_rows
         return samples
@@ -168,7 +168,7 @@ class TrajvalLearnabilityMapper(Mapper):
         def read(key):
             return arrow_numeric_column(table, key, lower=0.0, upper=1.0, id_key=self.id_key)
 
-        columns = self.score_columns(read, table.num_rows)
+        r_early, r_late, columns = self.score_columns(read)
         new = {name: pa.array(values) for name, values in columns.items()}
         new[self.provenance_key] = pa.repeat(pa.scalar(self.provenance), table.num_rows)
         for name, values in new.items():
@@ -176,5 +176,6 @@ class TrajvalLearnabilityMapper(Mapper):
                 table = table.drop_columns([name])
             table = table.append_column(name, values)
         result = table_to_dataset(table)
-        log_weight_summary(OP_NAME, weight=columns[self.weight_key], eps=self.eps, profiles=columns[self.profile_key])
+        log_weight_summary(OP_NAME, weight=columns[self.weight_key], eps=self.eps,
+                           profiles=columns[self.profile_key], r_early=r_early, r_late=r_late)
         return result
