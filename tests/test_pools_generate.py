@@ -22,7 +22,7 @@ import make_pool  # noqa: E402
 #: The demo pools shipped in trajval_ops/data and the make_pool arguments that produce them
 #: (docs/pools.md quotes the same commands).
 DEMO_POOLS = {
-    "demo_math_pool.jsonl": ["--preset", "math", "--size", "128", "--seed", "0"],
+    "demo_math_pool.jsonl": ["--preset", "math", "--size", "48", "--seed", "0"],
     "demo_logic_pool.jsonl": ["--preset", "logic", "--size", "64", "--seed", "0"],
 }
 EASY_SINGLE_OPERATION = {("basic_arithmetic", "easy"), ("chain_sum", "easy"), ("products", "easy")}

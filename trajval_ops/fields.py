@@ -21,3 +21,6 @@ RESAMPLE_PROVENANCE = "trajval_resample_provenance"
 #: Names the id of a row may have in the pool formats we read, tried in this order when an
 #: error message must name the row; the position is used when none is present.
 ID_CANDIDATES = ("id", "task_id", "extra_info.index", "extra_info.id", "index", "uid")
+
+#: Written by the probe trainer: the row is in the probe set P.
+IN_PROBE = "trajval_in_probe"

@@ -44,3 +44,24 @@ def table_to_dataset(table):
     from datasets import Dataset
 
     return NestedDataset(Dataset(table))
+
+
+def transform_whole_pool(dataset, transform):
+    """Apply ``transform(pyarrow.Table) -> pyarrow.Table`` to the whole pool, on either executor.
+
+    Default executor: the Hugging Face dataset's Arrow table. Ray: the blocks are gathered to
+    the driver in order (whole-pool operators draw by row position, so the order must be
+    deterministic), transformed, and handed back as a Ray dataset.
+    """
+    try:
+        import ray.data
+    except ImportError:
+        ray = None
+    if ray is not None and isinstance(dataset, ray.data.Dataset):
+        import pyarrow as pa
+
+        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        tables = [t for t in ray.get(dataset.to_arrow_refs()) if t.num_rows]
+        table = pa.concat_tables(tables, promote_options="default") if tables else dataset.schema().empty_table()
+        return ray.data.from_arrow(transform(table))
+    return table_to_dataset(transform(dataset_table(dataset)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from typing import Dict, Optional
 
 from data_juicer.ops.base_op import OPERATORS, Mapper
@@ -19,6 +20,10 @@ from trajval_ops.rollout.prompts import (
 from trajval_ops.validation import TrajvalInputError, batch_row, get_path, row_label
 
 OP_NAME = "trajval_endpoint_reward_mapper"
+
+#: Engines loaded in this process, by operator instance token: datasets.map runs a copy of the
+#: operator, so the instance that finishes the run finds the copy's engine here to shut it down.
+_LIVE_ENGINES: dict = {}
 
 
 @OPERATORS.register_module(OP_NAME)
@@ -155,50 +160,56 @@ class TrajvalEndpointRewardMapper(Mapper):
         self.id_key = id_key
         self._engine = None
         self._cache = None
+        self._model_path = None
         self._provenance = None
         self._progress = None
-        self._stats = {"rows": 0, "sampled_rows": 0, "completions": 0, "generate_s": 0.0}
+        self._stats = {"completions": 0, "generate_s": 0.0}
+        self._rows_seen = 0
+        self._token = uuid.uuid4().hex
 
     # ------------------------------------------------------------------ per worker set-up
 
-    def _ensure_engine(self):
-        """Load the model (once per worker) and open the cache for this checkpoint."""
-        if self._engine is not None:
-            return self._engine
+    def _prepare(self) -> None:
+        """Resolve the checkpoint and open its rollout cache (once per worker; no model load)."""
+        if self._provenance is not None:
+            return
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from trajval_ops.models import cache_dir as default_cache_root
         from trajval_ops.rollout.cache import RolloutCache, model_fingerprint
-        from trajval_ops.rollout.engines import build_engine
         from trajval_ops.rollout.model_ref import resolve_model_reference
 
-        model_path, checkpoint = resolve_model_reference(self.model)
-        self._engine = build_engine(self.engine_kind, model_path, **self.engine_options)
+        self._model_path, checkpoint = resolve_model_reference(self.model)
         prompt_settings = {"template": self.template, "prompt_key": self.prompt_key,
                            "ground_truth_key": self.ground_truth_key, "category_key": self.category_key}
         if self.use_cache:
             root = self.cache_dir or default_cache_root() / "rollouts"
-            # engine and dtype are part of the key: their samples differ, their estimates agree
             self._cache = RolloutCache(root, {
-                "model": model_fingerprint(model_path), "engine": self._engine.name,
-                "dtype": getattr(self._engine, "dtype", None), "sampling": self.sampling.as_dict(),
+                "model": model_fingerprint(self._model_path), "sampling": self.sampling.as_dict(),
                 "verifier": self.verifier.spec, "prompt": prompt_settings,
             })
             logger.info(f"{OP_NAME} [{self.output_key}]: rollout cache {self._cache.directory} "
                         f"({len(self._cache)} rows already done)")
         self._provenance = {
-            "model": self.model, "model_path": str(model_path), "checkpoint": checkpoint,
-            "engine": self._engine.name, "dtype": getattr(self._engine, "dtype", None),
+            "model": self.model, "model_path": str(self._model_path), "checkpoint": checkpoint,
             **self.sampling.as_dict(), "verifier": self.verifier.spec, **prompt_settings,
             "completions": str(self._cache.directory) if self.keep_completions else None,
             "trajval_ops_version": __version__,
         }
+
+    def _ensure_engine(self):
+        """Load the model, once per worker, when the first row missing from the cache needs it."""
+        if self._engine is None:
+            from trajval_ops.rollout.engines import build_engine
+
+            self._engine = build_engine(self.engine_kind, self._model_path, **self.engine_options)
+            _LIVE_ENGINES[self._token] = self._engine
         return self._engine
 
     def __getstate__(self):
         # Data-Juicer / datasets pickle the op to fingerprint it and to ship it to workers:
         # the model, open files and the progress bar stay behind and are rebuilt there.
         state = dict(self.__dict__)
-        state.update(_engine=None, _cache=None, _progress=None)
+        state.update(_engine=None, _cache=None, _progress=None, _provenance=None)
         return state
 
     # ------------------------------------------------------------------ the batch
@@ -208,34 +219,47 @@ class TrajvalEndpointRewardMapper(Mapper):
         if n_rows == 0:
             return samples
         rows = [batch_row(samples, i) for i in range(n_rows)]
-        tasks = [self._task(row, i) for i, row in enumerate(rows)]
-        engine = self._ensure_engine()
+        # global positions are known when one process sees every batch in order
+        offset = self._rows_seen if self.num_proc in (None, 1) else None
+        tasks = [self._task(row, None if offset is None else offset + i) for i, row in enumerate(rows)]
+        self._rows_seen += n_rows
+        self._prepare()
         results = self._cached_results(tasks)
-        missing = [i for i, result in enumerate(results) if result is None]
+        # a row repeated in the batch (raw DAPO repeats each problem) is sampled once
+        first_of = {}
+        missing = [i for i, result in enumerate(results)
+                   if result is None and first_of.setdefault(tasks[i]["hash"], i) == i]
         progress = self._progress_bar()
         progress.update(n_rows - len(missing))
         for start in range(0, len(missing), self.prompts_per_generate):
             chunk = missing[start:start + self.prompts_per_generate]
-            for i, result in zip(chunk, self._sample_and_score([tasks[i] for i in chunk], [rows[i] for i in chunk], engine)):
+            chunk_results = self._sample_and_score([tasks[i] for i in chunk], [rows[i] for i in chunk])
+            for i, result in zip(chunk, chunk_results):
                 results[i] = result
             progress.update(len(chunk))
             rate = self._stats["completions"] / max(self._stats["generate_s"], 1e-9)
             progress.set_postfix(completions_per_s=f"{rate:.1f}")
-        self._stats["rows"] += n_rows
+        results = [result if result is not None else results[first_of[tasks[i]["hash"]]]
+                   for i, result in enumerate(results)]
 
         samples[self.output_key] = [sum(r["scores"]) / len(r["scores"]) for r in results]
         samples[f"{self.output_key}_n"] = [len(r["scores"]) for r in results]
-        samples[f"{self.output_key}_provenance"] = [
-            {**self._provenance, "fallback_hits": sum(1 for s, m in zip(r["scores"], r["methods"])
-                                                      if s > 0 and m == "last_number")}
-            for r in results
-        ]
+        samples[f"{self.output_key}_provenance"] = [self._row_provenance(r) for r in results]
+        if missing:
+            rate = self._stats["completions"] / max(self._stats["generate_s"], 1e-9)
+            logger.info(f"{OP_NAME} [{self.output_key}]: batch of {n_rows} rows, {len(missing)} sampled "
+                        f"({rate:.1f} completions/s in generate so far), {n_rows - len(missing)} from the cache")
         return samples
 
-    def _task(self, row: dict, position: int) -> dict:
+    def _row_provenance(self, result: dict) -> dict:
+        fallback_hits = sum(1 for s, m in zip(result["scores"], result["methods"]) if s > 0 and m == "last_number")
+        return {**self._provenance, "engine": result["engine"], "dtype": result["dtype"],
+                "fallback_hits": fallback_hits}
+
+    def _task(self, row: dict, position: int | None) -> dict:
         from trajval_ops.rollout.cache import stable_hash
 
-        label = row_label(row, position if self.id_key is None else None, self.id_key)
+        label = row_label(row, position, self.id_key)
         try:
             messages = build_messages(row, self.template, self.prompt_key, self.category_key)
         except TrajvalInputError as exc:
@@ -257,15 +281,15 @@ class TrajvalEndpointRewardMapper(Mapper):
             results.append(record)
         return results
 
-    def _sample_and_score(self, tasks: list[dict], rows: list[dict], engine) -> list[dict]:
+    def _sample_and_score(self, tasks: list[dict], rows: list[dict]) -> list[dict]:
         from trajval_ops.rollout.prompts import render_prompt
 
+        engine = self._ensure_engine()
         prompts = [render_prompt(engine.tokenizer, task["messages"]) for task in tasks]
         start = time.perf_counter()
         completions = engine.generate(prompts, self.sampling)
         self._stats["generate_s"] += time.perf_counter() - start
         self._stats["completions"] += sum(len(c) for c in completions)
-        self._stats["sampled_rows"] += len(tasks)
         results = []
         for task, row, texts in zip(tasks, rows, completions):
             checks = []
@@ -276,7 +300,8 @@ class TrajvalEndpointRewardMapper(Mapper):
                     raise TrajvalInputError(
                         f"{OP_NAME}: {task['label']}: field '{self.ground_truth_key}': {exc}"
                     ) from None
-            result = {"scores": [c.score for c in checks], "methods": [c.method for c in checks]}
+            result = {"scores": [c.score for c in checks], "methods": [c.method for c in checks],
+                      "engine": engine.name, "dtype": getattr(engine, "dtype", None)}
             if self.keep_completions:
                 result["completions"] = texts
             if self._cache is not None:
@@ -308,13 +333,10 @@ class TrajvalEndpointRewardMapper(Mapper):
         rates = result[self.output_key] if len(result) else []
         mean = sum(rates) / len(rates) if rates else float("nan")
         between = sum(1 for r in rates if 0 < r < 1)
-        stats = self._stats  # figures of this process (all of them when num_proc is 1)
-        rate = stats["completions"] / stats["generate_s"] if stats["generate_s"] else 0.0
         logger.info(
-            f"{OP_NAME} [{self.output_key}]: done, {len(rates)} rows in {elapsed:.1f} s; mean pass rate "
-            f"{mean:.3f}, {between} rows strictly between 0 and 1; sampled {stats['sampled_rows']} rows "
-            f"({stats['completions']} completions, {rate:.1f} completions/s in generate), "
-            f"{stats['rows'] - stats['sampled_rows']} from the cache"
+            f"{OP_NAME} [{self.output_key}]: done, {len(rates)} rows x n={self.sampling.n} in {elapsed:.1f} s "
+            f"({len(rates) * self.sampling.n / max(elapsed, 1e-9):.1f} completions/s overall, cached rows "
+            f"included); mean pass rate {mean:.3f}, {between} rows strictly between 0 and 1"
         )
         return result
 
@@ -325,7 +347,10 @@ class TrajvalEndpointRewardMapper(Mapper):
         if self._cache is not None:
             self._cache.close()
         self.verifier.close()
-        self._engine = self._cache = self._progress = None
+        engine = _LIVE_ENGINES.pop(self._token, None)
+        if engine is not None:
+            engine.shutdown()
+        self._engine = self._cache = self._progress = self._provenance = None
         import gc
 
         gc.collect()

@@ -10,7 +10,8 @@ from loguru import logger
 from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
-from trajval_ops.ops.common import safe_op_kwargs
+from trajval_ops import fields
+from trajval_ops.ops.common import safe_op_kwargs, transform_whole_pool
 from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.probe.sampling import (
     DEFAULT_PROBE_FRACTION,
@@ -22,7 +23,7 @@ from trajval_ops.probe.sampling import (
 
 OP_NAME = "trajval_probe_trainer"
 #: Field marking the rows of the probe set (bool).
-IN_PROBE = "trajval_in_probe"
+IN_PROBE = fields.IN_PROBE
 
 _DEFAULTS = ProbeConfig()
 
@@ -187,6 +188,9 @@ class TrajvalProbeTrainer(Pipeline):
 
     def process_table(self, table):
         """Mark P, train on it, return the table with ``in_probe_key`` added (both executors)."""
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
         import numpy as np
         import pyarrow as pa
 
@@ -196,7 +200,12 @@ class TrajvalProbeTrainer(Pipeline):
             raise ValueError(f"{OP_NAME}: the pool is empty (0 rows): nothing to probe")
         positions, ids = self.probe_positions(table)
         probe_rows = table.take(pa.array(positions, type=pa.int64())).to_pylist()
-        run_probe(probe_rows, ids, self.config, self.output_dir, show_progress=self.show_progress)
+        # Train in a spawned child: torch's thread pool must not start in this process, because
+        # later ops fork worker processes and a fork after OpenMP use deadlocks (observed with
+        # the endpoint-reward mapper). The child's memory is also returned when it ends.
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            pool.submit(run_probe, probe_rows, ids, self.config, self.output_dir,
+                        show_progress=self.show_progress).result()
         mask = np.zeros(table.num_rows, dtype=bool)
         mask[positions] = True
         if self.in_probe_key in table.column_names:
@@ -204,28 +213,4 @@ class TrajvalProbeTrainer(Pipeline):
         return table.append_column(self.in_probe_key, pa.array(mask, type=pa.bool_()))
 
     def run(self, dataset, *, exporter=None, tracer=None):
-        if _is_ray_dataset(dataset):
-            return self._run_ray(dataset)
-        from data_juicer.core.data import NestedDataset
-        from datasets import Dataset
-
-        table = dataset.with_format("arrow")[:] if len(dataset) else dataset.data.table
-        return NestedDataset(Dataset(self.process_table(table)))
-
-    def _run_ray(self, dataset):
-        import pyarrow as pa
-        import ray
-
-        # P is drawn by row position and rows must come back in order.
-        ray.data.DataContext.get_current().execution_options.preserve_order = True
-        tables = [t for t in ray.get(dataset.to_arrow_refs()) if t.num_rows]
-        table = pa.concat_tables(tables, promote_options="default") if tables else dataset.schema().empty_table()
-        return ray.data.from_arrow(self.process_table(table))
-
-
-def _is_ray_dataset(dataset) -> bool:
-    try:
-        import ray.data
-    except ImportError:
-        return False
-    return isinstance(dataset, ray.data.Dataset)
+        return transform_whole_pool(dataset, self.process_table)

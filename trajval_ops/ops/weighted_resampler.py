@@ -11,7 +11,7 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import __version__, core, fields
-from trajval_ops.ops.common import dataset_table, safe_op_kwargs, table_to_dataset
+from trajval_ops.ops.common import safe_op_kwargs, transform_whole_pool
 from trajval_ops.summary import log_weight_summary
 from trajval_ops.validation import TrajvalInputError, arrow_numeric_column
 
@@ -157,24 +157,4 @@ class TrajvalWeightedResampler(Pipeline):
         return out
 
     def run(self, dataset, *, exporter=None, tracer=None):
-        if _is_ray_dataset(dataset):
-            return self._run_ray(dataset)
-        return table_to_dataset(self.resample_table(dataset_table(dataset)))
-
-    def _run_ray(self, dataset):
-        import pyarrow as pa
-        import ray
-
-        # The draw depends on row positions, so the gathered order must be deterministic.
-        ray.data.DataContext.get_current().execution_options.preserve_order = True
-        tables = [t for t in ray.get(dataset.to_arrow_refs()) if t.num_rows]
-        table = pa.concat_tables(tables, promote_options="default") if tables else dataset.schema().empty_table()
-        return ray.data.from_arrow(self.resample_table(table))
-
-
-def _is_ray_dataset(dataset) -> bool:
-    try:
-        import ray.data
-    except ImportError:
-        return False
-    return isinstance(dataset, ray.data.Dataset)
+        return transform_whole_pool(dataset, self.resample_table)

@@ -1,0 +1,218 @@
+"""trajval_endpoint_reward_mapper: fields, provenance, cache and resume, bad input, dj-process."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
+from trajval_ops.validation import TrajvalInputError
+
+from ..conftest import REPO, dj_process, read_jsonl, write_jsonl
+from .conftest import arithmetic_rows
+
+
+def _batch(rows):
+    keys = rows[0].keys()
+    return {key: [row[key] for row in rows] for key in keys}
+
+
+def _op(tmp_path, **options):
+    settings = dict(model="tiny-random-llama", output_key="trajval_acc_early", engine="transformers",
+                    n=3, max_new_tokens=6, cache_dir=str(tmp_path / "rollouts"))
+    settings.update(options)
+    return TrajvalEndpointRewardMapper(**settings)
+
+
+def test_writes_pass_rate_count_and_provenance_in_row_order(tmp_path):
+    rows = arithmetic_rows()[:4]
+    op = _op(tmp_path, verifier_options={"fallback_last_number": True})
+    out = op.process_batched(_batch(rows))
+    assert out["id"] == [r["id"] for r in rows]  # same rows, same order
+    assert out["trajval_acc_early_n"] == [3] * 4
+    assert all(rate in (0.0, 1 / 3, 2 / 3, 1.0) for rate in out["trajval_acc_early"])
+    provenance = out["trajval_acc_early_provenance"][0]
+    assert provenance["model"] == "tiny-random-llama" and provenance["engine"] == "transformers"
+    assert provenance["n"] == 3 and provenance["temperature"] == 1.0 and provenance["max_new_tokens"] == 6
+    assert provenance["seed"] == 0 and provenance["verifier"]["fallback_last_number"] is True
+    assert provenance["checkpoint"] == {"name": "tiny-random-llama", "source": "short_ref"}
+    op.release()
+
+
+def test_pass_rate_is_the_verifier_mean(tmp_path):
+    """A custom verifier that always rewards 1 makes every pass rate exactly 1."""
+    op = _op(tmp_path, verifier="custom", verifier_options={"function": f"{__name__}:always_right"})
+    out = op.process_batched(_batch(arithmetic_rows()[:2]))
+    assert out["trajval_acc_early"] == [1.0, 1.0]
+    op.release()
+
+
+def always_right(completion, ground_truth, row):
+    return 1.0
+
+
+def test_same_seed_same_output_and_cache_reuse(tmp_path):
+    rows = arithmetic_rows()[:3]
+    first = _op(tmp_path, use_cache=False).process_batched(_batch(rows))
+    second = _op(tmp_path, use_cache=False).process_batched(_batch(rows))
+    assert first["trajval_acc_early"] == second["trajval_acc_early"]
+
+    cached_op = _op(tmp_path, keep_completions=True)
+    once = cached_op.process_batched(_batch(rows))
+    assert cached_op._stats["completions"] == 9
+    again = cached_op.process_batched(_batch(rows))  # everything from the cache
+    assert cached_op._stats["completions"] == 9
+    assert again["trajval_acc_early"] == once["trajval_acc_early"]
+    records = [json.loads(line) for log in (tmp_path / "rollouts").rglob("results-*.jsonl") for line in open(log)]
+    assert len(records) == 3 and all(len(r["completions"]) == 3 for r in records)
+    cached_op.release()
+
+    # another sampling setting is another cache entry
+    other = _op(tmp_path, n=2)
+    other.process_batched(_batch(rows))
+    assert other._stats["completions"] == 6
+    other.release()
+
+
+def test_interrupted_run_resumes_with_only_the_missing_rows(tmp_path):
+    rows = arithmetic_rows(10)
+    pool = write_jsonl(tmp_path / "pool.jsonl", rows)
+    cache = tmp_path / "rollouts"
+    worker = subprocess.Popen([sys.executable, str(Path(__file__).with_name("resume_worker.py")), str(pool), str(cache)],
+                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = 0
+    deadline = time.time() + 120
+    while time.time() < deadline and worker.poll() is None:
+        done = sum(1 for log in cache.rglob("results-*.jsonl") for _ in open(log))
+        if done >= 3:
+            break
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    assert 3 <= done < len(rows), f"worker finished {done} rows before the kill"
+    done = sum(1 for log in cache.rglob("results-*.jsonl") for _ in open(log))
+
+    op = _op(tmp_path, output_key="acc", n=2, max_new_tokens=48, prompts_per_generate=1)
+    out = op.process_batched(_batch(rows))
+    assert out["acc_n"] == [2] * len(rows)
+    assert op._stats["completions"] == 2 * (len(rows) - done)  # only the missing rows sampled
+    op.release()
+
+
+@pytest.mark.parametrize("row, fragment", [
+    ({"id": "bad1", "prompt": "1+1?"}, "row 1 (id='bad1'): field 'reward_model.ground_truth'"),
+    ({"id": "bad2", "reward_model": {"ground_truth": "2"}}, "row 1 (id='bad2'): field 'prompt'"),
+    ({"id": "bad3", "prompt": "1+1?", "reward_model": {"ground_truth": ""}}, "row 1 (id='bad3'): field 'reward_model.ground_truth': math-verify cannot parse"),
+])
+def test_bad_rows_name_row_and_field(tmp_path, row, fragment):
+    good = {"id": "ok", "prompt": "2+2?", "reward_model": {"ground_truth": "4"}}
+    op = _op(tmp_path, use_cache=False)
+    with pytest.raises(TrajvalInputError) as err:
+        op.process_batched(_batch([good, {**{k: None for k in good}, **row}]))
+    assert fragment in str(err.value)
+    op.release()
+
+
+def test_bad_settings(tmp_path):
+    with pytest.raises(ValueError, match="engine"):
+        _op(tmp_path, engine="sglang")
+    with pytest.raises(ValueError, match="template"):
+        _op(tmp_path, template="poem")
+    with pytest.raises(ValueError, match="unknown verifier"):
+        _op(tmp_path, verifier="regex")
+    op = _op(tmp_path, model="/no/such/model")
+    with pytest.raises(FileNotFoundError, match="tiny-random-llama"):
+        op.process_batched(_batch(arithmetic_rows()[:1]))
+
+
+def test_manifest_reference(tmp_path, tiny_model_path):
+    from trajval_ops.probe.manifest import FORMAT, write_manifest
+    from trajval_ops.rollout.model_ref import resolve_model_reference
+
+    probe = tmp_path / "probe"
+    write_manifest(probe, {
+        "format": FORMAT, "base_model": "tiny-random-llama", "seed": 0, "probe_ids": ["q0"], "config": {},
+        "config_hash": "sha256:abc", "versions": {}, "train_reward_per_epoch": [0.0], "wall_time_s": 1.0,
+        "status": "complete",
+        "checkpoints": [{"name": "base", "epoch": 0, "step": 0, "path": str(tiny_model_path)},
+                        {"name": "epoch-1", "epoch": 1, "step": 2, "path": str(tiny_model_path)}],
+        "windows": {"early": ["base"], "late": ["epoch-1"]},
+    })
+    path, checkpoint = resolve_model_reference(f"manifest:{probe}#late[-1]")
+    assert path == tiny_model_path
+    assert checkpoint["name"] == "epoch-1" and checkpoint["window"] == "late" and checkpoint["step"] == 2
+    assert checkpoint["config_hash"] == "sha256:abc"
+    with pytest.raises(ValueError, match="manifest:<probe dir"):
+        resolve_model_reference(f"manifest:{probe}")
+    with pytest.raises(ValueError, match="unknown checkpoint reference"):
+        resolve_model_reference(f"manifest:{probe}#epoch-9")
+
+
+# ----------------------------------------------------------------------------- slow: dj-process
+
+@pytest.fixture()
+def private_rollout_cache(tmp_path, monkeypatch):
+    """dj-process writes its rollout cache under tmp; models stay in the shared cache."""
+    from trajval_ops.models import cache_dir
+
+    root = tmp_path / "trajval_cache"
+    root.mkdir()
+    (root / "models").symlink_to(cache_dir() / "models")
+    monkeypatch.setenv("TRAJVAL_CACHE", str(root))
+    return root
+
+
+@pytest.mark.slow
+def test_recipe_under_dj_process_end_to_end(tmp_path, private_rollout_cache):
+    rows = arithmetic_rows()
+    pool = write_jsonl(tmp_path / "pool.jsonl", rows)
+    out = tmp_path / "out" / "scored.jsonl"
+    result = dj_process(REPO / "recipes" / "endpoint_rewards_tiny.yaml", tmp_path,
+                        "--dataset_path", str(pool), "--export_path", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    scored = read_jsonl(out)
+    assert [r["id"] for r in scored] == [r["id"] for r in rows]
+    for row in scored:
+        assert row["trajval_r_early_n"] == 4 and 0 <= row["trajval_r_early"] <= 1
+        assert row["trajval_r_late_provenance"]["seed"] == 1
+        assert "trajval_weight" in row and "trajval_profile" in row
+    assert "trajval_endpoint_reward_mapper [trajval_r_late]: done" in result.stderr + result.stdout
+    assert len(list((private_rollout_cache / "rollouts").iterdir())) == 2  # one cache per instance
+
+
+@pytest.mark.slow
+def test_bad_row_stops_dj_process(tmp_path, private_rollout_cache):
+    rows = arithmetic_rows()[:3]
+    del rows[1]["reward_model"]
+    pool = write_jsonl(tmp_path / "pool.jsonl", rows)
+    result = dj_process(REPO / "recipes" / "endpoint_rewards_tiny.yaml", tmp_path,
+                        "--dataset_path", str(pool), "--export_path", str(tmp_path / "o.jsonl"))
+    assert result.returncode != 0
+    assert "id='q1'" in result.stderr + result.stdout and "reward_model.ground_truth" in result.stderr + result.stdout
+
+
+@pytest.mark.slow
+def test_embedded_smollm2_has_nonzero_pass_rates(tmp_path):
+    op = TrajvalEndpointRewardMapper(model="smollm2-135m-instruct", output_key="acc", engine="transformers",
+                                     n=8, max_new_tokens=96, prompts_per_generate=8,
+                                     verifier_options={"fallback_last_number": True},
+                                     cache_dir=str(tmp_path / "rollouts"))
+    out = op.process_batched(_batch(arithmetic_rows()))
+    op.release()
+    print("SmolLM2 pass rates", out["acc"])
+    assert sum(out["acc"]) > 0
+
+
+def test_repeated_rows_are_sampled_once(tmp_path):
+    row = arithmetic_rows()[0]
+    rows = [dict(row, id=f"copy{i}") for i in range(3)]  # same prompt and ground truth
+    op = _op(tmp_path)
+    out = op.process_batched(_batch(rows))
+    assert op._stats["completions"] == 3  # n=3 once, not three times
+    assert len(set(out["trajval_acc_early"])) == 1 and out["id"] == ["copy0", "copy1", "copy2"]
+    op.release()
+

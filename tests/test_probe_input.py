@@ -1,0 +1,57 @@
+"""Bad input to the probe trainer fails early, names the row and field, and writes nothing."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from trajval_ops.probe.config import ProbeConfig
+from trajval_ops.probe.trainer import ProbeDirectoryError, run_probe
+from trajval_ops.validation import TrajvalInputError
+
+
+def rows(n):
+    return [{"id": f"t{i}", "prompt": f"What is {i} + 1?", "reward_model": {"ground_truth": str(i + 1)}}
+            for i in range(n)]
+
+
+CONFIG = ProbeConfig(model="tiny-random-llama", epochs=1, prompts_per_batch=2, num_generations=2,
+                     micro_batch_size=4, max_completion_length=4)
+
+
+def test_missing_ground_truth_names_row_and_field(tmp_path):
+    pool = rows(2)
+    del pool[1]["reward_model"]
+    with pytest.raises(TrajvalInputError, match=r"row 1 \(id='t1'\).*'reward_model.ground_truth' is missing"):
+        run_probe(pool, ["t0", "t1"], CONFIG, tmp_path / "probe")
+    assert not (tmp_path / "probe").exists()
+
+
+def test_bad_prompt_names_row(tmp_path):
+    pool = rows(2)
+    pool[0]["prompt"] = ""
+    with pytest.raises(TrajvalInputError, match=r"row 0 \(id='t0'\).*prompt"):
+        run_probe(pool, ["t0", "t1"], CONFIG, tmp_path / "probe")
+
+
+def test_probe_smaller_than_a_batch_and_foreign_directory(tmp_path):
+    with pytest.raises(ValueError, match="fewer than prompts_per_batch"):
+        run_probe(rows(1), ["t0"], CONFIG, tmp_path / "probe")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("x")
+    with pytest.raises(ProbeDirectoryError, match="not empty"):
+        run_probe(rows(2), ["t0", "t1"], CONFIG, tmp_path / "busy")
+
+
+def test_operator_refuses_a_probe_larger_than_the_pool(tmp_path):
+    from trajval_ops.ops.probe_trainer import TrajvalProbeTrainer
+
+    with pytest.raises(ValueError, match="output_dir is required"):
+        TrajvalProbeTrainer()
+    op = TrajvalProbeTrainer(output_dir=str(tmp_path / "probe"), probe_size=5, model="tiny-random-llama")
+    table = pa.Table.from_pylist(rows(4))
+    with pytest.raises(ValueError, match="larger than the pool"):
+        op.process_table(table)
+    positions, ids = TrajvalProbeTrainer(output_dir="x", probe_size=2, forced_ids=["t3"], seed=5).probe_positions(table)
+    assert "t3" in ids and len(ids) == 2 and list(positions) == sorted(positions)
+    assert not (tmp_path / "probe").exists()

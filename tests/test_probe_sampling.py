@@ -1,0 +1,219 @@
+"""Probe-set sampling, probe config, manifest and checkpoint policy (fast, no model)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from trajval_ops.probe.checkpoints import last_resumable, list_checkpoints, prune_checkpoints
+from trajval_ops.probe.config import ProbeConfig, grpo_arguments
+from trajval_ops.probe.manifest import (
+    FORMAT,
+    ManifestError,
+    config_hash,
+    load_manifest,
+    resolve_checkpoint,
+    write_manifest,
+)
+from trajval_ops.probe.sampling import (
+    DEFAULT_PROBE_FRACTION,
+    probe_size_for,
+    resolve_id_key,
+    row_ids,
+    sample_probe_positions,
+)
+from trajval_ops.validation import TrajvalInputError
+
+
+# ---------------------------------------------------------------- sampling
+def test_paper_fraction_gives_512_of_17398():
+    assert probe_size_for(17398) == 512
+    assert DEFAULT_PROBE_FRACTION == pytest.approx(0.02943, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "pool, fraction, expected",
+    [(100, 0.025, 3), (100, 0.024, 2), (10, 0.25, 3), (10, 0.001, 1), (7, 1.0, 7), (1000, 0.0035, 4)],
+)
+def test_fraction_rounds_to_nearest_halves_up_at_least_one(pool, fraction, expected):
+    assert probe_size_for(pool, probe_fraction=fraction) == expected
+
+
+def test_probe_size_overrides_fraction():
+    assert probe_size_for(50, probe_size=7, probe_fraction=0.5) == 7
+
+
+@pytest.mark.parametrize("kwargs", [{"probe_size": 11}, {"probe_size": 0}, {"probe_fraction": 0.0}, {"probe_fraction": 1.5}])
+def test_bad_sizes_are_errors(kwargs):
+    with pytest.raises(ValueError):
+        probe_size_for(10, **kwargs)
+
+
+def test_probe_larger_than_pool_is_an_error():
+    with pytest.raises(ValueError, match="larger than the pool"):
+        probe_size_for(10, probe_size=11)
+    with pytest.raises(ValueError, match="larger than the pool"):
+        sample_probe_positions([str(i) for i in range(5)], 6, seed=0)
+
+
+def test_empty_pool_is_an_error():
+    with pytest.raises(ValueError, match="empty"):
+        probe_size_for(0)
+
+
+def test_sampling_is_seeded_uniform_and_sorted():
+    ids = [f"t{i}" for i in range(200)]
+    a = sample_probe_positions(ids, 20, seed=3)
+    assert np.array_equal(a, sample_probe_positions(ids, 20, seed=3))
+    assert not np.array_equal(a, sample_probe_positions(ids, 20, seed=4))
+    assert len(set(a.tolist())) == 20 and np.all(np.diff(a) > 0)
+    # uniform: over many seeds every row's inclusion frequency is near 20/200
+    counts = np.zeros(200)
+    for seed in range(2000):
+        counts[sample_probe_positions(ids, 20, seed=seed)] += 1
+    freq = counts / 2000
+    # binomial sd = sqrt(0.1*0.9/2000) ~ 0.0067; 5 sd bound
+    assert np.abs(freq - 0.1).max() < 0.034
+
+
+def test_forced_ids_always_in_probe_and_size_kept():
+    ids = [f"t{i}" for i in range(100)]
+    for seed in range(20):
+        positions = sample_probe_positions(ids, 10, seed=seed, forced_ids=["t5", "t77", "t5"])
+        chosen = {ids[p] for p in positions}
+        assert {"t5", "t77"} <= chosen and len(positions) == 10
+
+
+def test_forced_ids_errors():
+    ids = [f"t{i}" for i in range(10)]
+    with pytest.raises(ValueError, match="'nope' is not in the pool"):
+        sample_probe_positions(ids, 3, seed=0, forced_ids=["nope"])
+    with pytest.raises(ValueError, match="exceed the probe size"):
+        sample_probe_positions(ids, 1, seed=0, forced_ids=["t1", "t2"])
+
+
+def test_row_ids_dotted_key_position_fallback_and_duplicates():
+    rows = [{"extra_info": {"index": "a"}}, {"extra_info": json.dumps({"index": "b"})}]
+    assert resolve_id_key(rows[0], None) == "extra_info.index"
+    assert row_ids(rows, "extra_info.index") == ["a", "b"]
+    assert resolve_id_key({"prompt": "x"}, None) is None
+    assert row_ids([{"p": 1}, {"p": 2}], None) == ["0", "1"]
+    with pytest.raises(TrajvalInputError, match=r"row 1 .*repeats row 0"):
+        row_ids([{"id": 1}, {"id": 1}], "id")
+    with pytest.raises(TrajvalInputError, match=r"row 1.*'id' is missing"):
+        row_ids([{"id": 1}, {"x": 2}], "id")
+
+
+# ---------------------------------------------------------------- config
+def test_config_defaults_are_the_paper_regime():
+    c = ProbeConfig()
+    assert (c.learning_rate, c.weight_decay, c.max_grad_norm) == (1e-6, 0.1, 1.0)
+    assert (c.prompts_per_batch, c.num_generations, c.epsilon, c.temperature, c.epochs, c.window_k) == (
+        64, 16, 0.2, 1.0, 20, 1)
+    assert c.early_epochs() == [0] and c.late_epochs() == [20]
+
+
+def test_grpo_arguments_cpu_and_gpu_paths():
+    c = ProbeConfig(prompts_per_batch=4, num_generations=8, micro_batch_size=8)
+    cpu = grpo_arguments(c, "/tmp/x", "cpu")
+    assert cpu["use_cpu"] and not cpu["bf16"] and not cpu["use_vllm"] and not cpu["gradient_checkpointing"]
+    assert cpu["generation_batch_size"] == 32 and cpu["gradient_accumulation_steps"] == 4
+    assert cpu["generation_batch_size"] % cpu["num_generations"] == 0
+    gpu = grpo_arguments(c, "/tmp/x", "cuda")
+    assert gpu["use_vllm"] and gpu["bf16"] and gpu["vllm_mode"] == "colocate" and gpu["gradient_checkpointing"]
+    # (TRL's GRPOConfig accepting the CPU arguments is exercised by the real runs in
+    # test_probe_training.py; the GPU ones need CUDA to build.)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="must divide"):
+        ProbeConfig(prompts_per_batch=3, num_generations=4, micro_batch_size=8)
+    with pytest.raises(ValueError, match="window_k"):
+        ProbeConfig(epochs=2, window_k=3)
+    with pytest.raises(ValueError, match="unknown probe config keys"):
+        ProbeConfig.from_dict({"lr": 1})
+    c = ProbeConfig(epochs=5, window_k=2, keep_epochs=[3, 3, 1])
+    assert c.early_epochs() == [0, 1] and c.late_epochs() == [4, 5] and c.kept_epochs() == [0, 1, 3, 4, 5]
+
+
+def test_config_hash_is_canonical():
+    assert config_hash({"a": 1, "b": [1, 2]}) == config_hash({"b": [1, 2], "a": 1})
+    assert config_hash({"a": 1}) != config_hash({"a": 2})
+
+
+# ---------------------------------------------------------------- manifest
+def _manifest(tmp_path, status="complete"):
+    base = tmp_path / "base"
+    late = tmp_path / "checkpoint-8"
+    base.mkdir(exist_ok=True)
+    late.mkdir(exist_ok=True)
+    return {
+        "format": FORMAT, "base_model": str(base), "seed": 0, "probe_ids": ["a"], "config": {},
+        "config_hash": "sha256:x", "versions": {},
+        "checkpoints": [
+            {"name": "base", "epoch": 0, "step": 0, "path": str(base)},
+            {"name": "epoch-2", "epoch": 2, "step": 8, "path": str(late)},
+        ],
+        "windows": {"early": ["base"], "late": ["epoch-2"]},
+        "train_reward_per_epoch": [0.1, 0.2], "wall_time_s": 1.0, "status": status,
+    }
+
+
+def test_manifest_roundtrip_and_resolve(tmp_path):
+    write_manifest(tmp_path, _manifest(tmp_path))
+    assert not list(tmp_path.glob(".manifest.*"))  # no temp file left behind
+    assert load_manifest(tmp_path)["windows"]["late"] == ["epoch-2"]
+    late = resolve_checkpoint(tmp_path / "manifest.json", "late[-1]")
+    assert late["path"] == str(tmp_path / "checkpoint-8") and late["window"] == "late"
+    assert late["manifest"] == str((tmp_path / "manifest.json").resolve()) and late["config_hash"] == "sha256:x"
+    assert resolve_checkpoint(tmp_path, "early[0]")["name"] == "base"
+    assert resolve_checkpoint(tmp_path, "epoch-2")["epoch"] == 2
+
+
+def test_manifest_errors(tmp_path):
+    with pytest.raises(ManifestError, match="no probe manifest"):
+        load_manifest(tmp_path)
+    write_manifest(tmp_path, _manifest(tmp_path, status="running"))
+    with pytest.raises(ManifestError, match="status is 'running'"):
+        load_manifest(tmp_path)
+    write_manifest(tmp_path, _manifest(tmp_path))
+    with pytest.raises(ManifestError, match="out of range"):
+        resolve_checkpoint(tmp_path, "late[1]")
+    with pytest.raises(ManifestError, match="unknown checkpoint reference"):
+        resolve_checkpoint(tmp_path, "middle[0]")
+    (tmp_path / "checkpoint-8").rmdir()
+    with pytest.raises(ManifestError, match="does not exist"):
+        resolve_checkpoint(tmp_path, "late[0]")
+    broken = _manifest(tmp_path)
+    del broken["windows"]
+    write_manifest(tmp_path, broken)
+    with pytest.raises(ManifestError, match="lacks keys"):
+        load_manifest(tmp_path)
+
+
+# ---------------------------------------------------------------- checkpoint policy
+def _fake_checkpoint(root, step, epoch, complete=True):
+    path = root / f"checkpoint-{step}"
+    path.mkdir()
+    (path / "model.safetensors").write_text("w")
+    (path / "optimizer.pt").write_text("o")
+    (path / "rng_state.pth").write_text("r")
+    if complete:
+        (path / "trainer_state.json").write_text(json.dumps({"epoch": float(epoch)}))
+    return path
+
+
+def test_prune_keeps_resume_state_only_on_newest_and_drops_unkept(tmp_path):
+    for epoch in (1, 2, 3):
+        _fake_checkpoint(tmp_path, 4 * epoch, epoch)
+    _fake_checkpoint(tmp_path, 16, 4, complete=False)  # a save cut short by a kill
+    prune_checkpoints(tmp_path, kept_epochs={0, 1, 4})
+    names = {c.path.name: c for c in list_checkpoints(tmp_path)}
+    assert sorted(names) == ["checkpoint-12", "checkpoint-4"]
+    assert not (tmp_path / "checkpoint-4" / "optimizer.pt").exists()  # kept epoch: weights only
+    assert (tmp_path / "checkpoint-4" / "model.safetensors").exists()
+    assert last_resumable(tmp_path).step == 12  # newest keeps everything to resume
+    prune_checkpoints(tmp_path, kept_epochs={0, 1, 3}, keep_resume_state=False)
+    assert last_resumable(tmp_path) is None and (tmp_path / "checkpoint-12" / "model.safetensors").exists()

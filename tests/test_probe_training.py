@@ -1,0 +1,207 @@
+"""Real GRPO probe runs on the tiny random-weight Llama (SmolLM2 tokenizer) on CPU: checkpoints,
+manifest, reuse, refusal, interruption and resume, and the operator under dj-process."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.conftest import dj_process, read_jsonl, write_jsonl
+from trajval_ops.probe.checkpoints import list_checkpoints
+from trajval_ops.probe.config import ProbeConfig
+from trajval_ops.probe.manifest import load_manifest, resolve_checkpoint
+from trajval_ops.probe.trainer import ProbeDirectoryError, run_probe
+
+pytestmark = pytest.mark.slow
+
+
+def letter_share(completion, ground_truth, row):
+    """Custom reward that varies between a random model's rollouts (so GRPO has a gradient):
+    the share of letters in the completion."""
+    return sum(ch.isalpha() for ch in completion) / max(1, len(completion))
+
+
+def pool(size=8):
+    return [
+        {"id": f"t{i}", "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+         "reward_model": {"ground_truth": str(2 * i)}}
+        for i in range(size)
+    ]
+
+
+def tiny_config(**overrides):
+    values = dict(
+        model="tiny-random-llama", epochs=2, prompts_per_batch=2, num_generations=2, micro_batch_size=4,
+        max_completion_length=8, learning_rate=1e-2, weight_decay=0.0, verifier="custom",
+        verifier_options={"function": "tests.test_probe_training:letter_share"},
+    )
+    values.update(overrides)
+    return ProbeConfig(**values)
+
+
+def loguru_messages():
+    from loguru import logger
+
+    messages = []
+    handler = logger.add(lambda m: messages.append(m.record["message"]), level="INFO")
+    return messages, lambda: logger.remove(handler)
+
+
+def test_probe_run_checkpoints_manifest_reuse_and_refusal(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    rows = pool(2)
+    ids = [r["id"] for r in rows]
+    out = tmp_path / "probe"
+    config = tiny_config(keep_epochs=[1])
+    manifest = run_probe(rows, ids, config, out, show_progress=False)
+
+    assert manifest == load_manifest(out)
+    assert manifest["status"] == "complete" and manifest["probe_ids"] == ids
+    assert [c["name"] for c in manifest["checkpoints"]] == ["base", "epoch-1", "epoch-2"]
+    assert manifest["windows"] == {"early": ["base"], "late": ["epoch-2"]}
+    assert manifest["steps_per_epoch"] == 1 and manifest["checkpoints"][-1]["step"] == 2
+    rewards = manifest["train_reward_per_epoch"]
+    assert len(rewards) == 2 and all(0.0 < r < 1.0 for r in rewards)
+    assert set(manifest["versions"]) >= {"trl", "transformers", "torch", "trajval_ops"}
+    # only model weights are left once the run is finished; nothing for unkept epochs
+    for checkpoint in list_checkpoints(out):
+        assert (checkpoint.path / "model.safetensors").exists()
+        assert not list(checkpoint.path.glob("optimizer*")) and not list(checkpoint.path.glob("rng_state*"))
+
+    # the endpoint mapper's lookup: late[0] is a loadable model that training changed (no
+    # weight decay here, so a change means the policy gradient reached the weights)
+    late = resolve_checkpoint(out, "late[0]")
+    base = resolve_checkpoint(out, "early[0]")
+    trained = AutoModelForCausalLM.from_pretrained(late["path"])
+    original = AutoModelForCausalLM.from_pretrained(base["path"])
+    diffs = [(a - b).abs().max().item() for a, b in zip(trained.parameters(), original.parameters())]
+    assert max(diffs) > 0
+
+    # same config: not repeated (no new checkpoint, log says so)
+    messages, stop = loguru_messages()
+    try:
+        again = run_probe(rows, ids, config, out, show_progress=False)
+    finally:
+        stop()
+    assert again == manifest
+    assert any("already complete" in m and "not repeating" in m for m in messages)
+
+    # a different config refuses to reuse the directory, naming what differs
+    with pytest.raises(ProbeDirectoryError, match=r"config\.learning_rate"):
+        run_probe(rows, ids, tiny_config(keep_epochs=[1], learning_rate=1e-3), out, show_progress=False)
+    with pytest.raises(ProbeDirectoryError, match="probe_ids"):
+        run_probe(pool(3)[1:], ["t1", "t2"], config, out, show_progress=False)
+
+
+def test_interrupted_probe_resumes_from_last_checkpoint(tmp_path):
+    from transformers import TrainerCallback
+
+    class Crash(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 2:  # in epoch 2, after epoch 1's checkpoint (step 1)
+                raise KeyboardInterrupt("simulated kill")
+
+    class CountSteps(TrainerCallback):
+        def __init__(self):
+            self.steps = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.steps.append(state.global_step)
+
+    rows = pool(2)
+    ids = [r["id"] for r in rows]
+    out = tmp_path / "probe"
+    config = tiny_config(epochs=3)
+    with pytest.raises(KeyboardInterrupt):
+        run_probe(rows, ids, config, out, show_progress=False, extra_callbacks=[Crash()])
+    interrupted = json.loads((out / "manifest.json").read_text())
+    assert interrupted["status"] == "running"
+    assert [c.step for c in list_checkpoints(out)] == [1]
+    assert list((out / "checkpoint-1").glob("optimizer*"))  # resume state kept on the newest
+
+    counter = CountSteps()
+    messages, stop = loguru_messages()
+    try:
+        manifest = run_probe(rows, ids, config, out, show_progress=False, extra_callbacks=[counter])
+    finally:
+        stop()
+    assert any("resuming from checkpoint-1" in m for m in messages)
+    assert counter.steps == [2, 3]  # epoch 1 was not trained again
+    assert manifest["status"] == "complete" and manifest["resumed_from"] == ["checkpoint-1"]
+    assert manifest["windows"] == {"early": ["base"], "late": ["epoch-3"]}
+    assert len(manifest["train_reward_per_epoch"]) == 3  # epoch 1's rewards survive via trainer state
+    assert manifest["wall_time_s"] > interrupted["wall_time_s"]
+
+
+def test_probe_endpoint_learnability_pipeline_under_dj_process_and_probe_under_ray(tmp_path):
+    rows = pool(6)
+    data = write_jsonl(tmp_path / "pool.jsonl", rows)
+    probe_dir = tmp_path / "probe"
+    probe_op = {
+        "trajval_probe_trainer": {
+            "output_dir": str(probe_dir), "model": "tiny-random-llama", "probe_size": 2, "seed": 1,
+            "forced_ids": ["t5"], "epochs": 1, "prompts_per_batch": 2, "num_generations": 2,
+            "micro_batch_size": 4, "max_completion_length": 8, "verifier": "math",
+            "verifier_options": {"fallback_last_number": True}, "show_progress": False,
+        }
+    }
+
+    def endpoint(ref, key):
+        return {"trajval_endpoint_reward_mapper": {
+            "model": f"manifest:{probe_dir}#{ref}", "output_key": key, "engine": "transformers", "n": 2,
+            "max_new_tokens": 8, "verifier": "math", "verifier_options": {"fallback_last_number": True},
+            "cache_dir": str(tmp_path / "rollout_cache"),
+        }}
+
+    recipe = {
+        "project_name": "probe_e2e", "dataset_path": str(data), "export_path": str(tmp_path / "out.jsonl"),
+        "np": 1, "text_keys": None, "skip_op_error": False, "open_tracer": False, "op_fusion": False,
+        "process": [
+            probe_op,
+            endpoint("early[0]", "trajval_acc_early"),
+            endpoint("late[0]", "trajval_acc_late"),
+            {"trajval_learnability_mapper": {"early_window_keys": ["trajval_acc_early"],
+                                             "late_window_keys": ["trajval_acc_late"]}},
+        ],
+    }
+    result = dj_process(recipe, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = read_jsonl(tmp_path / "out.jsonl")
+    assert [{k: r[k] for k in rows[0]} for r in out] == rows  # every row, unchanged, in order
+    marked = [r["id"] for r in out if r["trajval_in_probe"]]
+    manifest = load_manifest(probe_dir)
+    assert len(marked) == 2 and "t5" in marked and marked == manifest["probe_ids"]
+    late = resolve_checkpoint(probe_dir, "late[-1]")
+    assert late["name"] == "epoch-1"
+    for row in out:
+        assert 0.0 <= row["trajval_acc_early"] <= 1.0 and row["trajval_acc_late_n"] == 2
+        assert row["trajval_weight"] >= 0.05
+    assert late["path"] in json.dumps(out[0]["trajval_acc_late_provenance"])
+
+    # the probe alone under the Ray executor: same marks, rows in order, finished probe reused
+    ray_recipe = dict(recipe, executor_type="ray", ray_address="local", process=[probe_op],
+                      export_path=str(tmp_path / "ray_out.jsonl"))
+    result = dj_process(ray_recipe, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"already complete .*not repeating", result.stdout + result.stderr)
+    ray_out = read_jsonl(tmp_path / "ray_out.jsonl")
+    assert [r["id"] for r in ray_out] == [r["id"] for r in rows]
+    assert [r["id"] for r in ray_out if r["trajval_in_probe"]] == marked
+
+
+def test_lora_probe_writes_merged_model_folders(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    rows = pool(2)
+    out = tmp_path / "probe"
+    config = tiny_config(epochs=1, use_lora=True, lora_r=4, lora_alpha=8, learning_rate=5e-2)
+    manifest = run_probe(rows, [r["id"] for r in rows], config, out, show_progress=False)
+    late = resolve_checkpoint(out, "late[0]")
+    assert late["path"].endswith("/merged") and (out / "checkpoint-1" / "adapter_config.json").exists()
+    merged = AutoModelForCausalLM.from_pretrained(late["path"])  # a plain model folder, no peft needed
+    base = AutoModelForCausalLM.from_pretrained(manifest["base_model"])
+    assert type(merged) is type(base)
+    assert max((a - b).abs().max().item() for a, b in zip(merged.parameters(), base.parameters())) > 0

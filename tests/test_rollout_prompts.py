@@ -1,0 +1,69 @@
+"""Prompt templates of the paper and chat-list pass-through."""
+
+import json
+
+import pytest
+
+from trajval_ops.rollout.prompts import MATH_SYSTEM_PROMPT, build_messages, render_prompt
+from trajval_ops.validation import TrajvalInputError
+
+
+def test_math_template_uses_the_paper_system_prompt():
+    messages = build_messages({"prompt": "What is 2+3?"}, "math")
+    assert messages == [{"role": "system", "content": MATH_SYSTEM_PROMPT},
+                        {"role": "user", "content": "What is 2+3?"}]
+    assert "\\boxed{}" in MATH_SYSTEM_PROMPT
+
+
+def test_auto_passes_chat_lists_through_and_defaults_to_math():
+    chat = [{"role": "user", "content": "Solve x+1=2. Answer: $Answer"}]
+    assert build_messages({"prompt": chat}) == chat
+    assert build_messages({"prompt": json.dumps(chat)}) == chat  # JSON-string column
+    assert build_messages({"prompt": "1+1?"})[0]["content"] == MATH_SYSTEM_PROMPT
+
+
+def test_logic_templates_embed_task_and_category():
+    arc = build_messages({"question": "[[1]] -> [[2]]"}, "logic_arc", prompt_key="question")
+    assert len(arc) == 1 and "[[1]] -> [[2]]" in arc[0]["content"] and "<answer>" in arc[0]["content"]
+    order = build_messages({"prompt": "The owl is left of the hawk", "category": "birds"}, "logic_ordering")
+    assert "order of the birds from left to right. The owl is left of the hawk." in order[0]["content"]
+    graph = build_messages({"prompt": "p(a,b)"}, "logic_graph")
+    assert graph[0]["content"].startswith("Given the following list of predicates: p(a,b).")
+
+
+def test_dotted_prompt_key():
+    row = {"extra": json.dumps({"q": "2*2?"})}
+    assert build_messages(row, "math", prompt_key="extra.q")[1]["content"] == "2*2?"
+
+
+@pytest.mark.parametrize("row, template, fragment", [
+    ({}, "math", "'prompt'"),
+    ({"prompt": ""}, "math", "non-empty"),
+    ({"prompt": "text"}, "chat", "list of chat messages"),
+    ({"prompt": [{"role": "user", "content": "x"}]}, "math", "chat message list"),
+    ({"prompt": [{"role": "user"}]}, "chat", "message 0"),
+    ({"prompt": "a < b"}, "logic_ordering", "'category'"),
+])
+def test_bad_prompts_name_the_field(row, template, fragment):
+    with pytest.raises(TrajvalInputError, match=fragment):
+        build_messages(row, template)
+
+
+def test_unknown_template():
+    with pytest.raises(ValueError, match="unknown prompt template"):
+        build_messages({"prompt": "x"}, "poetry")
+
+
+def test_render_prompt_applies_chat_template_with_generation_prompt(tiny_tokenizer):
+    text = render_prompt(tiny_tokenizer, build_messages({"prompt": "2+2?"}, "math"))
+    assert text.endswith("<|im_start|>assistant\n")
+    assert "2+2?" in text and "boxed" in text
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer():
+    from transformers import AutoTokenizer
+
+    from trajval_ops.models import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model("tiny-random-llama"))

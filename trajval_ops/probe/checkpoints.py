@@ -1,0 +1,90 @@
+"""Checkpoint folders of a probe run: which are complete, which can resume, what to keep.
+
+The trainer writes ``checkpoint-<step>`` at the end of every epoch (model, tokenizer, optimizer,
+scheduler, RNG and trainer state; ``trainer_state.json`` is written last, so a folder without it
+is a save that was cut short). Policy: the newest complete checkpoint keeps everything (resume);
+older ones keep only model weights when their epoch is kept (windows, ``keep_epochs``) and are
+deleted otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from loguru import logger
+
+_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+TRAINER_STATE = "trainer_state.json"
+# Files only needed to resume training (optimizer moments are 2x the model's size).
+_RESUME_ONLY_PREFIXES = ("optimizer", "scheduler", "rng_state", "scaler")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    step: int
+    path: Path
+    epoch: int | None  # None for an incomplete folder
+
+    @property
+    def complete(self) -> bool:
+        return self.epoch is not None
+
+    @property
+    def resumable(self) -> bool:
+        return self.complete and any(self.path.glob("optimizer*"))
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Checkpoint]:
+    """Checkpoint folders of ``output_dir`` ordered by step."""
+    found = []
+    directory = Path(output_dir)
+    if not directory.is_dir():
+        return found
+    for child in directory.iterdir():
+        match = _CHECKPOINT_DIR.match(child.name)
+        if not match or not child.is_dir():
+            continue
+        state_file = child / TRAINER_STATE
+        epoch = None
+        if state_file.is_file():
+            epoch = int(round(json.loads(state_file.read_text(encoding="utf-8"))["epoch"]))
+        found.append(Checkpoint(step=int(match.group(1)), path=child.resolve(), epoch=epoch))
+    return sorted(found, key=lambda c: c.step)
+
+
+def last_resumable(output_dir: str | Path) -> Checkpoint | None:
+    """The newest complete checkpoint that still holds optimizer state, or None."""
+    resumable = [c for c in list_checkpoints(output_dir) if c.resumable]
+    return resumable[-1] if resumable else None
+
+
+def prune_checkpoints(output_dir: str | Path, kept_epochs: set[int] | list[int], keep_resume_state: bool = True) -> None:
+    """Apply the keep policy (module doc). Idempotent; also removes saves that were cut short.
+
+    :param keep_resume_state: keep optimizer state of the newest complete checkpoint (False once
+        the run is finished).
+    """
+    checkpoints = list_checkpoints(output_dir)
+    complete = [c for c in checkpoints if c.complete]
+    newest = complete[-1] if complete else None
+    for checkpoint in checkpoints:
+        if not checkpoint.complete:
+            logger.info(f"probe: removing incomplete checkpoint {checkpoint.path.name}")
+            shutil.rmtree(checkpoint.path)
+        elif checkpoint is newest and keep_resume_state:
+            continue
+        elif checkpoint.epoch in kept_epochs:
+            _strip_resume_state(checkpoint.path)
+        else:
+            logger.info(f"probe: deleting checkpoint {checkpoint.path.name} (epoch {checkpoint.epoch} not kept)")
+            shutil.rmtree(checkpoint.path)
+
+
+def _strip_resume_state(path: Path) -> None:
+    for child in path.iterdir():
+        if child.name.startswith(_RESUME_ONLY_PREFIXES):
+            child.unlink()

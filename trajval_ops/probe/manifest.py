@@ -1,0 +1,149 @@
+"""The probe manifest: ``<output_dir>/manifest.json`` (format in docs/probe.md and INTERFACES.md).
+
+The probe trainer writes it (atomically, at start, after every kept checkpoint and at the end);
+the endpoint-reward mapper reads it to find ``early[i]`` / ``late[i]`` checkpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+FORMAT = "trajval-probe-manifest/1"
+MANIFEST_NAME = "manifest.json"
+STATUS_RUNNING = "running"
+STATUS_COMPLETE = "complete"
+WINDOWS = ("early", "late")
+
+_REQUIRED_KEYS = (
+    "format", "base_model", "seed", "probe_ids", "config", "config_hash", "versions",
+    "checkpoints", "windows", "train_reward_per_epoch", "wall_time_s", "status",
+)
+_WINDOW_REF = re.compile(r"^(early|late)\[(-?\d+)\]$")
+
+
+class ManifestError(ValueError):
+    """A manifest that is missing, malformed, incomplete, or lacks the requested checkpoint."""
+
+
+def manifest_path(path_or_dir: str | os.PathLike) -> Path:
+    """``path_or_dir`` itself when it names a file, else ``<dir>/manifest.json``."""
+    path = Path(path_or_dir)
+    return path / MANIFEST_NAME if path.is_dir() else path
+
+
+def config_hash(payload: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of the canonical JSON (sorted keys) of ``payload``."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def write_manifest(output_dir: str | os.PathLike, manifest: Mapping[str, Any]) -> Path:
+    """Write ``manifest`` to ``<output_dir>/manifest.json`` atomically (tmp file + os.replace)."""
+    directory = Path(output_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / MANIFEST_NAME
+    fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(manifest, handle, indent=2, sort_keys=False)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def read_manifest(path_or_dir: str | os.PathLike) -> dict | None:
+    """The raw manifest, or None when there is none (used to decide resume / reuse / refuse)."""
+    path = manifest_path(path_or_dir)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ManifestError(f"probe manifest {path} is not valid JSON: {exc}") from exc
+
+
+def load_manifest(path_or_dir: str | os.PathLike, require_complete: bool = True) -> dict:
+    """Read and validate a probe manifest.
+
+    :param path_or_dir: the manifest file or the probe output directory holding it.
+    :param require_complete: refuse a manifest whose run has not finished (the default: window
+        checkpoints of an unfinished run do not exist yet).
+    :raises ManifestError: missing file, bad JSON, wrong format, missing keys, unfinished run, a
+        window naming an unknown checkpoint.
+    """
+    path = manifest_path(path_or_dir)
+    manifest = read_manifest(path)
+    if manifest is None:
+        raise ManifestError(f"no probe manifest at {path} (run trajval_probe_trainer first)")
+    if manifest.get("format") != FORMAT:
+        raise ManifestError(f"{path}: format is {manifest.get('format')!r}, expected {FORMAT!r}")
+    missing = [key for key in _REQUIRED_KEYS if key not in manifest]
+    if missing:
+        raise ManifestError(f"{path}: manifest lacks keys {missing}")
+    if require_complete and manifest["status"] != STATUS_COMPLETE:
+        raise ManifestError(
+            f"{path}: probe run status is {manifest['status']!r}, not {STATUS_COMPLETE!r} "
+            "(the run was interrupted or is still going; rerun the probe trainer to finish it)"
+        )
+    names = set()
+    for index, checkpoint in enumerate(manifest["checkpoints"]):
+        for key in ("name", "epoch", "step", "path"):
+            if key not in checkpoint:
+                raise ManifestError(f"{path}: checkpoint {index} lacks '{key}'")
+        names.add(checkpoint["name"])
+    if require_complete:
+        for window in WINDOWS:
+            refs = manifest["windows"].get(window)
+            if not refs:
+                raise ManifestError(f"{path}: window '{window}' is empty or missing")
+            unknown = [name for name in refs if name not in names]
+            if unknown:
+                raise ManifestError(f"{path}: window '{window}' names unknown checkpoints {unknown}")
+    return manifest
+
+
+def resolve_checkpoint(path_or_dir: str | os.PathLike, ref: str) -> dict:
+    """Look up one checkpoint of a finished probe run.
+
+    :param ref: ``"early[0]"``, ``"late[-1]"`` (Python indexing into the window) or a checkpoint
+        name such as ``"base"`` / ``"epoch-20"``.
+    :returns: the checkpoint dict (name, epoch, step, path, ...) plus ``window`` (the window the
+        ref went through, or the first window holding the name, or None), ``manifest`` (absolute
+        path of the manifest file) and ``config_hash``.
+    :raises ManifestError: invalid manifest, unknown ref, index out of range, or a checkpoint
+        folder that no longer exists.
+    """
+    path = manifest_path(path_or_dir).resolve()
+    manifest = load_manifest(path)
+    by_name = {checkpoint["name"]: checkpoint for checkpoint in manifest["checkpoints"]}
+    match = _WINDOW_REF.match(ref.strip())
+    if match:
+        window, index = match.group(1), int(match.group(2))
+        members = manifest["windows"][window]
+        if not -len(members) <= index < len(members):
+            raise ManifestError(f"{path}: {ref!r} is out of range (window '{window}' has {len(members)} checkpoints)")
+        name = members[index]
+    elif ref in by_name:
+        name = ref
+        window = next((w for w in WINDOWS if name in manifest["windows"].get(w, [])), None)
+    else:
+        raise ManifestError(
+            f"{path}: unknown checkpoint reference {ref!r}; use early[i], late[i] or one of {sorted(by_name)}"
+        )
+    checkpoint = dict(by_name[name])
+    if not Path(checkpoint["path"]).exists():
+        raise ManifestError(f"{path}: checkpoint {name!r} folder {checkpoint['path']} does not exist")
+    checkpoint.update(window=window, manifest=str(path), config_hash=manifest["config_hash"])
+    return checkpoint

@@ -1,0 +1,324 @@
+"""The GRPO probe run: train the base model on the probe set P with TRL's GRPOTrainer.
+
+``run_probe`` is idempotent per output directory: a finished run with the same config hash is
+reused (not repeated), an interrupted one resumes from its newest checkpoint, and a directory
+holding a different probe is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from loguru import logger
+
+from trajval_ops.probe.checkpoints import last_resumable, list_checkpoints, prune_checkpoints
+from trajval_ops.probe.config import ProbeConfig, grpo_arguments, lora_config, resolve_device
+from trajval_ops.probe.manifest import (
+    FORMAT,
+    STATUS_COMPLETE,
+    STATUS_RUNNING,
+    config_hash,
+    read_manifest,
+    write_manifest,
+)
+from trajval_ops.probe.rewards import GROUND_TRUTH_COLUMN, ROW_COLUMN, verifier_reward
+from trajval_ops.validation import TrajvalInputError, get_path, row_label
+
+MERGED_DIR = "merged"
+
+
+class ProbeDirectoryError(RuntimeError):
+    """The output directory holds a different probe run (or something that is not a probe)."""
+
+
+def run_probe(
+    rows: Sequence[Mapping[str, Any]],
+    probe_ids: Sequence[str],
+    config: ProbeConfig,
+    output_dir: str | os.PathLike,
+    *,
+    show_progress: bool = True,
+    extra_callbacks: Sequence[Any] = (),
+) -> dict:
+    """Train on the probe rows and return the finished manifest.
+
+    :param rows: the probe set P (full pool rows).
+    :param probe_ids: ids of ``rows`` in the same order (recorded in the manifest and hash).
+    :param output_dir: checkpoints and ``manifest.json`` go here.
+    :param extra_callbacks: more ``transformers.TrainerCallback`` objects (tests use one to
+        interrupt a run).
+    :raises ProbeDirectoryError: ``output_dir`` holds another probe or unrelated files.
+    """
+    if len(rows) != len(probe_ids):
+        raise ValueError(f"{len(rows)} probe rows but {len(probe_ids)} probe ids")
+    output_dir = Path(output_dir).resolve()
+    examples = probe_examples(rows, config)
+    steps_per_epoch = len(rows) // config.prompts_per_batch
+    if steps_per_epoch < 1:
+        raise ValueError(
+            f"the probe has {len(rows)} rows, fewer than prompts_per_batch ({config.prompts_per_batch}); "
+            "raise probe_size/probe_fraction or lower prompts_per_batch"
+        )
+    previous = read_manifest(output_dir)
+    if previous is None and output_dir.is_dir() and any(output_dir.iterdir()):
+        raise ProbeDirectoryError(f"{output_dir} is not empty and holds no probe manifest; choose an empty output_dir")
+
+    device = resolve_device(config.device)
+    versions = library_versions()
+    identity = {"config": config.to_dict(), "probe_ids": list(probe_ids), "device": device, "trl": versions["trl"]}
+    digest = config_hash(identity)
+    if previous is not None:
+        _check_same_probe(output_dir, previous, identity, digest)
+        if previous["status"] == STATUS_COMPLETE:
+            logger.info(f"probe: run in {output_dir} is already complete (config {digest[:19]}); not repeating it")
+            return previous
+
+    from trajval_ops.models import resolve_model
+
+    base_model = resolve_model(config.model).resolve()
+    tokenizer = _load_tokenizer(base_model)
+    dataset = training_dataset(examples, tokenizer)
+    manifest = {
+        "format": FORMAT,
+        "base_model": str(base_model),
+        "model_ref": config.model,
+        "seed": config.seed,
+        "probe_ids": list(probe_ids),
+        "probe_size": len(probe_ids),
+        "config": config.to_dict(),
+        "config_hash": digest,
+        "device": device,
+        "generation_engine": "vllm" if device == "cuda" else "transformers",
+        "versions": versions,
+        "steps_per_epoch": steps_per_epoch,
+        "checkpoints": [_base_entry(base_model)],
+        "windows": {"early": [], "late": []},
+        "train_reward_per_epoch": [],
+        "wall_time_s": 0.0,
+        "resumed_from": [],
+        "status": STATUS_RUNNING,
+    }
+    if previous is not None:
+        manifest["wall_time_s"] = previous.get("wall_time_s", 0.0)
+        manifest["resumed_from"] = previous.get("resumed_from", [])
+    kept = set(config.kept_epochs())
+    prune_checkpoints(output_dir, kept)  # a kill may have left a save cut short
+    resume = last_resumable(output_dir)
+    if resume is not None:
+        logger.info(f"probe: resuming from {resume.path.name} (epoch {resume.epoch}) in {output_dir}")
+        manifest["resumed_from"].append(resume.path.name)
+    manifest["checkpoints"] += _checkpoint_entries(output_dir, kept, config)
+    write_manifest(output_dir, manifest)
+
+    model = _load_policy(base_model, device)
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trajval_ops.rollout.verifiers import build_verifier
+
+    verifier = build_verifier(config.verifier, **config.verifier_options)
+    manifest["verifier"] = verifier.spec
+    session_start = time.monotonic()
+    wall_before = manifest["wall_time_s"]
+
+    class ProbeCallback(TrainerCallback):
+        """Progress log with time left; after each epoch's save: prune and update the manifest."""
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.first_step = state.global_step
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "reward" not in logs:
+                return
+            done = state.global_step - self.first_step
+            elapsed = time.monotonic() - session_start
+            left = (state.max_steps - state.global_step) * elapsed / done if done else float("nan")
+            epoch = math.ceil(state.global_step / steps_per_epoch)
+            logger.info(
+                f"probe: epoch {epoch}/{config.epochs} step {state.global_step}/{state.max_steps} "
+                f"reward {logs['reward']:.4f} ({elapsed:.0f} s elapsed, ~{left:.0f} s left)"
+            )
+
+        def on_save(self, args, state, control, **kwargs):
+            prune_checkpoints(output_dir, kept)
+            manifest["checkpoints"] = [_base_entry(base_model)] + _checkpoint_entries(output_dir, kept, config)
+            manifest["train_reward_per_epoch"] = reward_per_epoch(state.log_history, steps_per_epoch)
+            manifest["wall_time_s"] = round(wall_before + time.monotonic() - session_start, 3)
+            write_manifest(output_dir, manifest)
+
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[verifier_reward(verifier)],
+        args=GRPOConfig(**grpo_arguments(config, str(output_dir), device, show_progress)),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(config),
+        callbacks=[ProbeCallback(), *extra_callbacks],
+    )
+    logger.info(
+        f"probe: GRPO on {len(rows)} prompts x {config.num_generations} rollouts, {config.epochs} epochs of "
+        f"{steps_per_epoch} steps, {config.model} on {device} ({manifest['generation_engine']} generation)"
+    )
+    trainer.train(resume_from_checkpoint=str(resume.path) if resume else None)
+
+    prune_checkpoints(output_dir, kept, keep_resume_state=False)
+    if config.use_lora:
+        merge_lora_checkpoints(output_dir, base_model, device)
+    manifest["checkpoints"] = [_base_entry(base_model)] + _checkpoint_entries(output_dir, kept, config)
+    by_epoch = {entry["epoch"]: entry["name"] for entry in manifest["checkpoints"]}
+    manifest["windows"] = {
+        "early": [by_epoch[e] for e in config.early_epochs()],
+        "late": [by_epoch[e] for e in config.late_epochs()],
+    }
+    manifest["train_reward_per_epoch"] = reward_per_epoch(trainer.state.log_history, steps_per_epoch)
+    manifest["wall_time_s"] = round(wall_before + time.monotonic() - session_start, 3)
+    manifest["status"] = STATUS_COMPLETE
+    write_manifest(output_dir, manifest)
+    logger.info(
+        f"probe: done in {manifest['wall_time_s']:.1f} s; reward per epoch "
+        f"{[round(r, 4) for r in manifest['train_reward_per_epoch']]}; manifest {output_dir / 'manifest.json'}"
+    )
+    return manifest
+
+
+def probe_examples(rows: Sequence[Mapping[str, Any]], config: ProbeConfig) -> list[dict]:
+    """Check every probe row and build its chat messages and ground truth (no model needed, so
+    bad rows fail before heavy libraries load or anything is written).
+
+    :raises TrajvalInputError: a missing ground truth or a bad prompt, naming the row and field.
+    """
+    from trajval_ops.rollout.prompts import build_messages
+
+    examples = []
+    for position, row in enumerate(rows):
+        truth = get_path(row, config.ground_truth_key, None)
+        if truth is None:
+            raise TrajvalInputError(
+                f"probe {row_label(row, position)}: ground truth field '{config.ground_truth_key}' is missing"
+            )
+        try:
+            messages = build_messages(dict(row), template=config.prompt_template, prompt_key=config.prompt_key,
+                                      category_key=config.category_key)
+        except TrajvalInputError as exc:
+            raise TrajvalInputError(f"probe {row_label(row, position)}: {exc}") from exc
+        examples.append({"messages": messages, "truth": truth, "row": dict(row)})
+    return examples
+
+
+def training_dataset(examples: Sequence[dict], tokenizer):
+    """A ``datasets.Dataset`` of text prompts (chat template applied by the endpoint mapper's
+    ``render_prompt``), JSON ground truths and JSON rows for the verifier."""
+    from datasets import Dataset
+
+    from trajval_ops.rollout.prompts import render_prompt
+
+    return Dataset.from_list(
+        [
+            {
+                "prompt": render_prompt(tokenizer, example["messages"]),
+                GROUND_TRUTH_COLUMN: json.dumps(example["truth"], default=str),
+                ROW_COLUMN: json.dumps(example["row"], default=str),
+            }
+            for example in examples
+        ]
+    )
+
+
+def reward_per_epoch(log_history: Sequence[Mapping[str, Any]], steps_per_epoch: int) -> list[float]:
+    """Mean logged training reward of each finished or started epoch (one log entry per step)."""
+    sums: dict[int, list[float]] = {}
+    for entry in log_history:
+        if "reward" in entry and "step" in entry:
+            epoch = math.ceil(entry["step"] / steps_per_epoch)
+            sums.setdefault(epoch, []).append(float(entry["reward"]))
+    return [sum(v) / len(v) for _, v in sorted(sums.items())]
+
+
+def library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("trl", "transformers", "torch", "peft", "trajval_ops"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def merge_lora_checkpoints(output_dir: Path, base_model: Path, device: str) -> None:
+    """Write ``<checkpoint>/merged``: base weights + LoRA adapter as a plain model folder that
+    any engine loads (the endpoint mapper evaluates full models)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    for checkpoint in list_checkpoints(output_dir):
+        target = checkpoint.path / MERGED_DIR
+        if target.is_dir():
+            continue
+        base = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
+        merged = PeftModel.from_pretrained(base, checkpoint.path).merge_and_unload()
+        tmp = checkpoint.path / (MERGED_DIR + ".tmp")
+        merged.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(base_model).save_pretrained(tmp)
+        os.replace(tmp, target)
+        logger.info(f"probe: merged LoRA adapter of {checkpoint.path.name} into {target}")
+
+
+def _check_same_probe(output_dir: Path, previous: dict, identity: dict, digest: str) -> None:
+    if previous.get("config_hash") == digest:
+        return
+    before = {"config": previous.get("config", {}), "probe_ids": previous.get("probe_ids"),
+              "device": previous.get("device"), "trl": previous.get("versions", {}).get("trl")}
+    changed = sorted(
+        [f"config.{k}" for k in set(before["config"]) | set(identity["config"])
+         if before["config"].get(k) != identity["config"].get(k)]
+        + [k for k in ("probe_ids", "device", "trl") if before[k] != identity[k]]
+    )
+    raise ProbeDirectoryError(
+        f"{output_dir} holds a probe run with a different configuration (hash {previous.get('config_hash')} "
+        f"vs {digest}; differs in {changed or 'unknown fields'}); use another output_dir or delete it"
+    )
+
+
+def _load_tokenizer(base_model: Path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _load_policy(base_model: Path, device: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    # fp32 on CPU: bf16 autocast gave no training gain there and costs precision.
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    return AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
+
+
+def _base_entry(base_model: Path) -> dict:
+    return {"name": "base", "epoch": 0, "step": 0, "path": str(base_model)}
+
+
+def _checkpoint_entries(output_dir: Path, kept: set[int], config: ProbeConfig) -> list[dict]:
+    entries = []
+    for checkpoint in list_checkpoints(output_dir):
+        if not checkpoint.complete or checkpoint.epoch not in kept or checkpoint.epoch == 0:
+            continue
+        path = checkpoint.path / MERGED_DIR if config.use_lora else checkpoint.path
+        entry = {"name": f"epoch-{checkpoint.epoch}", "epoch": checkpoint.epoch, "step": checkpoint.step,
+                 "path": str(path)}
+        if config.use_lora:
+            entry["adapter_path"] = str(checkpoint.path)
+        entries.append(entry)
+    return entries

@@ -1,0 +1,120 @@
+"""On-disk cache of rollout results, written as they finish, so a killed run resumes.
+
+One folder per *run key* (hash of model fingerprint, sampling settings, verifier spec, prompt
+settings) under the cache root; inside it, append-only JSON-lines logs, one per writing process
+(``results-<pid>.jsonl``), one record per row: ``{"row": <row hash>, "scores": [...], ...}``.
+Each record is written with a single ``write`` and flushed + fsynced; a line cut short by a kill
+is ignored when the cache is read back. The row hash covers what decides the result (the chat
+messages and the ground truth), not the whole row, so fields added by other operators do not
+invalidate it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+
+def stable_hash(payload: Any) -> str:
+    """sha256 hex of the canonical JSON of ``payload``."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def model_fingerprint(model_path: Path) -> dict:
+    """Identity of a model folder: its path and the size + mtime of every file in it.
+
+    A checkpoint rewritten in place gets a new fingerprint (and fresh rollouts).
+    """
+    files = sorted(p for p in model_path.iterdir() if p.is_file())
+    return {
+        "path": str(model_path.resolve()),
+        "files": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files],
+    }
+
+
+class RolloutCache:
+    """Results of one run key: ``get(row_hash)`` and ``put(row_hash, record)``."""
+
+    def __init__(self, root: str | os.PathLike, run_key: dict):
+        self.run_key = run_key
+        self.key_hash = stable_hash(run_key)[:24]
+        self.directory = Path(root).expanduser() / self.key_hash
+        self.directory.mkdir(parents=True, exist_ok=True)
+        key_file = self.directory / "run_key.json"
+        if not key_file.exists():
+            tmp = key_file.with_suffix(f".tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(run_key, indent=2, sort_keys=True, default=str))
+            os.replace(tmp, key_file)
+        self._records: dict[str, dict] = {}
+        self._handle = None
+        self._handle_pid: int | None = None
+        self.reload()
+
+    def reload(self) -> None:
+        """Read every process's log (complete lines only)."""
+        truncated = 0
+        for log in sorted(self.directory.glob("results-*.jsonl")):
+            with open(log, encoding="utf-8") as handle:
+                for line in handle:
+                    if not line.strip():
+                        continue
+                    if not line.endswith("\n"):
+                        truncated += 1  # cut short by a kill: recompute that row
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        truncated += 1
+                        continue
+                    self._records[record["row"]] = record
+        if truncated:
+            logger.warning(f"rollout cache {self.directory}: ignored {truncated} incomplete record(s)")
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def get(self, row_hash: str) -> dict | None:
+        return self._records.get(row_hash)
+
+    def put(self, row_hash: str, record: dict) -> None:
+        record = {"row": row_hash, **record}
+        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+        handle = self._log_handle()
+        handle.write(line)
+        handle.flush()
+        os.fsync(handle.fileno())
+        self._records[row_hash] = record
+
+    def _log_handle(self):
+        # one log per process: forked Data-Juicer workers never interleave their lines
+        if self._handle is None or self._handle_pid != os.getpid():
+            path = self.directory / f"results-{os.getpid()}.jsonl"
+            cut_short = path.is_file() and path.stat().st_size > 0 and not _ends_with_newline(path)
+            self._handle = open(path, "a", encoding="utf-8")
+            self._handle_pid = os.getpid()
+            if cut_short:  # an earlier process with this pid was killed mid-line
+                self._handle.write("\n")
+        return self._handle
+
+    def close(self) -> None:
+        if self._handle is not None and self._handle_pid == os.getpid():
+            self._handle.close()
+        self._handle = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_handle"] = None
+        state["_handle_pid"] = None
+        return state
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"

@@ -1,0 +1,124 @@
+"""Chat messages for a row: the paper's prompt templates, or the row's own chat list.
+
+Templates (appendix of the TrajVal paper):
+
+- ``math``: system "Please reason step by step, and put your final answer within \\boxed{}.",
+  user = the task text.
+- ``logic_arc``, ``logic_ordering``, ``logic_graph``: the paper writes each as one instruction
+  with the task embedded (``{User_Prompt}``); we send that filled text as the user turn. The
+  ordering template also names the category of the items (row key ``category`` by default).
+- ``chat``: the row's prompt already is a list of ``{"role", "content"}`` messages (verl / DAPO /
+  GURU format): passed through unchanged.
+- ``auto``: ``chat`` when the prompt is a message list, else ``math``.
+
+The model's own chat template is applied by :func:`render_prompt` (thinking mode off).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from trajval_ops.validation import TrajvalInputError, get_path
+
+DEFAULT_PROMPT_KEY = "prompt"
+DEFAULT_GROUND_TRUTH_KEY = "reward_model.ground_truth"
+DEFAULT_CATEGORY_KEY = "category"
+
+MATH_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+
+LOGIC_ARC_PROMPT = (
+    "You are a world-class puzzle solver with exceptional pattern recognition skills. Your task "
+    "is to analyze puzzles, spot patterns, and provide direct solutions. Given input-output grid "
+    "pairs as reference examples, carefully observe the patterns to predict the output grid for "
+    "new test input. Each pair follows the same transformation rule. Grids are 2D arrays. Here "
+    "are the input and output grids for the reference examples: {task}. What is the output "
+    "grid? Please put your answer within <answer> and </answer> tags, your final answer should "
+    "be only the output grid (2d array)."
+)
+LOGIC_ORDERING_PROMPT = (
+    "Solve the following puzzle to determine the order of the {category} from left to right. "
+    "{task}. Please put your answer within <answer> and </answer> tags, for example <answer> "
+    "['pigeon', 'sparrow', 'quail'] </answer>."
+)
+LOGIC_GRAPH_PROMPT = (
+    "Given the following list of predicates: {task}. Respond with only the trait of the next "
+    "step. Please put your answer within <answer> and </answer> tags, for example <answer> "
+    "fdebme </answer>."
+)
+
+TEMPLATES = ("auto", "chat", "math", "logic_arc", "logic_ordering", "logic_graph")
+
+
+def build_messages(
+    row: dict,
+    template: str = "auto",
+    prompt_key: str = DEFAULT_PROMPT_KEY,
+    category_key: str = DEFAULT_CATEGORY_KEY,
+) -> list[dict]:
+    """Chat messages for one row.
+
+    :param row: the data row; the prompt is read from ``prompt_key`` (dotted paths allowed).
+    :param template: one of :data:`TEMPLATES`.
+    :param category_key: (logic_ordering) the field naming what is being ordered.
+    :raises TrajvalInputError: missing prompt, or a prompt of the wrong shape for the template.
+    :raises ValueError: unknown template.
+    """
+    if template not in TEMPLATES:
+        raise ValueError(f"unknown prompt template {template!r}; choose one of {TEMPLATES}")
+    prompt = get_path(row, prompt_key, None)
+    if prompt is None:
+        raise TrajvalInputError(f"field '{prompt_key}' (the prompt) is missing")
+    messages = _as_messages(prompt, prompt_key)
+    if template == "auto":
+        template = "chat" if messages is not None else "math"
+    if template == "chat":
+        if messages is None:
+            raise TrajvalInputError(
+                f"field '{prompt_key}' must be a list of chat messages for template 'chat', "
+                f"got {type(prompt).__name__}"
+            )
+        return messages
+    if messages is not None:
+        raise TrajvalInputError(
+            f"field '{prompt_key}' is a chat message list; template {template!r} needs the task "
+            f"text (use template 'chat' or 'auto')"
+        )
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise TrajvalInputError(f"field '{prompt_key}' must be non-empty text, got {prompt!r}")
+    if template == "math":
+        return [{"role": "system", "content": MATH_SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
+    if template == "logic_arc":
+        return [{"role": "user", "content": LOGIC_ARC_PROMPT.format(task=prompt)}]
+    if template == "logic_graph":
+        return [{"role": "user", "content": LOGIC_GRAPH_PROMPT.format(task=prompt)}]
+    category = get_path(row, category_key, None)
+    if not isinstance(category, str) or not category.strip():
+        raise TrajvalInputError(f"field '{category_key}' (what logic_ordering orders) is missing or empty")
+    return [{"role": "user", "content": LOGIC_ORDERING_PROMPT.format(task=prompt, category=category)}]
+
+
+def _as_messages(prompt: Any, prompt_key: str) -> list[dict] | None:
+    """The prompt as a message list when it is one (also as a JSON string), else None."""
+    if isinstance(prompt, str) and prompt.lstrip().startswith("[{"):
+        try:
+            prompt = json.loads(prompt)
+        except ValueError:
+            return None
+    if not isinstance(prompt, (list, tuple)) or not prompt:
+        return None
+    if not all(isinstance(m, dict) for m in prompt):
+        return None
+    for position, message in enumerate(prompt):
+        if not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
+            raise TrajvalInputError(
+                f"field '{prompt_key}' message {position} needs string 'role' and 'content', got {message!r}"
+            )
+    return [{"role": m["role"], "content": m["content"]} for m in prompt]
+
+
+def render_prompt(tokenizer, messages: list[dict]) -> str:
+    """The prompt text for generation, by the tokenizer's chat template (thinking mode off)."""
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )

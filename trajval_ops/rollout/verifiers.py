@@ -1,0 +1,411 @@
+"""Binary rewards for rollouts: ``math`` (math-verify on the last ``\\boxed{}``), ``answer_tag``
+(exact match inside ``<answer>...</answer>``) and ``custom`` (any ``module:function``).
+
+``build_verifier(name, **options)`` returns a :class:`Verifier`; calling it with
+``(completion, ground_truth, row)`` gives a float (1.0/0.0; custom: [0, 1]). Model output never
+hangs the pipeline: each check runs under a time limit, and a pathological completion (huge,
+deeply nested, a check that times out or crashes) scores 0.0 with a logged reason.
+``Verifier.check`` also tells *how* the answer was found (``boxed``, ``last_number``, ``tag``),
+so callers can record how many hits came from a fallback.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import logging
+import multiprocessing
+import re
+import signal
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from loguru import logger
+
+#: Longer completions are not parsed at all (score 0, reason logged).
+DEFAULT_MAX_COMPLETION_CHARS = 100_000
+#: Longer extracted answers (box or tag content) score 0.
+MAX_ANSWER_CHARS = 5_000
+#: Brace / bracket nesting deeper than this scores 0 (sympy and literal_eval recurse on it).
+MAX_NESTING = 40
+DEFAULT_TIMEOUT_S = 5.0
+#: A reason is logged this many times per verifier, then only counted.
+_LOGGED_PER_REASON = 3
+
+
+class CheckTimeout(Exception):
+    """A single verification exceeded its time limit."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of one verification: the score, where the answer came from, why it is 0."""
+
+    score: float
+    method: str | None = None  # "boxed", "last_number", "tag", "custom"; None: no answer found
+    reason: str | None = None  # set when the completion was rejected as pathological
+
+
+class Verifier:
+    """Base class: subclasses implement ``_check``; this class adds the limits and logging."""
+
+    name: str = ""
+
+    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 max_completion_chars: int = DEFAULT_MAX_COMPLETION_CHARS):
+        if timeout_s <= 0:
+            raise ValueError(f"verifier timeout_s must be > 0, got {timeout_s}")
+        self.timeout_s = float(timeout_s)
+        self.max_completion_chars = int(max_completion_chars)
+        self.rejections: Counter[str] = Counter()
+        self._worker: _CheckWorker | None = None
+        self._warned_in_process = False
+
+    @property
+    def spec(self) -> dict:
+        """Name and options, for provenance."""
+        return {"name": self.name, **self._options(), "timeout_s": self.timeout_s,
+                "max_completion_chars": self.max_completion_chars}
+
+    def _options(self) -> dict:
+        return {}
+
+    def __call__(self, completion: str, ground_truth: Any, row: dict | None = None) -> float:
+        return self.check(completion, ground_truth, row).score
+
+    def check(self, completion: str, ground_truth: Any, row: dict | None = None) -> CheckResult:
+        if not isinstance(completion, str):
+            return self._reject(f"completion is {type(completion).__name__}, not str")
+        if len(completion) > self.max_completion_chars:
+            return self._reject(f"completion longer than {self.max_completion_chars} chars")
+        try:
+            result = self._run_limited(completion, ground_truth, row)
+        except CheckTimeout:
+            return self._reject(f"check exceeded {self.timeout_s:g} s")
+        except (RecursionError, MemoryError) as exc:
+            return self._reject(f"check failed: {type(exc).__name__}")
+        if result.reason:
+            return self._reject(result.reason)
+        return result
+
+    def _reject(self, reason: str) -> CheckResult:
+        self.rejections[reason] += 1
+        if self.rejections[reason] <= _LOGGED_PER_REASON:
+            logger.warning(f"verifier {self.name}: score 0, {reason}")
+        return CheckResult(0.0, None, reason)
+
+    def _check(self, completion: str, ground_truth: Any, row: dict | None) -> CheckResult:
+        raise NotImplementedError
+
+    def _run_limited(self, completion, ground_truth, row) -> CheckResult:
+        if multiprocessing.current_process().daemon:
+            # daemonic pool workers may not fork: an alarm interrupts Python code only, so a
+            # check stuck inside C code (sympy on a huge integer) is not cut short here.
+            if not self._warned_in_process:
+                logger.warning(f"verifier {self.name}: running in a daemonic worker, time limit "
+                               "enforced by SIGALRM only (use num_proc=1 or Ray for a hard limit)")
+                self._warned_in_process = True
+            return _with_alarm(self.timeout_s, self._check, completion, ground_truth, row)
+        if self._worker is None:
+            self._worker = _CheckWorker(self._check)
+        try:
+            return self._worker.run(self.timeout_s, completion, ground_truth, row)
+        except CheckTimeout:
+            self._worker = None
+            raise
+
+    def close(self) -> None:
+        """Stop the checking child process (it also stops when this process exits)."""
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_worker"] = None
+        return state
+
+
+class _CheckWorker:
+    """A forked child that runs checks; killed and replaced when one overruns its limit.
+
+    A signal cannot interrupt C code (sympy raising 9**10**9), a separate process can.
+    """
+
+    def __init__(self, check: Callable):
+        context = multiprocessing.get_context("fork")
+        self._conn, child_conn = context.Pipe()
+        self._process = context.Process(target=_serve_checks, args=(child_conn, self._conn, check), daemon=True)
+        self._process.start()
+        child_conn.close()
+
+    def run(self, timeout_s: float, *args) -> CheckResult:
+        self._conn.send(args)
+        if not self._conn.poll(timeout_s):
+            self.kill()
+            raise CheckTimeout()
+        ok, value = self._conn.recv()
+        if not ok:
+            raise value
+        return value
+
+    def kill(self) -> None:
+        self._process.kill()
+        self._process.join()
+        self._conn.close()
+
+
+def _serve_checks(conn, parent_end, check: Callable) -> None:
+    # our copy of the parent's end would keep the pipe open after the parent dies: close it
+    # so recv() sees EOF and this child exits with its parent
+    parent_end.close()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
+    while True:
+        try:
+            args = conn.recv()
+        except EOFError:
+            return
+        try:
+            conn.send((True, check(*args)))
+        except Exception as exc:  # noqa: BLE001 - re-raised in the parent
+            conn.send((False, exc))
+
+
+def _with_alarm(seconds: float, fn: Callable, *args) -> Any:
+    def on_alarm(signum, frame):
+        raise CheckTimeout()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn(*args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# ----------------------------------------------------------------------------- math
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_NUMBER_RE = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (balanced braces, nested boxes allowed), or None."""
+    starts = [m.end() for m in _BOX_RE.finditer(text)]
+    for start in reversed(starts):
+        depth = 1
+        for i in range(start, len(text)):
+            char = text[i]
+            if char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[start:i]
+        # unbalanced (truncated completion): try an earlier box
+    return None
+
+
+def last_number(text: str) -> str | None:
+    """The last number in the text (integers, decimals, thousands separators, a/b)."""
+    matches = _NUMBER_RE.findall(text)
+    return matches[-1].replace(",", "") if matches else None
+
+
+def max_nesting(text: str) -> int:
+    depth = deepest = 0
+    for char in text:
+        if char in "{[(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "}])":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+class MathVerifier(Verifier):
+    """The paper's math reward: the last ``\\boxed{}`` answer checked with math-verify.
+
+    :param fallback_last_number: when the completion has no box, check its last number instead
+        (off in the paper; small models rarely box their answer). Which one was used is
+        reported by :meth:`check` as ``method``.
+    """
+
+    name = "math"
+
+    def __init__(self, fallback_last_number: bool = False, **limits):
+        super().__init__(**limits)
+        self.fallback_last_number = bool(fallback_last_number)
+        import math_verify  # noqa: F401 - imported before the checking child forks, once
+
+        # it warns that its own timeouts are off: ours wraps the whole check instead
+        logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+    def _options(self) -> dict:
+        return {"fallback_last_number": self.fallback_last_number}
+
+    def _check(self, completion, ground_truth, row) -> CheckResult:
+        from math_verify import parse, verify
+
+        # the ground truth is checked first, so a bad one is reported even when no answer is found
+        gold = _parse_gold(parse, ground_truth)
+        if not gold:
+            raise ValueError(f"math-verify cannot parse the ground truth {ground_truth!r}")
+        answer, method = last_boxed(completion), "boxed"
+        if answer is None and self.fallback_last_number:
+            answer, method = last_number(completion), "last_number"
+        if answer is None:
+            return CheckResult(0.0, None)
+        if len(answer) > MAX_ANSWER_CHARS:
+            return CheckResult(0.0, method, f"answer longer than {MAX_ANSWER_CHARS} chars")
+        if max_nesting(answer) > MAX_NESTING:
+            return CheckResult(0.0, method, f"answer nested deeper than {MAX_NESTING}")
+        # our time limit wraps the whole check; math-verify's own alarms would reset it
+        pred = parse(f"\\boxed{{{answer}}}", parsing_timeout=None)
+        if not pred:
+            return CheckResult(0.0, method)
+        return CheckResult(1.0 if verify(gold, pred, timeout_seconds=None) else 0.0, method)
+
+
+def _parse_gold(parse, ground_truth: Any):
+    text = str(ground_truth).strip()
+    if "\\boxed" in text:
+        return parse(text, parsing_timeout=None)
+    return parse(f"\\boxed{{{text}}}", parsing_timeout=None) or parse(f"${text}$", parsing_timeout=None)
+
+
+# ----------------------------------------------------------------------------- answer tag
+
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def last_answer_tag(text: str) -> str | None:
+    matches = _ANSWER_RE.findall(text)
+    return matches[-1] if matches else None
+
+
+class AnswerTagVerifier(Verifier):
+    """The paper's logic reward: exact match of the text inside the last ``<answer>`` tags.
+
+    :param normalize: compare lists and grids by structure, ignoring whitespace and the quote
+        style (``['a', 'b']`` == ``["a","b"]``; ``[[1,2],[3,4]]`` == ``"1 2\\n3 4"``). Off: the
+        stripped text must equal the ground truth (non-string ground truths as Python repr).
+    """
+
+    name = "answer_tag"
+
+    def __init__(self, normalize: bool = False, **limits):
+        super().__init__(**limits)
+        self.normalize = bool(normalize)
+
+    def _options(self) -> dict:
+        return {"normalize": self.normalize}
+
+    def _check(self, completion, ground_truth, row) -> CheckResult:
+        answer = last_answer_tag(completion)
+        if answer is None:
+            return CheckResult(0.0, None)
+        if len(answer) > MAX_ANSWER_CHARS:
+            return CheckResult(0.0, "tag", f"answer longer than {MAX_ANSWER_CHARS} chars")
+        if self.normalize:
+            if max_nesting(answer) > MAX_NESTING:
+                return CheckResult(0.0, "tag", f"answer nested deeper than {MAX_NESTING}")
+            equal = canonical_answer(answer) == canonical_answer(ground_truth)
+        else:
+            gold = ground_truth if isinstance(ground_truth, str) else repr(ground_truth)
+            equal = answer.strip() == gold.strip()
+        return CheckResult(1.0 if equal else 0.0, "tag")
+
+
+def canonical_answer(value: Any) -> Any:
+    """Whitespace- and quote-insensitive form of a list, grid or plain answer."""
+    if isinstance(value, str):
+        value = _parse_structure(value.strip())
+    if isinstance(value, dict):
+        return tuple(sorted((str(k).strip(), canonical_answer(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(canonical_answer(v) for v in value)
+    if isinstance(value, str):
+        return " ".join(value.strip().strip("'\"").split())
+    return str(value)
+
+
+def _parse_structure(text: str) -> Any:
+    if text[:1] in "[({":
+        for loader in (json.loads, ast.literal_eval):
+            try:
+                return loader(text)
+            except (ValueError, SyntaxError, TypeError):
+                continue
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1:  # a grid written as rows of tokens
+        return lines
+    return text
+
+
+# ----------------------------------------------------------------------------- custom
+
+class CustomVerifier(Verifier):
+    """Any ``module:function`` taking ``(completion, ground_truth, row)`` and returning [0, 1].
+
+    An exception raised inside the function scores 0.0 with a logged reason (model output can
+    be anything); a return value outside [0, 1] is a bug in the function and raises.
+    """
+
+    name = "custom"
+
+    def __init__(self, function: str, **limits):
+        super().__init__(**limits)
+        self.function = function
+        self._fn = load_function(function)
+
+    def _options(self) -> dict:
+        return {"function": self.function}
+
+    def _check(self, completion, ground_truth, row) -> CheckResult:
+        try:
+            value = self._fn(completion, ground_truth, row)
+        except (CheckTimeout, RecursionError, MemoryError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - user code on model output; reason is logged
+            return CheckResult(0.0, "custom", f"{self.function} raised {type(exc).__name__}: {exc}")
+        score = float(value)
+        if not 0.0 <= score <= 1.0:
+            raise ValueError(f"custom verifier {self.function} returned {value!r}, outside [0, 1]")
+        return CheckResult(score, "custom")
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_fn")
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._fn = load_function(self.function)
+
+
+def load_function(spec: str) -> Callable:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"custom verifier function must be 'module:function', got {spec!r}")
+    fn = getattr(importlib.import_module(module_name), attr, None)
+    if not callable(fn):
+        raise ValueError(f"custom verifier {spec!r}: {attr!r} is not a callable in {module_name}")
+    return fn
+
+
+_VERIFIERS: dict[str, type[Verifier]] = {
+    MathVerifier.name: MathVerifier,
+    AnswerTagVerifier.name: AnswerTagVerifier,
+    CustomVerifier.name: CustomVerifier,
+}
+
+
+def build_verifier(name: str, **options) -> Verifier:
+    """A verifier by name ("math", "answer_tag", "custom") with its options."""
+    if name not in _VERIFIERS:
+        raise ValueError(f"unknown verifier {name!r}; choose one of {sorted(_VERIFIERS)}")
+    return _VERIFIERS[name](**options)
