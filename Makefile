@@ -12,15 +12,17 @@ $(STAMP): pyproject.toml tools/install.sh
 
 install: $(STAMP)
 
+# The main job: probe -> endpoint rewards -> weights on the embedded default, then a resample.
 demo: install
-	$(VENV)/bin/dj-process --config recipes/score_pool.yaml
-	$(VENV)/bin/dj-process --config recipes/resample_pool.yaml
+	$(VENV)/bin/dj-process --config recipes/demo_trajval.yaml
+	$(VENV)/bin/dj-process --config recipes/resample_pool.yaml \
+		--dataset_path outputs/demo/weighted.jsonl --export_path outputs/demo/resampled.jsonl
 
 test: install
 	$(PY) -m pytest -m "not slow" -q
 
 test-slow: install
-	$(PY) -m pytest -m slow -q
+	$(PY) -m pytest -m slow -q --timeout=1800
 
 bench: install
 	$(PY) tools/bench/bench_score_resample.py
