@@ -34,8 +34,8 @@ def test_failed_write_leaves_previous_file(tmp_path, monkeypatch):
     out = tmp_path / "o.jsonl"
     out.write_text("previous\n")
 
-    def broken(t, p):
-        open(p, "w").write("partial")
+    def broken(t, handle):
+        handle.write(b"partial")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(jsonl_export, "_write_polars", broken)

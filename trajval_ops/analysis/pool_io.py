@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from trajval_ops import core, fields
+from trajval_ops.atomic import atomic_open, iter_jsonl
 from trajval_ops.validation import (
     TrajvalInputError,
     get_path,
@@ -31,40 +31,13 @@ TRAJECTORY_KEY = "accuracies"
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """All rows of a JSONL file; blank lines are skipped, a malformed line is an error."""
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as err:
-                raise TrajvalInputError(f"{path} line {line_no}: malformed JSON ({err})") from None
-            if not isinstance(row, dict):
-                raise TrajvalInputError(f"{path} line {line_no}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
-    return rows
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
+    return list(iter_jsonl(path))
 
 
 def _atomic_write(path: str | os.PathLike, write: Callable[[Any], None], mode: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
-        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as handle:
-            write(handle)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+    with atomic_open(path, mode) as handle:
+        write(handle)
+    return Path(path)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

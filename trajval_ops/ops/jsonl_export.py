@@ -14,23 +14,22 @@ JSON object per line, columns in dataset order, compact separators. Remote paths
 from __future__ import annotations
 
 import functools
-import os
-import tempfile
 
+from trajval_ops.atomic import atomic_open
 from trajval_ops.ops.common import dataset_table
 
 _BATCH_ROWS = 8192
 
 
-def _write_polars(table, path: str) -> None:
+def _write_polars(table, handle) -> None:
     import polars as pl
 
     # One chunk per column first: polars given columns chunked differently (a memory-mapped
     # pool's columns next to freshly appended ones) used >20 GB on a million rows.
-    pl.from_arrow(table.combine_chunks(), rechunk=False).write_ndjson(path)
+    pl.from_arrow(table.combine_chunks(), rechunk=False).write_ndjson(handle)
 
 
-def _write_orjson(table, path: str) -> None:
+def _write_orjson(table, handle) -> None:
     import orjson
     from data_juicer.core.exporter import Exporter
 
@@ -41,33 +40,22 @@ def _write_orjson(table, path: str) -> None:
         return converted
 
     options = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-    with open(path, "wb") as f:
-        for batch in table.to_batches(max_chunksize=_BATCH_ROWS):
-            f.write(b"".join(orjson.dumps(row, default=default, option=options) + b"\n"
-                             for row in batch.to_pylist()))
+    for batch in table.to_batches(max_chunksize=_BATCH_ROWS):
+        handle.write(b"".join(orjson.dumps(row, default=default, option=options) + b"\n"
+                              for row in batch.to_pylist()))
 
 
 def write_jsonl_atomic(table, export_path: str) -> None:
     """Write a pyarrow.Table as JSONL to ``export_path`` atomically."""
     from loguru import logger
 
-    directory = os.path.dirname(os.path.abspath(export_path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".jsonl", dir=directory)
-    os.close(fd)
     try:
-        try:
-            _write_polars(table, tmp)
-        except Exception as error:  # polars cannot take every Arrow type; orjson takes them all
-            logger.info(f"JSONL export: polars could not write this table ({error}); using orjson")
-            _write_orjson(table, tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, export_path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        with atomic_open(export_path, "wb") as handle:
+            _write_polars(table, handle)
+    except Exception as error:  # polars cannot take every Arrow type; orjson takes them all
+        logger.info(f"JSONL export: polars could not write this table ({error}); using orjson")
+        with atomic_open(export_path, "wb") as handle:
+            _write_orjson(table, handle)
 
 
 def install_jsonl_export() -> None:

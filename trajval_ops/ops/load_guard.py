@@ -20,6 +20,7 @@ import functools
 import json
 import os
 
+from trajval_ops.atomic import iter_jsonl
 from trajval_ops.validation import TrajvalInputError
 
 _PLAIN_JSON_SUFFIXES = (".jsonl", ".json")
@@ -40,18 +41,13 @@ def _is_blank(path: str) -> bool:
     return True
 
 
-def first_malformed_line(path: str) -> tuple[int, str] | None:
-    """(1-based line number, parser message) of the first line that is not a JSON object."""
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except ValueError as e:
-                return number, str(e)
-            if not isinstance(value, dict):
-                return number, f"expected a JSON object, got {type(value).__name__}"
+def first_malformed_line(path: str) -> str | None:
+    """The reader's error for the first line that is not a JSON object, or None."""
+    try:
+        for _ in iter_jsonl(path):
+            pass
+    except TrajvalInputError as error:
+        return str(error)
     return None
 
 
@@ -120,9 +116,7 @@ def guard_json_loading() -> None:
                 if path.endswith(".jsonl"):
                     bad = first_malformed_line(path)
                     if bad is not None:
-                        raise TrajvalInputError(
-                            f"{path}: line {bad[0]} (row {bad[0] - 1}) is not valid JSON: {bad[1]}"
-                        ) from error
+                        raise TrajvalInputError(bad) from error
             raise
         check_mixed_type_columns(dataset, files)
         return dataset

@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from trajval_ops.atomic import atomic_open, iter_jsonl
 from trajval_ops.validation import TrajvalInputError
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -27,27 +27,7 @@ def read_rows(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     if path.suffix.lower() in PARQUET_SUFFIXES:
         yield from _read_parquet(path)
     else:
-        yield from _read_jsonl(path)
-
-
-def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    position = 0
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as err:
-                raise TrajvalInputError(
-                    f"{path}: line {line_number} (row {position}) is not valid JSON: {err}"
-                ) from None
-            if not isinstance(row, dict):
-                raise TrajvalInputError(
-                    f"{path}: line {line_number} (row {position}) is a {type(row).__name__}, not a JSON object"
-                )
-            position += 1
-            yield row
+        yield from iter_jsonl(path)
 
 
 def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
@@ -59,51 +39,24 @@ def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict[str, Any]]) -> int:
-    """Write rows as JSONL to a temporary file beside ``path``, then rename it into place.
+    """Write rows as JSONL atomically (see :func:`trajval_ops.atomic.atomic_open`).
 
-    A crash leaves either the old file or the complete new one, never a truncated pool.
     :return: the number of rows written.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     count = 0
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            for row in rows:
-                out.write(json.dumps(row, ensure_ascii=False, default=_json_default))
-                out.write("\n")
-                count += 1
-        _publish(tmp_name, path)
-    except BaseException:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
-        raise
+    with atomic_open(path) as out:
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False, default=_json_default))
+            out.write("\n")
+            count += 1
     return count
 
 
 def write_json_atomic(path: str | os.PathLike, payload: Any) -> None:
     """Write one JSON document atomically (reports)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(payload, out, ensure_ascii=False, indent=2, default=_json_default)
-            out.write("\n")
-        _publish(tmp_name, path)
-    except BaseException:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
-        raise
-
-
-def _publish(tmp_name: str, path: Path) -> None:
-    # mkstemp creates files 0600; give the result the permissions a plain open() would.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_name, 0o666 & ~umask)
-    os.replace(tmp_name, path)
+    with atomic_open(path) as out:
+        json.dump(payload, out, ensure_ascii=False, indent=2, default=_json_default)
+        out.write("\n")
 
 
 def file_sha256(path: str | os.PathLike) -> str:
