@@ -40,8 +40,10 @@ def write_jsonl(path, rows) -> Path:
     return path
 
 
-def dj_process(config: Path | dict, tmp_path: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run the real ``dj-process`` CLI; a dict config is written to a YAML file first."""
+def dj_process(config: Path | dict, tmp_path: Path, *extra: str, timeout: int = 600,
+               env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real ``dj-process`` CLI; a dict config is written to a YAML file first; ``env``
+    adds environment variables."""
     if isinstance(config, dict):
         path = tmp_path / "recipe.yaml"
         path.write_text(yaml.safe_dump(config))
@@ -50,6 +52,7 @@ def dj_process(config: Path | dict, tmp_path: Path, *extra: str, timeout: int = 
     return subprocess.run(
         [str(dj), "--config", str(config), *extra],
         cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
     )
 
 

@@ -1,5 +1,6 @@
 """Verifiers on hand-written completions, limits on pathological ones."""
 
+import os
 import time
 
 import pytest
@@ -100,6 +101,45 @@ def custom_reward(completion, ground_truth, row):
 def slow_reward(completion, ground_truth, row):
     time.sleep(30)
     return 1.0
+
+
+def huge_power_reward(completion, ground_truth, row):
+    return float(9 ** 10 ** 9 > 0)  # minutes inside C code: no signal interrupts it
+
+
+def crashing_reward(completion, ground_truth, row):
+    if completion == "die":
+        os._exit(3)  # the checking process dies without a reply
+    return 1.0
+
+
+def _check_in_daemonic_worker(function):
+    verifier = build_verifier("custom", function=function, timeout_s=1.0)
+    start = time.perf_counter()
+    score = verifier("x", "y")
+    elapsed = time.perf_counter() - start
+    reasons = list(verifier.rejections)
+    verifier.close()
+    return score, elapsed, reasons
+
+
+def test_time_limit_is_hard_inside_daemonic_pool_workers():
+    """Data-Juicer runs mappers in daemonic pool workers when num_proc > 1: the check still runs
+    in a killable child there, so a check stuck in C code is cut off at the limit."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        score, elapsed, reasons = pool.apply(_check_in_daemonic_worker, (f"{__name__}:huge_power_reward",))
+    assert score == 0.0 and elapsed < 10
+    assert reasons == ["check exceeded 1 s"]
+
+
+def test_a_dying_check_scores_zero_and_the_next_check_works():
+    verifier = build_verifier("custom", function=f"{__name__}:crashing_reward", timeout_s=2.0)
+    assert verifier("die", "y") == 0.0
+    assert verifier.rejections["the checking process died"] == 1
+    assert verifier("fine", "y") == 1.0  # a new checking process took over
+    verifier.close()
 
 
 def test_custom_verifier():

