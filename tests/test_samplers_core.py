@@ -84,7 +84,7 @@ def test_trajval_prob_and_weight_give_the_same_stream():
     [
         ([1.0, None, 0.5], "row 1: field 'trajval_weight'"),
         ([1.0, "0.3"], "row 1: field 'trajval_weight' must be a number"),
-        ([0.1, float("nan")], "row 1: field 'trajval_weight' = nan"),
+        ([0.1, float("nan")], "row 1: field 'trajval_weight' is nan"),
         ([0.1, -1.0], "row 1: field 'trajval_weight' = -1.0"),
         ([], "pool is empty"),
         ([0.0, 0.0], "every weight is zero"),

@@ -66,74 +66,71 @@ def row_label(row: Mapping[str, Any], position: int | None, id_key: str | None =
     return "row (no id field; set id_key)"
 
 
-def unit_float_column(
+def value_problem(value: Any, lower: float = 0.0, upper: float | None = None) -> str | None:
+    """What is wrong with one numeric field value (the wording every reader uses), or None.
+
+    Strings are rejected even when they hold a number: a reward written as text is a bug upstream.
+    """
+    if value is None:
+        return "is missing (null)"
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return f"must be a number, got {type(value).__name__} {value!r}"
+    value = float(value)
+    if not math.isfinite(value):
+        return f"is {value}"
+    if upper is not None and not lower <= value <= upper:
+        return f"= {value} is outside [{lower:g}, {upper:g}]"
+    if value < lower:
+        return f"= {value} is not a finite number >= {lower:g}"
+    return None
+
+
+def float_column(
     samples: Mapping[str, Sequence[Any]],
     field: str,
     *,
+    lower: float = 0.0,
+    upper: float | None = None,
     id_key: str | None = None,
     position_offset: int | None = 0,
 ) -> np.ndarray:
-    """Read ``field`` of every row in a batch as floats in [0, 1].
+    """Read ``field`` of every row in a batch (dict of lists) as floats in [lower, upper].
 
+    :param upper: None for no upper bound (weights); 1.0 for rewards and scores.
     :param position_offset: position of the batch's first row in the pool, for messages; None
         when the global position is unknown (the message then relies on the row's id).
-    :raises TrajvalInputError: for a missing field, None, a non-number (strings included: a
-        reward written as text is a bug upstream), NaN/inf, or a value outside [0, 1].
+    :raises TrajvalInputError: naming the first bad row: field absent, None, a non-number,
+        NaN/inf, or a value out of bounds.
     """
-    n = _batch_len(samples)
     if field not in samples:
         # field absent from the whole batch: name the first row.
-        raise TrajvalInputError(
-            f"{_label(samples, 0, id_key, position_offset)}: field '{field}' is missing"
-        )
+        raise TrajvalInputError(f"{_label(samples, 0, id_key, position_offset)}: field '{field}' is missing")
     column = samples[field]
-    out = np.empty(n, dtype=np.float64)
+    out = np.empty(len(column), dtype=np.float64)
     for i, value in enumerate(column):
-        if value is None:
-            raise TrajvalInputError(f"{_label(samples, i, id_key, position_offset)}: field '{field}' is missing (None)")
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise TrajvalInputError(
-                f"{_label(samples, i, id_key, position_offset)}: field '{field}' must be a number "
-                f"in [0, 1], got {type(value).__name__} {value!r}"
-            )
-        value = float(value)
-        if math.isnan(value) or math.isinf(value):
-            raise TrajvalInputError(f"{_label(samples, i, id_key, position_offset)}: field '{field}' is {value}")
-        if not 0.0 <= value <= 1.0:
-            raise TrajvalInputError(
-                f"{_label(samples, i, id_key, position_offset)}: field '{field}' = {value} is outside [0, 1]"
-            )
-        out[i] = value
-    return out
-
-
-def nonnegative_float_column(
-    samples: Mapping[str, Sequence[Any]],
-    field: str,
-    *,
-    id_key: str | None = None,
-    position_offset: int | None = 0,
-) -> np.ndarray:
-    """Read ``field`` as finite floats >= 0 (weights), with the same error contract."""
-    n = _batch_len(samples)
-    if field not in samples:
+        if type(value) is float or type(value) is int:  # the common case, checked in bulk below
+            out[i] = value
+            continue
+        problem = value_problem(value, lower, upper)
+        if problem is not None:
+            earlier = _first_out_of_bounds(out[:i], lower, upper)
+            if earlier is not None:  # report the first bad row, not the first non-number
+                i, problem = earlier, value_problem(out[earlier], lower, upper)
+            raise TrajvalInputError(f"{_label(samples, i, id_key, position_offset)}: field '{field}' {problem}")
+        out[i] = float(value)
+    bad = _first_out_of_bounds(out, lower, upper)
+    if bad is not None:
         raise TrajvalInputError(
-            f"{_label(samples, 0, id_key, position_offset)}: field '{field}' is missing"
+            f"{_label(samples, bad, id_key, position_offset)}: field '{field}' {value_problem(out[bad], lower, upper)}"
         )
-    out = np.empty(n, dtype=np.float64)
-    for i, value in enumerate(samples[field]):
-        if value is None or isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise TrajvalInputError(
-                f"{_label(samples, i, id_key, position_offset)}: field '{field}' must be a number >= 0, "
-                f"got {type(value).__name__} {value!r}"
-            )
-        value = float(value)
-        if not math.isfinite(value) or value < 0:
-            raise TrajvalInputError(
-                f"{_label(samples, i, id_key, position_offset)}: field '{field}' = {value} is not a finite number >= 0"
-            )
-        out[i] = value
     return out
+
+
+def _first_out_of_bounds(values: np.ndarray, lower: float, upper: float | None) -> int | None:
+    bad = ~np.isfinite(values) | (values < lower)
+    if upper is not None:
+        bad |= values > upper
+    return int(np.argmax(bad)) if bad.any() else None
 
 
 def _batch_len(samples: Mapping[str, Sequence[Any]]) -> int:
@@ -174,21 +171,13 @@ def arrow_numeric_column(
             raise TrajvalInputError(f"field '{field}' is missing (the pool is empty)")
         fail(0, "is missing")
     column = table.column(field)
-    if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
+    if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)) or column.null_count:
         for position, value in enumerate(column.to_pylist()):
-            if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-                fail(position, f"must be a number, got {type(value).__name__} {value!r}")
-    if column.null_count:
-        fail(int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0]), "is missing (null)")
+            problem = value_problem(value, lower, upper)
+            if problem is not None:
+                fail(position, problem)
     values = np.asarray(column.to_numpy(), dtype=np.float64)
-    bad = ~np.isfinite(values) | (values < lower)
-    if upper is not None:
-        bad |= values > upper
-    if bad.any():
-        position = int(np.flatnonzero(bad)[0])
-        value = values[position]
-        if not np.isfinite(value):
-            fail(position, f"is {value}")
-        bounds = f"outside [{lower:g}, {upper:g}]" if upper is not None else f"not a finite number >= {lower:g}"
-        fail(position, f"= {value} is {bounds}")
+    bad = _first_out_of_bounds(values, lower, upper)
+    if bad is not None:
+        fail(bad, value_problem(values[bad], lower, upper))
     return values

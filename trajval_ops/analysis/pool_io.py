@@ -17,13 +17,7 @@ import numpy as np
 
 from trajval_ops import core, fields
 from trajval_ops.atomic import atomic_open, iter_jsonl
-from trajval_ops.validation import (
-    TrajvalInputError,
-    get_path,
-    nonnegative_float_column,
-    row_label,
-    unit_float_column,
-)
+from trajval_ops.validation import TrajvalInputError, float_column, get_path, row_label
 
 #: Default field of a dense trajectory row: the list of per-checkpoint accuracies.
 TRAJECTORY_KEY = "accuracies"
@@ -99,18 +93,13 @@ def row_ids(rows: Sequence[Mapping], id_key: str | None = None) -> list:
     return ids
 
 
-def float_column(rows: Sequence[Mapping], field: str, id_key: str | None = None) -> np.ndarray:
-    """``field`` of every row as floats in [0, 1] (errors name the row and the field)."""
+def rows_column(rows: Sequence[Mapping], field: str, id_key: str | None = None,
+                upper: float | None = 1.0) -> np.ndarray:
+    """``field`` (a dotted path) of every row as floats in [0, upper]; ``upper=None`` for weights.
+    Errors name the row and the field."""
     samples = _id_columns(rows, id_key)
     samples[field] = [get_path(row, field, None) for row in rows]
-    return unit_float_column(samples, field, id_key=id_key)
-
-
-def nonnegative_column(rows: Sequence[Mapping], field: str, id_key: str | None = None) -> np.ndarray:
-    """``field`` of every row as finite floats >= 0 (weights)."""
-    samples = _id_columns(rows, id_key)
-    samples[field] = [get_path(row, field, None) for row in rows]
-    return nonnegative_float_column(samples, field, id_key=id_key)
+    return float_column(samples, field, upper=upper, id_key=id_key)
 
 
 def provenance_eps_alpha(rows: Sequence[Mapping], provenance_key: str = fields.SCORE_PROVENANCE) -> dict:
@@ -156,8 +145,8 @@ def pool_columns(
     core.check_alpha_eps(alpha, eps)
     out: dict = {
         "id": row_ids(rows, id_key),
-        "r_early": float_column(rows, r_early_key, id_key),
-        "r_late": float_column(rows, r_late_key, id_key),
+        "r_early": rows_column(rows, r_early_key, id_key),
+        "r_late": rows_column(rows, r_late_key, id_key),
         "alpha": alpha,
         "eps": eps,
         "computed": [],
@@ -175,12 +164,12 @@ def pool_columns(
         return not missing
 
     if present(score_key):
-        out["score"] = float_column(rows, score_key, id_key)
+        out["score"] = rows_column(rows, score_key, id_key)
     else:
         out["score"] = core.learnability_score(out["r_early"], out["r_late"])
         out["computed"].append("score")
     if present(weight_key):
-        out["weight"] = nonnegative_column(rows, weight_key, id_key)
+        out["weight"] = rows_column(rows, weight_key, id_key, upper=None)
     else:
         out["weight"] = core.sampling_weight(out["score"], alpha, eps)
         out["computed"].append("weight")

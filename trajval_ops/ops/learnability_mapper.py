@@ -13,7 +13,7 @@ from typing_extensions import Annotated
 from trajval_ops import __version__, core, fields
 from trajval_ops.ops.common import dataset_table, safe_op_kwargs, table_to_dataset
 from trajval_ops.summary import log_weight_summary
-from trajval_ops.validation import TrajvalInputError, arrow_numeric_column, unit_float_column
+from trajval_ops.validation import TrajvalInputError, arrow_numeric_column, float_column
 
 OP_NAME = "trajval_learnability_mapper"
 
@@ -126,7 +126,7 @@ class TrajvalLearnabilityMapper(Mapper):
         offset = indices[0] if indices else (0 if indices is not None else None)
 
         def read(key):
-            return unit_float_column(samples, key, id_key=self.id_key, position_offset=offset)
+            return float_column(samples, key, upper=1.0, id_key=self.id_key, position_offset=offset)
 
         n_rows = len(next(iter(samples.values()), []))
         for name, values in self.score_columns(read)[2].items():

@@ -22,7 +22,7 @@ import numpy as np
 
 from trajval_ops.core import normalize
 from trajval_ops.fields import WEIGHT
-from trajval_ops.validation import TrajvalInputError, nonnegative_float_column
+from trajval_ops.validation import TrajvalInputError, float_column
 
 STATE_VERSION = 1
 #: Pool size from which draws use the guide table.
@@ -43,7 +43,7 @@ def weights_from_column(column: Sequence[Any], field: str = WEIGHT) -> np.ndarra
     weights = np.asarray(values)
     clean = weights.dtype.kind in "fiu" and np.isfinite(weights).all() and (weights >= 0).all()
     if not clean:  # slow path only to name the first bad row
-        weights = nonnegative_float_column({field: list(values)}, field)
+        weights = float_column({field: list(values)}, field)
     weights = weights.astype(np.float64, copy=False)
     if not weights.sum() > 0:
         raise TrajvalInputError(f"field '{field}': every weight is zero, no row can be sampled")
