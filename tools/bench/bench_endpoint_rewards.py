@@ -5,8 +5,8 @@
    prompts, seeds and chunks, so the same sampling work; overhead = prompting, verification,
    cache writes and bookkeeping, as a fraction of the engine's generate time;
 3. (``--dj-process``) the operator through ``dj-process`` on the same pool: wall time including
-   Data-Juicer start-up and model load, and the operator's own time there without the model
-   start-up, as a ratio to the raw generate time of step 1.
+   Data-Juicer start-up and model load, and the operator's own time there without the engine's
+   start and stop, as a ratio to the raw generate time of step 1.
 
     python tools/bench/bench_endpoint_rewards.py --engine transformers --rows 16 --n 8
     /work/venv-vllm/bin/python tools/bench/bench_endpoint_rewards.py --engine vllm --rows 16 --n 8
@@ -128,15 +128,17 @@ def run_dj_process(args, rows, workdir: Path, raw_s: float) -> dict:
     wall = time.perf_counter() - start
     if result.returncode != 0:
         raise SystemExit(f"dj-process failed:\n{result.stderr[-3000:]}")
-    log = result.stdout + result.stderr
-    model_start_s = float(re.search(r" engine: .*\((?:started|loaded) in ([\d.]+) s", log).group(1))
-    operator_s = float(re.search(r"\[acc\]: done, .* in ([\d.]+) s", log).group(1))
+    done = re.search(r"\[acc\]: done, .* in ([\d.]+) s .*engine start ([\d.]+) s, stop ([\d.]+) s",
+                     result.stdout + result.stderr)
+    operator_s, start_s, stop_s = (float(x) for x in done.groups())
+    sampling_s = operator_s - start_s - stop_s
     completions = args.rows * args.n
     return {"dj_process_wall_s": round(wall, 1),
             "dj_process_completions_per_s": round(completions / wall, 2),
-            "dj_process_model_start_s": model_start_s,
-            "dj_process_operator_s_without_model_start": round(operator_s - model_start_s, 2),
-            "dj_process_operator_vs_raw_generate": round((operator_s - model_start_s) / raw_s, 3)}
+            "dj_process_engine_start_s": start_s, "dj_process_engine_stop_s": stop_s,
+            "dj_process_operator_s_without_engine_start_stop": round(sampling_s, 2),
+            "dj_process_completions_per_s_without_engine_start_stop": round(completions / sampling_s, 2),
+            "dj_process_operator_vs_raw_generate": round(sampling_s / raw_s, 3)}
 
 
 if __name__ == "__main__":

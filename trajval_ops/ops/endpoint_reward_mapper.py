@@ -328,7 +328,7 @@ class TrajvalEndpointRewardMapper(Mapper):
         try:
             result = super().run(dataset, exporter=exporter, tracer=tracer)
         finally:
-            self.release()
+            engine_start_s, engine_stop_s = self.release()
         elapsed = time.perf_counter() - start
         rates = result[self.output_key] if len(result) else []
         mean = sum(rates) / len(rates) if rates else float("nan")
@@ -336,21 +336,29 @@ class TrajvalEndpointRewardMapper(Mapper):
         logger.info(
             f"{OP_NAME} [{self.output_key}]: done, {len(rates)} rows x n={self.sampling.n} in {elapsed:.1f} s "
             f"({len(rates) * self.sampling.n / max(elapsed, 1e-9):.1f} completions/s overall, cached rows "
-            f"included); mean pass rate {mean:.3f}, {between} rows strictly between 0 and 1"
+            f"included; engine start {engine_start_s:.1f} s, stop {engine_stop_s:.1f} s); mean pass rate "
+            f"{mean:.3f}, {between} rows strictly between 0 and 1"
         )
         return result
 
-    def release(self) -> None:
-        """Free the model, close the cache log, the progress bar and the verifier's child."""
+    def release(self) -> tuple[float, float]:
+        """Free the model, close the cache log, the progress bar and the verifier's child.
+
+        Returns the seconds the engine took to start and to stop (0 without an engine: every
+        row came from the cache, or a worker process held it)."""
         if self._progress is not None:
             self._progress.close()
         if self._cache is not None:
             self._cache.close()
         self.verifier.close()
         engine = _LIVE_ENGINES.pop(self._token, None)
+        start_s = stop_s = 0.0
         if engine is not None:
+            start = time.perf_counter()
             engine.shutdown()
+            start_s, stop_s = engine.startup_s, time.perf_counter() - start
         self._engine = self._cache = self._progress = self._provenance = None
         import gc
 
         gc.collect()
+        return start_s, stop_s

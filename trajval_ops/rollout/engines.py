@@ -59,9 +59,13 @@ class RolloutEngine(Protocol):
     name: str
     tokenizer: object  # a Hugging Face tokenizer with the model's chat template
     generated_tokens: int  # completion tokens produced so far (for throughput figures)
+    startup_s: float  # seconds the engine took to load the model and start
 
     def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:
         """``sampling.n`` completions for each rendered prompt, in prompt order."""
+
+    def shutdown(self) -> None:
+        """Free the model and stop any process the engine started."""
 
 
 def derive_seed(seed: int, *parts: str) -> int:
@@ -106,8 +110,8 @@ class TransformersEngine:
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model.to(device).eval()
         self.generated_tokens = 0
-        logger.info(f"transformers engine: {model_path} on {device} in {dtype} "
-                    f"(loaded in {time.perf_counter() - start:.1f} s)")
+        self.startup_s = time.perf_counter() - start
+        logger.info(f"transformers engine: {model_path} on {device} in {dtype} (loaded in {self.startup_s:.1f} s)")
 
     def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:
         import torch
@@ -196,8 +200,9 @@ class VllmEngine:
         self._process = VllmProcess(model_path, dtype, llm_kwargs)
         self.dtype = self._process.dtype
         self.generated_tokens = 0
+        self.startup_s = time.perf_counter() - start
         logger.info(f"vllm engine: {model_path} in {self.dtype}, eager={enforce_eager}, "
-                    f"max_model_len={max_model_len} (started in {time.perf_counter() - start:.1f} s, "
+                    f"max_model_len={max_model_len} (started in {self.startup_s:.1f} s, "
                     f"of which vllm.LLM {self._process.startup_s:.1f} s; process {self._process.pid})")
 
     def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:
