@@ -5,8 +5,9 @@
    prompts, seeds and chunks, so the same sampling work; overhead = prompting, verification,
    cache writes and bookkeeping, as a fraction of the engine's generate time;
 3. (``--dj-process``) the operator through ``dj-process`` on the same pool: wall time including
-   Data-Juicer start-up and model load, and the operator's own time there without the engine's
-   start and stop, as a ratio to the raw generate time of step 1.
+   Data-Juicer start-up and model load, and from the worker's log the operator's throughput
+   there (process_batched time without the engine start) against its generate time and
+   against the raw generate of step 1.
 
     python tools/bench/bench_endpoint_rewards.py --engine transformers --rows 16 --n 8
     /work/venv-vllm/bin/python tools/bench/bench_endpoint_rewards.py --engine vllm --rows 16 --n 8
@@ -101,8 +102,7 @@ def main() -> None:
 
 
 def run_dj_process(args, rows, workdir: Path, raw_s: float) -> dict:
-    """Wall time of dj-process, and the operator's own time in it without the model start-up
-    (from its log lines), against the raw generate time measured above."""
+    """Wall time of dj-process and, from the operator's log lines, its throughput there."""
     import re
 
     import yaml
@@ -128,18 +128,19 @@ def run_dj_process(args, rows, workdir: Path, raw_s: float) -> dict:
     wall = time.perf_counter() - start
     if result.returncode != 0:
         raise SystemExit(f"dj-process failed:\n{result.stderr[-3000:]}")
-    done = re.search(r"\[acc\]: done, .* in ([\d.]+) s .*engine start ([\d.]+) s, stop ([\d.]+) s",
-                     result.stdout + result.stderr)
-    operator_s, start_s, stop_s = (float(x) for x in done.groups())
-    sampling_s = operator_s - start_s - stop_s
-    completions = args.rows * args.n
+    log = result.stdout + result.stderr
+    engine_start_s = float(re.search(r" engine: .*\((?:started|loaded) in ([\d.]+) s", log).group(1))
+    # the worker's last batch line: completions so far, seconds in generate and in the operator
+    *_, last = re.finditer(r"\[acc\]: batch of .* so far (\d+) completions, ([\d.]+) s in generate, "
+                           r"([\d.]+) s in the operator", log)
+    completions, generate_s, operator_s = int(last.group(1)), float(last.group(2)), float(last.group(3))
     return {"dj_process_wall_s": round(wall, 1),
-            "dj_process_completions_per_s": round(completions / wall, 2),
-            "dj_process_engine_start_s": start_s, "dj_process_engine_stop_s": stop_s,
-            "dj_process_operator_s_without_engine_start_stop": round(sampling_s, 2),
-            "dj_process_completions_per_s_without_engine_start_stop": round(completions / sampling_s, 2),
-            "dj_process_operator_vs_raw_generate": round(sampling_s / raw_s, 3)}
-
+            "dj_process_completions_per_s_wall": round(completions / wall, 2),
+            "dj_process_engine_start_s": engine_start_s,
+            "dj_process_operator_s": operator_s, "dj_process_generate_s": generate_s,
+            "dj_process_operator_completions_per_s": round(completions / operator_s, 2),
+            "dj_process_operator_overhead_vs_its_generate": round((operator_s - generate_s) / generate_s, 4),
+            "dj_process_operator_time_vs_raw_generate": round(operator_s / raw_s, 3)}
 
 if __name__ == "__main__":
     main()

@@ -21,8 +21,10 @@ from trajval_ops.validation import TrajvalInputError, batch_row, get_path, row_l
 
 OP_NAME = "trajval_endpoint_reward_mapper"
 
-#: Engines loaded in this process, by operator instance token: datasets.map runs a copy of the
-#: operator, so the instance that finishes the run finds the copy's engine here to shut it down.
+#: Engines loaded in this process, by operator instance token: when the map runs in this
+#: process it runs a copy of the operator, and the instance that finishes the run finds the
+#: copy's engine here to shut it down. (datasets runs ``num_proc=1`` in one worker process: that
+#: worker's engine ends with the worker, vLLM's because its child sees the worker gone.)
 _LIVE_ENGINES: dict = {}
 
 
@@ -163,7 +165,8 @@ class TrajvalEndpointRewardMapper(Mapper):
         self._model_path = None
         self._provenance = None
         self._progress = None
-        self._stats = {"completions": 0, "generate_s": 0.0}
+        # sampling figures of this worker: operator_s is process_batched time without engine start
+        self._stats = {"completions": 0, "generate_s": 0.0, "operator_s": 0.0, "engine_start_s": 0.0}
         self._rows_seen = 0
         self._token = uuid.uuid4().hex
 
@@ -202,6 +205,7 @@ class TrajvalEndpointRewardMapper(Mapper):
             from trajval_ops.rollout.engines import build_engine
 
             self._engine = build_engine(self.engine_kind, self._model_path, **self.engine_options)
+            self._stats["engine_start_s"] += self._engine.startup_s
             _LIVE_ENGINES[self._token] = self._engine
         return self._engine
 
@@ -218,6 +222,7 @@ class TrajvalEndpointRewardMapper(Mapper):
         n_rows = len(next(iter(samples.values()), []))
         if n_rows == 0:
             return samples
+        batch_start, engine_start_before = time.perf_counter(), self._stats["engine_start_s"]
         rows = [batch_row(samples, i) for i in range(n_rows)]
         # global positions are known when one process sees every batch in order
         offset = self._rows_seen if self.num_proc in (None, 1) else None
@@ -245,10 +250,16 @@ class TrajvalEndpointRewardMapper(Mapper):
         samples[self.output_key] = [sum(r["scores"]) / len(r["scores"]) for r in results]
         samples[f"{self.output_key}_n"] = [len(r["scores"]) for r in results]
         samples[f"{self.output_key}_provenance"] = [self._row_provenance(r) for r in results]
+        self._stats["operator_s"] += (time.perf_counter() - batch_start
+                                      - (self._stats["engine_start_s"] - engine_start_before))
         if missing:
-            rate = self._stats["completions"] / max(self._stats["generate_s"], 1e-9)
-            logger.info(f"{OP_NAME} [{self.output_key}]: batch of {n_rows} rows, {len(missing)} sampled "
-                        f"({rate:.1f} completions/s in generate so far), {n_rows - len(missing)} from the cache")
+            completions = self._stats["completions"]
+            logger.info(
+                f"{OP_NAME} [{self.output_key}]: batch of {n_rows} rows, {len(missing)} sampled, "
+                f"{n_rows - len(missing)} from the cache; so far {completions} completions, "
+                f"{self._stats['generate_s']:.2f} s in generate, {self._stats['operator_s']:.2f} s in "
+                f"the operator ({completions / max(self._stats['operator_s'], 1e-9):.2f} completions/s)"
+            )
         return samples
 
     def _row_provenance(self, result: dict) -> dict:
@@ -328,7 +339,7 @@ class TrajvalEndpointRewardMapper(Mapper):
         try:
             result = super().run(dataset, exporter=exporter, tracer=tracer)
         finally:
-            engine_start_s, engine_stop_s = self.release()
+            self.release()
         elapsed = time.perf_counter() - start
         rates = result[self.output_key] if len(result) else []
         mean = sum(rates) / len(rates) if rates else float("nan")
@@ -336,29 +347,24 @@ class TrajvalEndpointRewardMapper(Mapper):
         logger.info(
             f"{OP_NAME} [{self.output_key}]: done, {len(rates)} rows x n={self.sampling.n} in {elapsed:.1f} s "
             f"({len(rates) * self.sampling.n / max(elapsed, 1e-9):.1f} completions/s overall, cached rows "
-            f"included; engine start {engine_start_s:.1f} s, stop {engine_stop_s:.1f} s); mean pass rate "
-            f"{mean:.3f}, {between} rows strictly between 0 and 1"
+            f"included); mean pass rate {mean:.3f}, {between} rows strictly between 0 and 1"
         )
         return result
 
-    def release(self) -> tuple[float, float]:
+    def release(self) -> None:
         """Free the model, close the cache log, the progress bar and the verifier's child.
 
-        Returns the seconds the engine took to start and to stop (0 without an engine: every
-        row came from the cache, or a worker process held it)."""
+        Data-Juicer may run the map in a worker process: the worker's engine then stops when the
+        worker ends (its finalizer, or for vLLM its child noticing the parent is gone)."""
         if self._progress is not None:
             self._progress.close()
         if self._cache is not None:
             self._cache.close()
         self.verifier.close()
         engine = _LIVE_ENGINES.pop(self._token, None)
-        start_s = stop_s = 0.0
         if engine is not None:
-            start = time.perf_counter()
             engine.shutdown()
-            start_s, stop_s = engine.startup_s, time.perf_counter() - start
         self._engine = self._cache = self._progress = self._provenance = None
         import gc
 
         gc.collect()
-        return start_s, stop_s
