@@ -5,7 +5,7 @@ import sys
 import textwrap
 import time
 
-from trajval_ops.rollout.vllm_process import end_group, group_members
+from trajval_ops.rollout.vllm_process import end_group, group_members, wait_for_group
 
 # a session leader that starts a grandchild (as vLLM starts its engine core), then waits
 _LEADER = textwrap.dedent("""
@@ -68,3 +68,15 @@ def test_an_empty_group_is_a_no_op():
     end_group(leader.pid)
     leader.wait(5)
     assert end_group(leader.pid) == 0
+
+
+def test_wait_for_group_returns_when_the_group_is_gone_or_times_out():
+    leader = _leader("plain")
+    try:
+        start = time.monotonic()
+        assert wait_for_group(leader.pid, timeout_s=0.5) is False
+        assert 0.5 <= time.monotonic() - start < 3
+    finally:
+        end_group(leader.pid)
+        leader.wait(5)
+    assert wait_for_group(leader.pid, timeout_s=0.5) is True

@@ -208,6 +208,10 @@ class TrajvalEndpointRewardMapper(Mapper):
             self._engine = build_engine(self.engine_kind, self._model_path, **self.engine_options)
             self._stats["engine_start_s"] += time.perf_counter() - start
             _LIVE_ENGINES[self._token] = self._engine
+            pgid = getattr(self._engine, "process_group", None)
+            if pgid is not None:  # so the main process can wait for it at the end of the run
+                with open(self._process_group_file(), "a") as handle:
+                    handle.write(f"{pgid}\n")
         return self._engine
 
     def __getstate__(self):
@@ -352,6 +356,28 @@ class TrajvalEndpointRewardMapper(Mapper):
         )
         return result
 
+    def _process_group_file(self):
+        import tempfile
+        from pathlib import Path
+
+        folder = Path(tempfile.gettempdir()) / "trajval_ops"
+        folder.mkdir(exist_ok=True)
+        return folder / f"engine-groups-{self._token}.txt"
+
+    def _end_worker_engines(self) -> None:
+        """Wait for the process groups of engines that worker processes started (vLLM's child
+        stops its group when the worker ends), and end what is left: the run is over only when
+        they are gone."""
+        from trajval_ops.rollout.vllm_process import end_group, wait_for_group
+
+        path = self._process_group_file()
+        if not path.exists():
+            return
+        for pgid in {int(line) for line in path.read_text().split()}:
+            if not wait_for_group(pgid):
+                end_group(pgid)
+        path.unlink()
+
     def release(self) -> None:
         """Free the model, close the cache log, the progress bar and the verifier's child.
 
@@ -365,6 +391,7 @@ class TrajvalEndpointRewardMapper(Mapper):
         engine = _LIVE_ENGINES.pop(self._token, None)
         if engine is not None:
             engine.shutdown()
+        self._end_worker_engines()
         self._engine = self._cache = self._progress = self._provenance = None
         import gc
 

@@ -218,6 +218,11 @@ class VllmEngine:
         self.generated_tokens += tokens
         return texts
 
+    @property
+    def process_group(self) -> int:
+        """The process group holding vLLM's processes (ended by :meth:`shutdown`)."""
+        return self._process.pid
+
     def shutdown(self) -> None:
         """Stop vLLM and every process it started."""
         self._process.stop()

@@ -58,6 +58,16 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def wait_for_group(pgid: int, timeout_s: float = STOP_GRACE_S) -> bool:
+    """Wait until the process group has no live process; False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while group_members(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def end_group(pgid: int, exclude: int | None = None, term_grace_s: float = TERM_GRACE_S) -> int:
     """SIGTERM every live process of the group (but ``exclude``), SIGKILL what is left after
     ``term_grace_s``. Returns how many processes had to be signalled."""
