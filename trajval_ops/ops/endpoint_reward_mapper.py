@@ -24,7 +24,7 @@ OP_NAME = "trajval_endpoint_reward_mapper"
 #: Engines loaded in this process, by operator instance token: when the map runs in this
 #: process it runs a copy of the operator, and the instance that finishes the run finds the
 #: copy's engine here to shut it down. (datasets runs ``num_proc=1`` in one worker process: that
-#: worker's engine ends with the worker, vLLM's because its child sees the worker gone.)
+#: worker's engine ends with the worker; see ``_end_worker_engines``.)
 _LIVE_ENGINES: dict = {}
 
 
@@ -382,7 +382,8 @@ class TrajvalEndpointRewardMapper(Mapper):
         """Free the model, close the cache log, the progress bar and the verifier's child.
 
         Data-Juicer may run the map in a worker process: the worker's engine then stops when the
-        worker ends (its finalizer, or for vLLM its child noticing the parent is gone)."""
+        worker ends (vLLM's child notices its parent is gone), and this waits until the
+        engine's process group is gone, ending what is left after a grace period."""
         if self._progress is not None:
             self._progress.close()
         if self._cache is not None:
