@@ -48,16 +48,15 @@ def live_processes_tagged(tag: str) -> list[int]:
     process a tagged command started, however deep, inherits the variable."""
     from pathlib import Path
 
+    from trajval_ops.rollout.vllm_process import live_processes
+
     needle = f"TRAJVAL_TEST_TAG={tag}".encode()
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid, _ in live_processes():
         try:
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            environ = (entry / "environ").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
-            continue
-        if state not in ("Z", "X") and needle in environ.split(b"\0"):
-            found.append(int(entry.name))
+            continue  # exited meanwhile
+        if needle in environ.split(b"\0"):
+            found.append(pid)
     return found

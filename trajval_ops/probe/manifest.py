@@ -10,9 +10,10 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
+
+from trajval_ops.atomic import atomic_open
 
 FORMAT = "trajval-probe-manifest/1"
 MANIFEST_NAME = "manifest.json"
@@ -45,21 +46,12 @@ def config_hash(payload: Mapping[str, Any]) -> str:
 
 def write_manifest(output_dir: str | os.PathLike, manifest: Mapping[str, Any]) -> Path:
     """Write ``manifest`` to ``<output_dir>/manifest.json`` atomically (tmp file + os.replace)."""
-    directory = Path(output_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / MANIFEST_NAME
-    fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, indent=2, sort_keys=False)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    target = Path(output_dir) / MANIFEST_NAME
+    with atomic_open(target) as handle:
+        json.dump(manifest, handle, indent=2, sort_keys=False)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())  # the checkpoints it names are on disk: so is the manifest
     return target
 
 

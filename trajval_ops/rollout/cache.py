@@ -19,6 +19,8 @@ from typing import Any
 
 from loguru import logger
 
+from trajval_ops.atomic import atomic_open
+
 
 def stable_hash(payload: Any) -> str:
     """sha256 hex of the canonical JSON of ``payload``."""
@@ -31,10 +33,10 @@ def model_fingerprint(model_path: Path) -> dict:
 
     A checkpoint rewritten in place gets a new fingerprint (and fresh rollouts).
     """
-    files = sorted(p for p in model_path.iterdir() if p.is_file())
+    files = sorted((p.name, p.stat()) for p in model_path.iterdir() if p.is_file())
     return {
         "path": str(model_path.resolve()),
-        "files": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files],
+        "files": [[name, stat.st_size, stat.st_mtime_ns] for name, stat in files],
     }
 
 
@@ -48,9 +50,8 @@ class RolloutCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         key_file = self.directory / "run_key.json"
         if not key_file.exists():
-            tmp = key_file.with_suffix(f".tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(run_key, indent=2, sort_keys=True, default=str))
-            os.replace(tmp, key_file)
+            with atomic_open(key_file) as handle:
+                handle.write(json.dumps(run_key, indent=2, sort_keys=True, default=str))
         self._records: dict[str, dict] = {}
         self._handle = None
         self._handle_pid: int | None = None

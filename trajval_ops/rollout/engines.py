@@ -110,8 +110,8 @@ class TransformersEngine:
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model.to(device).eval()
         self.generated_tokens = 0
-        self.startup_s = time.perf_counter() - start
-        logger.info(f"transformers engine: {model_path} on {device} in {dtype} (loaded in {self.startup_s:.1f} s)")
+        logger.info(f"transformers engine: {model_path} on {device} in {dtype} "
+                    f"(loaded in {time.perf_counter() - start:.1f} s)")
 
     def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:
         import torch
@@ -200,9 +200,8 @@ class VllmEngine:
         self._process = VllmProcess(model_path, dtype, llm_kwargs)
         self.dtype = self._process.dtype
         self.generated_tokens = 0
-        self.startup_s = time.perf_counter() - start
         logger.info(f"vllm engine: {model_path} in {self.dtype}, eager={enforce_eager}, "
-                    f"max_model_len={max_model_len} (started in {self.startup_s:.1f} s, "
+                    f"max_model_len={max_model_len} (started in {time.perf_counter() - start:.1f} s, "
                     f"of which vllm.LLM {self._process.startup_s:.1f} s; process {self._process.pid})")
 
     def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:

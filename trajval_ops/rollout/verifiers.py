@@ -372,7 +372,7 @@ class CustomVerifier(Verifier):
     def _check(self, completion, ground_truth, row) -> CheckResult:
         try:
             value = self._fn(completion, ground_truth, row)
-        except (CheckTimeout, RecursionError, MemoryError):
+        except (RecursionError, MemoryError):  # the base class scores these 0 with a reason
             raise
         except Exception as exc:  # noqa: BLE001 - user code on model output; reason is logged
             return CheckResult(0.0, "custom", f"{self.function} raised {type(exc).__name__}: {exc}")

@@ -24,6 +24,7 @@ import traceback
 import weakref
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Iterator
 
 from loguru import logger
 
@@ -41,9 +42,8 @@ class VllmProcessError(RuntimeError):
     """The vLLM child failed or died while serving a request."""
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, from /proc."""
-    members = []
+def live_processes() -> Iterator[tuple[int, int]]:
+    """(pid, process group) of every live (non-zombie) process, from /proc."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -53,9 +53,13 @@ def group_members(pgid: int) -> list[int]:
             continue  # exited meanwhile
         # fields after the parenthesised command: state ppid pgrp ...
         state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
-        if int(pgrp) == pgid and state not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
+        if state not in ("Z", "X"):
+            yield int(entry.name), int(pgrp)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group."""
+    return [pid for pid, pgrp in live_processes() if pgrp == pgid]
 
 
 def wait_for_group(pgid: int, timeout_s: float = STOP_GRACE_S) -> bool:
