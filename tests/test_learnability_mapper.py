@@ -105,7 +105,7 @@ def test_bad_parameters():
         TrajvalLearnabilityMapper(early_window_keys=[])
 
 
-def test_text_reward_column_refused_before_processing():
+def test_text_reward_column_is_refused_naming_the_row():
     rows = [{"trajval_r_early": "0.5", "trajval_r_late": 0.5}]
-    with pytest.raises(TrajvalInputError, match="field 'trajval_r_early' must hold numbers"):
+    with pytest.raises(TrajvalInputError, match="row 0: field 'trajval_r_early' must be a number, got str '0.5'"):
         run(rows)

@@ -31,7 +31,10 @@ def test_epochs_differ_and_replicas_partition_the_same_stream():
 
 
 def test_stateful_dataloader_resumes_mid_epoch():
-    from torchdata.stateful_dataloader import StatefulDataLoader
+    stateful = pytest.importorskip(
+        "torchdata.stateful_dataloader",
+        reason="needs torchdata (installed with TRAJVAL_WITH_TRAINERS=1; see docs/downstream.md)")
+    StatefulDataLoader = stateful.StatefulDataLoader
 
     w = np.random.default_rng(0).random(60) + 0.05
 

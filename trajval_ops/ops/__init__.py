@@ -2,14 +2,21 @@
 
 Data-Juicer imports this module through the ``data_juicer.ops`` entry point; importing an
 operator module registers it. Keep module-level imports light: heavy libraries load lazily.
+An unsupported Data-Juicer release stops the plugin here with a message saying which releases
+are supported (Data-Juicer logs it and skips the plugin).
 """
 
-from trajval_ops.ops import learnability_mapper, weighted_resampler  # noqa: F401
-from trajval_ops.ops import probe_trainer  # noqa: F401
-from trajval_ops.ops import endpoint_reward_mapper  # noqa: F401
-from trajval_ops.ops.load_guard import guard_json_loading
+from trajval_ops.ops import dj_adapter
 
-# Loading happens before any operator exists, so the loader guard goes in at import time. (The
-# atomic JSONL export is installed when a trajval operator is built: importing Data-Juicer's
-# exporter here would be a circular import while Data-Juicer loads its plugins.)
-guard_json_loading()
+dj_adapter.check_data_juicer()
+
+from trajval_ops.ops import (  # noqa: E402
+    endpoint_reward_mapper,
+    learnability_mapper,
+    probe_trainer,
+    weighted_resampler,
+)
+
+dj_adapter.install(
+    module.OP_NAME for module in (probe_trainer, endpoint_reward_mapper, learnability_mapper, weighted_resampler)
+)

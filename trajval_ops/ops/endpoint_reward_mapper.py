@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from typing import Dict, Optional
+from typing import Dict, Literal, Optional
 
 from data_juicer.ops.base_op import OPERATORS, Mapper
 from loguru import logger
@@ -13,23 +13,23 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import __version__
-from trajval_ops.ops.common import safe_op_kwargs
+from trajval_ops.ops.dj_adapter import TableMapper, dataset_table, safe_op_kwargs, start_run
 from trajval_ops.rollout.prompts import (
     DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY, TEMPLATES, build_messages,
 )
-from trajval_ops.validation import TrajvalInputError, batch_row, get_path, row_label
+from trajval_ops.validation import TrajvalInputError, batch_row, check_unique_ids, get_path, row_label
 
 OP_NAME = "trajval_endpoint_reward_mapper"
 
-#: Engines loaded in this process, by operator instance token: when the map runs in this
-#: process it runs a copy of the operator, and the instance that finishes the run finds the
-#: copy's engine here to shut it down. (datasets runs ``num_proc=1`` in one worker process: that
-#: worker's engine ends with the worker; see ``_end_worker_engines``.)
-_LIVE_ENGINES: dict = {}
+#: Row statuses written to ``<output_key>_status``.
+STATUS_OK = "ok"
+STATUS_BAD_TRUTH = "bad_ground_truth"
+STATUS_TRUNCATED = "truncated_prompt"
+OVERLONG_POLICIES = ("error", "truncate_left")
 
 
 @OPERATORS.register_module(OP_NAME)
-class TrajvalEndpointRewardMapper(Mapper):
+class TrajvalEndpointRewardMapper(TableMapper, Mapper):
     """Estimate one model checkpoint's pass rate on every row from ``n`` sampled rollouts.
 
     Each row's prompt is built from a named template (or passed through when it already is a
@@ -77,6 +77,8 @@ class TrajvalEndpointRewardMapper(Mapper):
         use_cache: bool = True,
         cache_dir: Optional[str] = None,
         keep_completions: bool = False,
+        max_bad_truth_share: Annotated[float, Field(ge=0, le=1)] = 0.0,
+        overlong_prompt: Literal["error", "truncate_left"] = "error",
         id_key: Optional[str] = None,
         *args,
         **kwargs,
@@ -120,6 +122,15 @@ class TrajvalEndpointRewardMapper(Mapper):
             (``~/.cache/trajval_ops/rollouts``).
         :param keep_completions: also store the completion texts in the cache (a side file per
             worker, never in the pool); provenance names the folder.
+        :param max_bad_truth_share: share of rows whose ground truth the verifier cannot compare
+            with any answer (``\\frac{``, an empty string) that the run tolerates. Such a row is
+            not sampled: its pass rate is 0 (in training it could earn no reward either), its
+            rollout count 0 and its status ``bad_ground_truth``; each is logged. Above the share
+            the run stops, naming the first such row. Default 0: any bad ground truth stops it.
+        :param overlong_prompt: a rendered prompt longer than the model's context minus
+            ``max_new_tokens``: ``error`` (default, naming the row and the lengths) or
+            ``truncate_left`` (keep its last tokens; status ``truncated_prompt``, counted and
+            logged).
         :param id_key: dotted path of the row id used in error messages; None tries common id
             fields and falls back to the position in the batch.
         """
@@ -159,16 +170,23 @@ class TrajvalEndpointRewardMapper(Mapper):
         self.use_cache = use_cache
         self.cache_dir = cache_dir
         self.keep_completions = keep_completions
+        self.max_bad_truth_share = float(max_bad_truth_share)
+        self.overlong_prompt = overlong_prompt
         self.id_key = id_key
-        self._engine = None
+        self._session = None
         self._cache = None
         self._model_path = None
         self._provenance = None
         self._progress = None
+        self._truth_problems: dict[str, Optional[str]] = {}
         # sampling figures of this worker: operator_s is process_batched time without engine start
-        self._stats = {"completions": 0, "generate_s": 0.0, "operator_s": 0.0, "engine_start_s": 0.0}
-        self._rows_seen = 0
+        self._stats = {"completions": 0, "generate_s": 0.0, "operator_s": 0.0, "engine_start_s": 0.0,
+                       STATUS_BAD_TRUTH: 0, STATUS_TRUNCATED: 0}
+        self._owner_pid = os.getpid()
+        self._worker_pid = None
+        # tags the processes of this operator's engines, in whichever process they run
         self._token = uuid.uuid4().hex
+        self.bind_table_process()
 
     # ------------------------------------------------------------------ per worker set-up
 
@@ -199,42 +217,61 @@ class TrajvalEndpointRewardMapper(Mapper):
             "trajval_ops_version": __version__,
         }
 
-    def _ensure_engine(self):
-        """Load the model, once per worker, when the first row missing from the cache needs it."""
-        if self._engine is None:
-            from trajval_ops.rollout.engines import build_engine
+    def _ensure_session(self):
+        """Start the engine, once per worker, when the first row missing from the cache needs it."""
+        if self._session is None:
+            from trajval_ops.rollout.session import EngineSession
 
-            start = time.perf_counter()  # imports included: a worker process may not have them yet
-            self._engine = build_engine(self.engine_kind, self._model_path, **self.engine_options)
-            self._stats["engine_start_s"] += time.perf_counter() - start
-            _LIVE_ENGINES[self._token] = self._engine
-            pgid = getattr(self._engine, "process_group", None)
-            if pgid is not None:  # so the main process can wait for it at the end of the run
-                with open(self._process_group_file(), "a") as handle:
-                    handle.write(f"{pgid}\n")
-        return self._engine
+            self._session = EngineSession(self.engine_kind, self._model_path, tag=self._token,
+                                          **self.engine_options).start()
+            self._stats["engine_start_s"] += self._session.startup_s  # imports included
+        return self._session
 
     def __getstate__(self):
         # Data-Juicer / datasets pickle the op to fingerprint it and to ship it to workers:
         # the model, open files and the progress bar stay behind and are rebuilt there.
         state = dict(self.__dict__)
-        state.update(_engine=None, _cache=None, _progress=None, _provenance=None)
+        state.update(_session=None, _cache=None, _progress=None, _provenance=None)
         return state
 
     # ------------------------------------------------------------------ the batch
 
-    def process_batched(self, samples, *args, **kwargs):
-        n_rows = len(next(iter(samples.values()), []))
-        if n_rows == 0:
+    def input_columns(self) -> list[str] | None:
+        return None  # every column: a custom verifier receives the whole row
+
+    def process_batched(self, samples, indices=None, *args, **kwargs):
+        """dict batch in, the same dict with this mapper's four fields added out."""
+        num_rows = len(next(iter(samples.values()), []))
+        if num_rows == 0:
             return samples
+        rows = [batch_row(samples, i) for i in range(num_rows)]
+        first_row = indices[0] if indices else self._batch_first_row(num_rows)
+        samples.update(self.score_rows(rows, first_row))
+        return samples
+
+    def transform_table(self, table, first_row: int | None = None):
+        """Arrow batch in (Ray), the same table with this mapper's four fields appended out."""
+        from trajval_ops.jsontable import table_from_columns
+        from trajval_ops.ops.dj_adapter import append_columns
+        from trajval_ops.validation import table_rows
+
+        if table.num_rows == 0:
+            return table
+        new = table_from_columns(self.score_rows(table_rows(table), first_row))
+        return append_columns(table, dict(zip(new.column_names, new.columns)))
+
+    def score_rows(self, rows: list[dict], first_row: int | None = None) -> dict[str, list]:
+        """The output columns for rows in pool order: pass rate, rollout count, status and
+        provenance. ``first_row``: the first row's position in the pool (None: unknown)."""
+        n_rows = len(rows)
+        self._enter_worker()
         batch_start, engine_start_before = time.perf_counter(), self._stats["engine_start_s"]
-        rows = [batch_row(samples, i) for i in range(n_rows)]
-        # global positions are known when one process sees every batch in order
-        offset = self._rows_seen if self.num_proc in (None, 1) else None
-        tasks = [self._task(row, None if offset is None else offset + i) for i, row in enumerate(rows)]
-        self._rows_seen += n_rows
+        tasks = [self._task(row, None if first_row is None else first_row + i) for i, row in enumerate(rows)]
         self._prepare()
         results = self._cached_results(tasks)
+        for i, task in enumerate(tasks):
+            if results[i] is None and self._bad_truth(task):
+                results[i] = {"scores": [], "methods": [], "engine": None, "dtype": None, "status": STATUS_BAD_TRUTH}
         # a row repeated in the batch (raw DAPO repeats each problem) is sampled once
         first_of = {}
         missing = [i for i, result in enumerate(results)
@@ -251,10 +288,6 @@ class TrajvalEndpointRewardMapper(Mapper):
             progress.set_postfix(completions_per_s=f"{rate:.1f}")
         results = [result if result is not None else results[first_of[tasks[i]["hash"]]]
                    for i, result in enumerate(results)]
-
-        samples[self.output_key] = [sum(r["scores"]) / len(r["scores"]) for r in results]
-        samples[f"{self.output_key}_n"] = [len(r["scores"]) for r in results]
-        samples[f"{self.output_key}_provenance"] = [self._row_provenance(r) for r in results]
         self._stats["operator_s"] += (time.perf_counter() - batch_start
                                       - (self._stats["engine_start_s"] - engine_start_before))
         if missing:
@@ -265,12 +298,45 @@ class TrajvalEndpointRewardMapper(Mapper):
                 f"{self._stats['generate_s']:.2f} s in generate, {self._stats['operator_s']:.2f} s in "
                 f"the operator ({completions / max(self._stats['operator_s'], 1e-9):.2f} completions/s)"
             )
-        return samples
+        return {
+            self.output_key: [sum(r["scores"]) / len(r["scores"]) if r["scores"] else 0.0 for r in results],
+            f"{self.output_key}_n": [len(r["scores"]) for r in results],
+            f"{self.output_key}_status": [r.get("status", STATUS_OK) for r in results],
+            f"{self.output_key}_provenance": [self._row_provenance(r) for r in results],
+        }
 
     def _row_provenance(self, result: dict) -> dict:
         fallback_hits = sum(1 for s, m in zip(result["scores"], result["methods"]) if s > 0 and m == "last_number")
         return {**self._provenance, "engine": result["engine"], "dtype": result["dtype"],
                 "fallback_hits": fallback_hits}
+
+    def _enter_worker(self) -> None:
+        """In a worker process Data-Juicer started for this operator: die with its parent, so a
+        killed run leaves no worker generating behind it."""
+        if self._worker_pid != os.getpid():
+            self._worker_pid = os.getpid()
+            if self._worker_pid != self._owner_pid:
+                from trajval_ops.lifetime import die_with_parent
+
+                die_with_parent()
+
+    def _bad_truth(self, task: dict) -> bool:
+        """Check the row's ground truth once per distinct value; True when it is unusable and the
+        run tolerates it (counted and logged), an error naming the row when it does not."""
+        key = repr(task["ground_truth"])
+        if key not in self._truth_problems:
+            self._truth_problems[key] = self.verifier.truth_problem(task["ground_truth"])
+        problem = self._truth_problems[key]
+        if problem is None:
+            return False
+        message = f"{OP_NAME}: {task['label']}: field '{self.ground_truth_key}': {problem}"
+        if self.max_bad_truth_share <= 0:
+            raise TrajvalInputError(
+                f"{message}; fix or remove the row, or allow a share of such rows with max_bad_truth_share")
+        self._stats[STATUS_BAD_TRUTH] += 1
+        if self._stats[STATUS_BAD_TRUTH] <= 20:
+            logger.warning(f"{message}: not sampled, pass rate 0, status {STATUS_BAD_TRUTH}")
+        return True
 
     def _task(self, row: dict, position: int | None) -> dict:
         from trajval_ops.rollout.cache import stable_hash
@@ -297,17 +363,36 @@ class TrajvalEndpointRewardMapper(Mapper):
             results.append(record)
         return results
 
+    def _fit_prompt(self, session, prompt: str, task: dict) -> tuple[str, str]:
+        """The prompt within the model's context (minus ``max_new_tokens``) and its status."""
+        limit = session.max_context - self.sampling.max_new_tokens
+        ids = session.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if len(ids) <= limit:
+            return prompt, STATUS_OK
+        if self.overlong_prompt == "error" or limit <= 0:
+            raise TrajvalInputError(
+                f"{OP_NAME}: {task['label']}: field '{self.prompt_key}': the rendered prompt has {len(ids)} "
+                f"tokens, more than the model's context of {session.max_context} minus max_new_tokens "
+                f"{self.sampling.max_new_tokens}; shorten or remove the row, or set overlong_prompt: truncate_left"
+            )
+        self._stats[STATUS_TRUNCATED] += 1
+        if self._stats[STATUS_TRUNCATED] <= 20:
+            logger.warning(f"{OP_NAME}: {task['label']}: prompt of {len(ids)} tokens cut to its last {limit}")
+        return session.tokenizer.decode(ids[-limit:]), STATUS_TRUNCATED
+
     def _sample_and_score(self, tasks: list[dict], rows: list[dict]) -> list[dict]:
         from trajval_ops.rollout.prompts import render_prompt
 
-        engine = self._ensure_engine()
-        prompts = [render_prompt(engine.tokenizer, task["messages"]) for task in tasks]
+        session = self._ensure_session()
+        fitted = [self._fit_prompt(session, render_prompt(session.tokenizer, task["messages"]), task)
+                  for task in tasks]
+        prompts = [prompt for prompt, _ in fitted]
         start = time.perf_counter()
-        completions = engine.generate(prompts, self.sampling)
+        completions = session.generate(prompts, self.sampling)
         self._stats["generate_s"] += time.perf_counter() - start
         self._stats["completions"] += sum(len(c) for c in completions)
         results = []
-        for task, row, texts in zip(tasks, rows, completions):
+        for task, row, texts, (_, status) in zip(tasks, rows, completions, fitted):
             checks = []
             for text in texts:
                 try:
@@ -317,7 +402,7 @@ class TrajvalEndpointRewardMapper(Mapper):
                         f"{OP_NAME}: {task['label']}: field '{self.ground_truth_key}': {exc}"
                     ) from None
             result = {"scores": [c.score for c in checks], "methods": [c.method for c in checks],
-                      "engine": engine.name, "dtype": getattr(engine, "dtype", None)}
+                      "engine": session.name, "dtype": session.dtype, "status": status}
             if self.keep_completions:
                 result["completions"] = texts
             if self._cache is not None:
@@ -336,6 +421,8 @@ class TrajvalEndpointRewardMapper(Mapper):
 
     def run(self, dataset, *, exporter=None, tracer=None):
         """Log the settings and, at the end, the figures; free the model afterwards."""
+        start_run(exporter)
+        check_unique_ids(dataset_table(dataset), self.id_key, what=OP_NAME)
         logger.info(f"{OP_NAME} [{self.output_key}]: start on {len(dataset)} rows: model={self.model}, "
                     f"engine={self.engine_kind}, n={self.sampling.n}, T={self.sampling.temperature}, "
                     f"max_new_tokens={self.sampling.max_new_tokens}, seed={self.sampling.seed}, "
@@ -347,53 +434,48 @@ class TrajvalEndpointRewardMapper(Mapper):
             self.release()
         elapsed = time.perf_counter() - start
         rates = result[self.output_key] if len(result) else []
+        statuses = result[f"{self.output_key}_status"] if len(result) else []
         mean = sum(rates) / len(rates) if rates else float("nan")
         between = sum(1 for r in rates if 0 < r < 1)
+        counts = {status: statuses.count(status) for status in (STATUS_BAD_TRUTH, STATUS_TRUNCATED)}
         logger.info(
             f"{OP_NAME} [{self.output_key}]: done, {len(rates)} rows x n={self.sampling.n} in {elapsed:.1f} s "
             f"({len(rates) * self.sampling.n / max(elapsed, 1e-9):.1f} completions/s overall, cached rows "
-            f"included); mean pass rate {mean:.3f}, {between} rows strictly between 0 and 1"
+            f"included); mean pass rate {mean:.3f}, {between} rows strictly between 0 and 1; "
+            f"{counts[STATUS_BAD_TRUTH]} rows with a bad ground truth, {counts[STATUS_TRUNCATED]} prompts truncated"
         )
+        self.check_bad_truth_share(statuses)
         return result
 
-    def _process_group_file(self):
-        import tempfile
-        from pathlib import Path
-
-        folder = Path(tempfile.gettempdir()) / "trajval_ops"
-        folder.mkdir(exist_ok=True)
-        return folder / f"engine-groups-{self._token}.txt"
-
-    def _end_worker_engines(self) -> None:
-        """Wait for the process groups of engines that worker processes started (vLLM's child
-        stops its group when the worker ends), and end what is left: the run is over only when
-        they are gone."""
-        from trajval_ops.rollout.vllm_process import end_group, wait_for_group
-
-        path = self._process_group_file()
-        if not path.exists():
-            return
-        for pgid in {int(line) for line in path.read_text().split()}:
-            if not wait_for_group(pgid):
-                end_group(pgid)
-        path.unlink()
+    def check_bad_truth_share(self, statuses: list[str]) -> None:
+        """Stop the run when more rows than ``max_bad_truth_share`` have a bad ground truth."""
+        bad = statuses.count(STATUS_BAD_TRUTH)
+        share = bad / max(len(statuses), 1)
+        if share > self.max_bad_truth_share:
+            raise TrajvalInputError(
+                f"{OP_NAME}: {bad} of {len(statuses)} rows ({share:.1%}) have a ground truth the verifier cannot "
+                f"read, more than max_bad_truth_share={self.max_bad_truth_share}; the first is row "
+                f"{statuses.index(STATUS_BAD_TRUTH)}"
+            )
 
     def release(self) -> None:
         """Free the model, close the cache log, the progress bar and the verifier's child.
 
-        Data-Juicer may run the map in a worker process: the worker's engine then stops when the
-        worker ends (vLLM's child notices its parent is gone), and this waits until the
-        engine's process group is gone, ending what is left after a grace period."""
+        Data-Juicer may run the map in a worker process: that worker's engine stops with the
+        worker, and this waits until the engine's processes are gone (found by this operator's
+        session tag), ending what is left after a grace period."""
         if self._progress is not None:
             self._progress.close()
         if self._cache is not None:
             self._cache.close()
         self.verifier.close()
-        engine = _LIVE_ENGINES.pop(self._token, None)
-        if engine is not None:
-            engine.shutdown()
-        self._end_worker_engines()
-        self._engine = self._cache = self._progress = self._provenance = None
+        if self._session is not None:
+            self._session.close()
+        else:
+            from trajval_ops.rollout.session import end_session_processes
+
+            end_session_processes(self._token)
+        self._session = self._cache = self._progress = self._provenance = None
         import gc
 
         gc.collect()

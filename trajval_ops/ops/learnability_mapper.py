@@ -11,15 +11,17 @@ from pydantic import Field, PositiveFloat
 from typing_extensions import Annotated
 
 from trajval_ops import __version__, core, fields
-from trajval_ops.ops.common import dataset_table, safe_op_kwargs, table_to_dataset
+from trajval_ops.ops.dj_adapter import (
+    TableMapper, append_columns, dataset_table, safe_op_kwargs, start_run, table_to_dataset,
+)
 from trajval_ops.summary import log_weight_summary
-from trajval_ops.validation import TrajvalInputError, arrow_numeric_column, float_column
+from trajval_ops.validation import TrajvalInputError, arrow_numeric_column, check_unique_ids
 
 OP_NAME = "trajval_learnability_mapper"
 
 
 @OPERATORS.register_module(OP_NAME)
-class TrajvalLearnabilityMapper(Mapper):
+class TrajvalLearnabilityMapper(TableMapper, Mapper):
     """Turn each task's early and late pass rates into TrajVal's learnability score and weight.
 
     Reads ``trajval_r_early`` and ``trajval_r_late`` (floats in [0, 1]), or, when
@@ -98,6 +100,7 @@ class TrajvalLearnabilityMapper(Mapper):
             "profile_rule": core.PROFILE_RULE,
             "trajval_ops_version": __version__,
         }
+        self.bind_table_process()
 
     def _window(self, read, keys: Optional[List[str]], key: str) -> np.ndarray:
         if keys is None:
@@ -120,62 +123,42 @@ class TrajvalLearnabilityMapper(Mapper):
         columns[self.profile_key] = core.endpoint_profiles(r_early, r_late)
         return r_early, r_late, columns
 
-    def process_batched(self, samples, indices=None):
-        """Batch path (Ray executor, direct calls): dict of lists in, same rows plus our fields out."""
-        # indices: global positions when known; otherwise messages rely on the row id.
-        offset = indices[0] if indices else (0 if indices is not None else None)
+    def input_columns(self) -> list[str]:
+        keys = (self.early_window_keys or [self.r_early_key]) + (self.late_window_keys or [self.r_late_key])
+        ids = [self.id_key] if self.id_key else list(fields.ID_CANDIDATES)
+        return list(dict.fromkeys(keys + [key.split(".")[0] for key in ids]))
+
+    def transform_table(self, table, first_row: int | None = None):
+        """The reward columns read from Arrow (errors name the first bad row), the outputs
+        appended; every other column untouched."""
+        import pyarrow as pa
 
         def read(key):
-            return float_column(samples, key, upper=1.0, id_key=self.id_key, position_offset=offset)
+            return arrow_numeric_column(table, key, lower=0.0, upper=1.0, id_key=self.id_key,
+                                        position_offset=first_row)
 
-        n_rows = len(next(iter(samples.values()), []))
-        for name, values in self.score_columns(read)[2].items():
-            samples[name] = values.tolist()
-        samples[self.provenance_key] = [self.provenance] * n_rows
-        return samples
-
-    def _check_column_types(self, features) -> None:
-        """Refuse a reward column loaded as text or mixed JSON before touching any row."""
-        from datasets import Value
-
-        keys = (self.early_window_keys or [self.r_early_key]) + (self.late_window_keys or [self.r_late_key])
-        for key in keys:
-            feature = features.get(key)
-            if feature is None or (isinstance(feature, Value) and feature.dtype == "null"):
-                continue  # absent everywhere: the reader names the first row
-            if not (isinstance(feature, Value) and (feature.dtype.startswith(("float", "int", "uint")))):
-                raise TrajvalInputError(
-                    f"{OP_NAME}: field '{key}' must hold numbers in [0, 1] in every row; the pool "
-                    f"loads it as {feature} (text, or numbers mixed with other types)"
-                )
+        r_early, r_late, columns = self.score_columns(read)
+        new = {name: pa.array(values) for name, values in columns.items()}
+        new[self.provenance_key] = pa.repeat(pa.scalar(self.provenance), table.num_rows)
+        self._last = (r_early, r_late, columns)
+        return append_columns(table, new)
 
     def run(self, dataset, *, exporter=None, tracer=None):
-        """Default executor: one vectorised pass over the reward columns, appended as new columns.
+        """Default executor: one vectorised pass over the whole pool's reward columns.
 
         Reading only the reward columns from Arrow and appending the outputs leaves the other
         columns (prompts, ground truths) untouched and uncopied; a row-wise map would convert
         every column to Python and back (measured: ~1000x the numpy time, tools/bench).
         """
-        import pyarrow as pa
-
+        start_run(exporter)
         if len(dataset) == 0:
             raise TrajvalInputError(f"{OP_NAME}: the pool is empty (0 rows): nothing to score")
-        self._check_column_types(dataset.features)
         dataset = OP.run(self, dataset)  # Data-Juicer's column preparation
         table = dataset_table(dataset)
+        check_unique_ids(table, self.id_key, what=OP_NAME)
         logger.info(f"{OP_NAME}: scoring {table.num_rows} rows (alpha={self.alpha}, eps={self.eps})")
-
-        def read(key):
-            return arrow_numeric_column(table, key, lower=0.0, upper=1.0, id_key=self.id_key)
-
-        r_early, r_late, columns = self.score_columns(read)
-        new = {name: pa.array(values) for name, values in columns.items()}
-        new[self.provenance_key] = pa.repeat(pa.scalar(self.provenance), table.num_rows)
-        for name, values in new.items():
-            if name in table.column_names:
-                table = table.drop_columns([name])
-            table = table.append_column(name, values)
-        result = table_to_dataset(table)
+        table = self.transform_table(table, 0)
+        r_early, r_late, columns = self._last
         log_weight_summary(OP_NAME, weight=columns[self.weight_key], eps=self.eps,
                            profiles=columns[self.profile_key], r_early=r_early, r_late=r_late)
-        return result
+        return table_to_dataset(table)

@@ -11,7 +11,7 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import fields
-from trajval_ops.ops.common import safe_op_kwargs, transform_whole_pool
+from trajval_ops.ops.dj_adapter import append_columns, safe_op_kwargs, start_run, transform_whole_pool
 from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.probe.sampling import (
     DEFAULT_PROBE_FRACTION,
@@ -208,9 +208,8 @@ class TrajvalProbeTrainer(Pipeline):
                         show_progress=self.show_progress).result()
         mask = np.zeros(table.num_rows, dtype=bool)
         mask[positions] = True
-        if self.in_probe_key in table.column_names:
-            table = table.drop_columns([self.in_probe_key])
-        return table.append_column(self.in_probe_key, pa.array(mask, type=pa.bool_()))
+        return append_columns(table, {self.in_probe_key: pa.array(mask, type=pa.bool_())})
 
     def run(self, dataset, *, exporter=None, tracer=None):
+        start_run(exporter)
         return transform_whole_pool(dataset, self.process_table)

@@ -11,7 +11,7 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import __version__, core, fields
-from trajval_ops.ops.common import safe_op_kwargs, transform_whole_pool
+from trajval_ops.ops.dj_adapter import append_columns, safe_op_kwargs, start_run, transform_whole_pool
 from trajval_ops.summary import log_weight_summary
 from trajval_ops.validation import TrajvalInputError, arrow_numeric_column
 
@@ -145,10 +145,7 @@ class TrajvalWeightedResampler(Pipeline):
             self.source_row_key: pa.array(indices, type=pa.int64()),
             self.provenance_key: pa.repeat(pa.scalar(provenance), len(indices)),
         }
-        for name, values in new_columns.items():
-            if name in out.column_names:
-                out = out.drop_columns([name])
-            out = out.append_column(name, values)
+        out = append_columns(out, new_columns)
         unique = np.unique(indices).size
         logger.info(
             f"{OP_NAME}: mode={self.mode} seed={self.seed}: {table.num_rows} rows in, {out.num_rows} out "
@@ -157,4 +154,5 @@ class TrajvalWeightedResampler(Pipeline):
         return out
 
     def run(self, dataset, *, exporter=None, tracer=None):
+        start_run(exporter)
         return transform_whole_pool(dataset, self.resample_table)

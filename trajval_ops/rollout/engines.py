@@ -24,6 +24,8 @@ from typing import Protocol
 
 from loguru import logger
 
+from trajval_ops.hardware import cpu_supports_bf16
+
 ENGINES = ("auto", "transformers", "vllm")
 
 
@@ -59,6 +61,7 @@ class RolloutEngine(Protocol):
 
     name: str
     tokenizer: object  # a Hugging Face tokenizer with the model's chat template
+    max_context: int  # tokens of prompt plus completion the model takes
     generated_tokens: int  # completion tokens produced so far (for throughput figures)
 
     def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:
@@ -72,16 +75,6 @@ def derive_seed(seed: int, *parts: str) -> int:
     """A 31-bit seed from a base seed and content (stable across processes and runs)."""
     digest = hashlib.sha256("\x1f".join([str(seed), *parts]).encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
-
-
-def cpu_supports_bf16() -> bool:
-    """True when the CPU has bf16 instructions (AVX512-BF16 or AMX-BF16)."""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            flags = handle.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 class TransformersEngine:
@@ -109,6 +102,7 @@ class TransformersEngine:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model.to(device).eval()
+        self.max_context = int(getattr(self.model.config, "max_position_embeddings", None) or 2048)
         self.generated_tokens = 0
         logger.info(f"transformers engine: {model_path} on {device} in {dtype} "
                     f"(loaded in {time.perf_counter() - start:.1f} s)")
@@ -178,6 +172,8 @@ class VllmEngine:
         environment already does).
     :param tensor_parallel_size, gpu_memory_utilization: passed to ``vllm.LLM`` (GPU settings).
     :param engine_kwargs: any further ``vllm.LLM`` keyword arguments.
+    :param session: tag of the engine session owning the vLLM processes (see
+        :mod:`trajval_ops.rollout.session`).
     """
 
     name = "vllm"
@@ -185,7 +181,7 @@ class VllmEngine:
     def __init__(self, model_path: str | Path, dtype: str = "auto", max_model_len: int = 2048,
                  enforce_eager: bool = False, kv_cache_space_gb: float = 2.0,
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                 seed: int = 0, engine_kwargs: dict | None = None):
+                 seed: int = 0, engine_kwargs: dict | None = None, session: str = ""):
         start = time.perf_counter()
         from transformers import AutoTokenizer
 
@@ -197,7 +193,8 @@ class VllmEngine:
                           gpu_memory_utilization=gpu_memory_utilization, seed=seed, **(engine_kwargs or {}))
         # prompts are rendered here with the tokenizer vLLM itself loads
         self.tokenizer = AutoTokenizer.from_pretrained(llm_kwargs.get("tokenizer") or model_path)
-        self._process = VllmProcess(model_path, dtype, llm_kwargs)
+        self._process = VllmProcess(model_path, dtype, llm_kwargs, session=session)
+        self.max_context = int(max_model_len)
         self.dtype = self._process.dtype
         self.generated_tokens = 0
         logger.info(f"vllm engine: {model_path} in {self.dtype}, eager={enforce_eager}, "
@@ -216,11 +213,6 @@ class VllmEngine:
         texts, tokens = self._process.generate(prompts, params)
         self.generated_tokens += tokens
         return texts
-
-    @property
-    def process_group(self) -> int:
-        """The process group holding vLLM's processes (ended by :meth:`shutdown`)."""
-        return self._process.pid
 
     def shutdown(self) -> None:
         """Stop vLLM and every process it started."""

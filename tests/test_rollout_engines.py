@@ -12,7 +12,7 @@ import pytest
 from trajval_ops.rollout.engines import SamplingConfig, TransformersEngine, build_engine, derive_seed
 from trajval_ops.rollout.prompts import build_messages, render_prompt
 
-from .conftest import arithmetic_rows, live_processes_tagged, vllm_importable
+from tests.conftest import arithmetic_rows, live_processes_tagged, vllm_importable
 
 VLLM_OK, VLLM_WHY = vllm_importable()
 

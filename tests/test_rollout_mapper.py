@@ -12,8 +12,9 @@ import pytest
 from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
 from trajval_ops.validation import TrajvalInputError
 
-from ..conftest import REPO, dj_process, read_jsonl, write_jsonl
-from .conftest import arithmetic_rows, live_processes_tagged, vllm_importable
+from tests.conftest import (
+    REPO, arithmetic_rows, dj_process, live_processes_tagged, read_jsonl, vllm_importable, write_jsonl,
+)
 
 
 def _batch(rows):
@@ -106,7 +107,10 @@ def test_interrupted_run_resumes_with_only_the_missing_rows(tmp_path):
 @pytest.mark.parametrize("row, fragment", [
     ({"id": "bad1", "prompt": "1+1?"}, "row 1 (id='bad1'): field 'reward_model.ground_truth'"),
     ({"id": "bad2", "reward_model": {"ground_truth": "2"}}, "row 1 (id='bad2'): field 'prompt'"),
-    ({"id": "bad3", "prompt": "1+1?", "reward_model": {"ground_truth": ""}}, "row 1 (id='bad3'): field 'reward_model.ground_truth': math-verify cannot parse"),
+    ({"id": "bad3", "prompt": "1+1?", "reward_model": {"ground_truth": ""}},
+     "row 1 (id='bad3'): field 'reward_model.ground_truth': the ground truth is empty"),
+    ({"id": "bad4", "prompt": "1+1?", "reward_model": {"ground_truth": "\\frac{"}},
+     "row 1 (id='bad4'): field 'reward_model.ground_truth': math-verify cannot read the ground truth"),
 ])
 def test_bad_rows_name_row_and_field(tmp_path, row, fragment):
     good = {"id": "ok", "prompt": "2+2?", "reward_model": {"ground_truth": "4"}}
@@ -247,3 +251,51 @@ def test_repeated_rows_are_sampled_once(tmp_path):
     assert len(set(out["trajval_acc_early"])) == 1 and out["id"] == ["copy0", "copy1", "copy2"]
     op.release()
 
+
+
+def test_bad_truths_within_the_allowed_share_are_counted_not_sampled(tmp_path):
+    rows = arithmetic_rows()[:4]
+    rows[2]["reward_model"] = {"ground_truth": "\\frac{"}
+    op = _op(tmp_path, use_cache=False, max_bad_truth_share=0.5)
+    out = op.process_batched(_batch(rows))
+    assert out["trajval_acc_early_status"] == ["ok", "ok", "bad_ground_truth", "ok"]
+    assert out["trajval_acc_early"][2] == 0.0 and out["trajval_acc_early_n"][2] == 0
+    assert op._stats["completions"] == 3 * 3  # the bad row is not sampled
+    op.release()
+
+
+def test_a_share_above_the_limit_stops_the_run(tmp_path):
+    rows = arithmetic_rows()[:4]
+    for row in rows[:2]:
+        row["reward_model"] = {"ground_truth": "x+"}
+    op = _op(tmp_path, use_cache=False, max_bad_truth_share=0.25)
+    statuses = op.process_batched(_batch(rows))["trajval_acc_early_status"]
+    op.release()
+    with pytest.raises(TrajvalInputError, match=r"2 of 4 rows \(50.0%\) have a ground truth .* the first is row 0"):
+        op.check_bad_truth_share(statuses)
+    _op(tmp_path, max_bad_truth_share=0.5).check_bad_truth_share(statuses)
+
+
+def test_overlong_prompt_is_an_error_or_cut_from_the_left(tmp_path):
+    long_row = {"id": "long", "prompt": "add " * 2100 + "1 and 1", "reward_model": {"ground_truth": "2"}}
+    rows = [arithmetic_rows()[0], long_row]
+    op = _op(tmp_path, use_cache=False)
+    with pytest.raises(TrajvalInputError, match=r"row 1 \(id='long'\): field 'prompt': the rendered prompt has \d+ tokens, "
+                                                 r"more than the model's context of 2048 minus max_new_tokens 6"):
+        op.process_batched(_batch(rows))
+    op.release()
+    op = _op(tmp_path, use_cache=False, overlong_prompt="truncate_left")
+    out = op.process_batched(_batch(rows))
+    assert out["trajval_acc_early_status"] == ["ok", "truncated_prompt"]
+    assert out["trajval_acc_early_n"] == [3, 3]
+    op.release()
+
+
+def test_duplicate_ids_stop_the_run_naming_both_rows(tmp_path):
+    from data_juicer.core.data import NestedDataset
+    from datasets import Dataset
+
+    rows = arithmetic_rows()[:3]
+    rows[2]["id"] = rows[0]["id"]
+    with pytest.raises(TrajvalInputError, match=r"row 2 \(id='q0'\): id field 'id' = 'q0' repeats row 0"):
+        _op(tmp_path).run(NestedDataset(Dataset.from_list(rows)))

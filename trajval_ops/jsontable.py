@@ -1,0 +1,405 @@
+"""JSON rows <-> Arrow tables without rewriting a value.
+
+A pool is JSON lines (or parquet); operators work on Arrow tables. Arrow needs one type per
+column, JSON does not: a column may hold a chat list in one row and a string in the next, a
+``reward_model`` may be an object in one row and a JSON string in another, ``1`` and ``1.5``
+share a column, and objects may differ in their keys. Inferring one Arrow type for such a
+column rewrites values (``1`` becomes ``1.0``, a missing key becomes ``null``, an object becomes
+a string). :func:`read_table` therefore keeps a column native only when every row has it and
+Arrow gives back exactly the values it was given; any other column becomes an ``arrow.json``
+extension column (``datasets``' ``Json`` feature) holding each value's exact JSON text, with
+Arrow null for a row that lacks the key. ``datasets`` decodes such columns to the original
+Python values, and :func:`write_table` writes their text back verbatim and omits absent keys,
+so every value comes out as it came in.
+
+Bad input raises :class:`~trajval_ops.validation.TrajvalInputError` naming the file, the line
+(and byte offset for text that is not UTF-8) and the row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from trajval_ops.atomic import atomic_open
+from trajval_ops.validation import TrajvalInputError, row_label
+
+JSONL_SUFFIXES = (".jsonl", ".json")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+#: Rows parsed before their columns are converted to Arrow (bounds the Python objects held).
+CHUNK_ROWS = 32768
+
+_MISSING = object()
+#: 19 digits in a row may be an integer beyond 64 bits, which orjson reads as a float; such
+#: lines are parsed by the standard library instead.
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def pool_files(path: str | os.PathLike) -> list[Path]:
+    """The pool files of ``path``: the file itself, or a folder's JSONL and parquet files
+    (recursively, sorted)."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in JSONL_SUFFIXES + PARQUET_SUFFIXES)
+        if not files:
+            raise TrajvalInputError(f"{path}: no .jsonl, .json or .parquet file in this folder")
+        return files
+    raise TrajvalInputError(f"pool file not found: {path}")
+
+
+def iter_json_lines(path: str | os.PathLike, first_row: int = 0) -> Iterator[tuple[int, dict]]:
+    """``(row position, row)`` for every non-blank line of a JSON-lines file.
+
+    :raises TrajvalInputError: a line that is not UTF-8 (byte offset in the file and in the
+        line), not valid JSON, ``null``, or not a JSON object.
+    """
+    import orjson
+
+    position = first_row
+    offset = 0
+    with open(path, "rb") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            start, offset = offset, offset + len(line)
+            if not line.strip():
+                continue
+            where = f"{path}: line {line_number} (row {position})"
+            try:
+                row = _slow_parse(line, where, start) if _LONG_DIGITS.search(line) else orjson.loads(line)
+            except orjson.JSONDecodeError:
+                row = _slow_parse(line, where, start)
+            if row is None:
+                raise TrajvalInputError(f"{where} is null, not a JSON object (a row must be an object)")
+            if not isinstance(row, dict):
+                raise TrajvalInputError(f"{where} is a JSON {_json_kind(row)}, not a JSON object")
+            yield position, row
+            position += 1
+
+
+def _slow_parse(line: bytes, where: str, start: int) -> Any:
+    """Parse a line with the standard library (exact for integers beyond 64 bits, and lenient
+    with NaN / Infinity like Python's own JSON writer), or say why it is not JSON."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        raise TrajvalInputError(
+            f"{where} is not valid UTF-8: byte {bad.start} of the line (byte offset {start + bad.start} in "
+            f"the file) is {line[bad.start:bad.start + 1]!r}; re-encode the file as UTF-8"
+        ) from None
+    try:
+        return json.loads(text)  # big integers, which orjson refuses
+    except ValueError as bad:
+        raise TrajvalInputError(f"{where} is not valid JSON: {bad}") from None
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
+
+
+def read_table(path: str | os.PathLike, *, owned_prefix: str = "trajval_"):
+    """Read a pool (JSON lines or parquet file, or a folder of them) into one ``pyarrow.Table``.
+
+    JSON columns are native Arrow where that is exact, ``arrow.json`` otherwise (module doc).
+    Columns named ``owned_prefix*`` are written by trajval_ops and always hold one kind of value;
+    one that mixes numbers with strings (``0.5`` and ``"0.5"``) is an error naming the row.
+
+    :raises TrajvalInputError: missing file, empty pool, or a bad line (see
+        :func:`iter_json_lines`).
+    """
+    import pyarrow as pa
+
+    tables = []
+    position = 0
+    files = pool_files(path)
+    for file in files:
+        if file.suffix.lower() in PARQUET_SUFFIXES:
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(file)
+        else:
+            table = _read_json_lines(file, position, owned_prefix)
+        position += table.num_rows
+        tables.append(table)
+    if position == 0:
+        raise TrajvalInputError(f"the pool is empty (0 rows): {', '.join(str(f) for f in files)}")
+    if len(tables) == 1:
+        return tables[0]
+    return concat_tables(tables)
+
+
+def concat_tables(tables):
+    """Concatenate tables by column name; a column whose types differ between tables becomes
+    ``arrow.json`` (exact), and a column some tables lack is absent (null) in their rows."""
+    import pyarrow as pa
+
+    names: list[str] = []
+    for table in tables:
+        names.extend(n for n in table.column_names if n not in names)
+    columns = {}
+    for name in names:
+        parts = [t.column(name) if name in t.column_names else None for t in tables]
+        types = {p.type for p in parts if p is not None and p.type != pa.null()}
+        if all(p is not None for p in parts) and len(types) <= 1:
+            target = types.pop() if types else pa.null()
+            columns[name] = pa.chunked_array([_cast(c, target) for p in parts for c in p.chunks], target)
+        else:
+            chunks = []
+            for table, part in zip(tables, parts):
+                if part is None:
+                    chunks.append(json_array([_MISSING] * table.num_rows))
+                else:
+                    chunks.extend(_as_json_array(c) for c in part.chunks)
+            columns[name] = pa.chunked_array(chunks, json_type())
+    return pa.table(columns)
+
+
+def _read_json_lines(path: Path, first_row: int, owned_prefix: str):
+    import pyarrow as pa
+
+    columns: dict[str, list] = {}  # name -> list of chunk arrays (native or json)
+    kinds: dict[str, tuple[str, int, dict]] = {}  # owned column -> (kind, first position, row)
+    rows_done = 0
+    chunk: list[tuple[int, dict]] = []
+
+    def flush():
+        nonlocal rows_done
+        rows = [row for _, row in chunk]
+        names = list(columns)
+        for row in rows:
+            for key in row:
+                if key not in columns:
+                    columns[key] = [json_array([_MISSING] * rows_done)] if rows_done else []
+                    names.append(key)
+        for name in names:
+            values = [row.get(name, _MISSING) for row in rows]
+            if name.startswith(owned_prefix):
+                _check_owned_kinds(path, name, values, chunk, kinds)
+            columns[name].append(_chunk_array(values))
+        rows_done += len(rows)
+        chunk.clear()
+
+    for position, row in iter_json_lines(path, first_row):
+        chunk.append((position, row))
+        if len(chunk) >= CHUNK_ROWS:
+            flush()
+    if chunk:
+        flush()
+    if not columns:  # rows without a single field keep their count
+        return pa.table({"_": pa.nulls(rows_done)}).drop_columns(["_"])
+    return pa.table({name: _join_chunks(chunks) for name, chunks in columns.items()})
+
+
+def _check_owned_kinds(path, name, values, chunk, kinds) -> None:
+    for value, (position, row) in zip(values, chunk):
+        if value is _MISSING or value is None:
+            continue
+        kind = "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else _json_kind(value)
+        if name not in kinds:
+            kinds[name] = (kind, position, row)
+        elif kind != kinds[name][0] and "number" in (kind, kinds[name][0]):
+            raise TrajvalInputError(
+                f"{path}: {row_label(row, position)}: field '{name}' holds {type(value).__name__} {value!r} "
+                f"where earlier rows hold a {kinds[name][0]}"
+            )
+
+
+_PRIMITIVE_TYPES = {str: "string", bool: "bool", int: "int64", float: "float64"}
+
+
+def _chunk_array(values: list):
+    """One chunk of a column: native when every row has the key and Arrow round-trips the
+    values exactly, else ``arrow.json``."""
+    import pyarrow as pa
+
+    if any(v is _MISSING for v in values):
+        return json_array(values)
+    kinds = {type(v) for v in values if v is not None}
+    if not kinds:
+        return pa.nulls(len(values))
+    if len(kinds) == 1:
+        (kind,) = kinds
+        if kind in _PRIMITIVE_TYPES:
+            try:
+                return pa.array(values, type=_PRIMITIVE_TYPES[kind])
+            except (pa.ArrowInvalid, OverflowError):  # integers beyond 64 bits
+                return json_array(values)
+        if kind in (dict, list):
+            try:
+                array = pa.array(values)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+                return json_array(values)
+            if _same_json(values, array.to_pylist()):
+                return array
+    return json_array(values)
+
+
+def _same_json(original: list, round_tripped: list) -> bool:
+    """Whether two value lists are the same JSON (types kept: 1 != 1.0 != true; a key with a
+    null value != an absent key; object key order ignored)."""
+    import orjson
+
+    option = orjson.OPT_SORT_KEYS
+    try:
+        return orjson.dumps(original, option=option) == orjson.dumps(round_tripped, option=option)
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(original, sort_keys=True) == json.dumps(round_tripped, sort_keys=True)
+
+
+def _join_chunks(chunks: list):
+    """A column from its chunks: native when every chunk has one native type (null chunks
+    adapt), else every chunk as ``arrow.json``."""
+    import pyarrow as pa
+
+    types = {c.type for c in chunks if c.type != pa.null()}
+    if len(types) <= 1 and not any(is_json_type(t) for t in types):
+        target = types.pop() if types else pa.null()
+        return pa.chunked_array([_cast(c, target) for c in chunks], target)
+    return pa.chunked_array([_as_json_array(c) for c in chunks], json_type())
+
+
+def _cast(array, target):
+    # casting to the type an array already has can corrupt it (pyarrow, list<null>)
+    return array if array.type == target else array.cast(target)
+
+
+def table_from_columns(columns: dict, num_rows: int | None = None):
+    """A table from Python column lists (a batch), each column native where exact, else
+    ``arrow.json`` (as :func:`read_table` decides)."""
+    import pyarrow as pa
+
+    if not columns:
+        return pa.table({"_": pa.nulls(num_rows or 0)}).drop_columns(["_"])
+    return pa.table({name: _chunk_array(list(values)) for name, values in columns.items()})
+
+
+# ----------------------------------------------------------------------------- json columns
+
+
+def json_type():
+    """The Arrow ``arrow.json`` extension type (``datasets.Json`` in a dataset)."""
+    import pyarrow as pa
+
+    return pa.json_(pa.string())
+
+
+def is_json_type(arrow_type) -> bool:
+    import pyarrow as pa
+
+    return isinstance(arrow_type, pa.JsonType)
+
+
+def json_text(value: Any) -> str:
+    """The exact JSON text of one value."""
+    import orjson
+
+    try:
+        return orjson.dumps(value).decode("utf-8")
+    except (TypeError, orjson.JSONEncodeError):  # integers beyond 64 bits
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_array(values: Iterable[Any]):
+    """An ``arrow.json`` array of the values' JSON text; the absent-key marker becomes null."""
+    import pyarrow as pa
+
+    storage = pa.array([None if v is _MISSING else json_text(v) for v in values], pa.string())
+    return pa.ExtensionArray.from_storage(json_type(), storage)
+
+
+def _as_json_array(array):
+    import pyarrow as pa
+
+    if is_json_type(array.type):
+        return array
+    if array.type == pa.null():
+        return json_array([None] * len(array))
+    return json_array(array.to_pylist())
+
+
+def decoded_values(column) -> list:
+    """Python values of a column; ``arrow.json`` text is decoded (an absent key reads None)."""
+    import orjson
+
+    if is_json_type(column.type):
+        chunks = column.chunks if hasattr(column, "chunks") else [column]
+        return [None if text is None else orjson.loads(text) for chunk in chunks for text in chunk.storage.to_pylist()]
+    return column.to_pylist()
+
+
+# ----------------------------------------------------------------------------- writing
+
+_BATCH_ROWS = 8192
+
+
+def write_table(table, path: str | os.PathLike) -> None:
+    """Write a table atomically as JSON lines (``.jsonl``/``.json``) or parquet (``.parquet``).
+
+    JSON lines: one object per row, columns in table order, UTF-8, compact; ``arrow.json``
+    values are written as their stored JSON text and an absent one omits its key, so a table
+    from :func:`read_table` writes back the values it read. Parquet keeps native columns
+    (nested ones stay nested) and stores ``arrow.json`` columns as parquet JSON.
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix in PARQUET_SUFFIXES:
+        import pyarrow.parquet as pq
+
+        with atomic_open(path, "wb") as handle:
+            pq.write_table(table, handle)
+        return
+    with atomic_open(path, "wb") as handle:
+        write_json_lines(table, handle)
+
+
+def write_json_lines(table, handle) -> None:
+    """Write a table's rows as JSON lines to a binary handle (see :func:`write_table`)."""
+    import orjson
+
+    names = table.column_names
+    json_columns = {name for name in names if is_json_type(table.schema.field(name).type)}
+    options = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    if not names:
+        handle.write(b"{}\n" * table.num_rows)
+        return
+    for batch in table.to_batches(max_chunksize=_BATCH_ROWS):
+        columns = []
+        for name, column in zip(names, batch.columns):
+            if name in json_columns:
+                columns.append([None if text is None else orjson.Fragment(text) for text in column.storage.to_pylist()])
+            else:
+                columns.append(column.to_pylist())
+        lines = []
+        for values in zip(*columns):
+            row = {name: value for name, value in zip(names, values)
+                   if not (value is None and name in json_columns)}
+            lines.append(orjson.dumps(row, default=_to_json, option=options))
+        if lines:
+            handle.write(b"\n".join(lines) + b"\n")
+
+
+def _to_json(value: Any) -> Any:
+    """JSON for Arrow values JSON has no type for (dates, decimals, bytes)."""
+    import datetime
+    import decimal
+
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    raise TypeError(f"cannot write {type(value).__name__} {value!r} as JSON")

@@ -1,0 +1,450 @@
+"""Everything trajval_ops relies on in Data-Juicer beyond its operator API, in one place.
+
+Checked against the installed Data-Juicer when the plugin loads (:func:`check_data_juicer`).
+What it provides, through Data-Juicer's own extension points:
+
+- **Loading** (its load-strategy registry): for a run whose recipe uses a trajval operator, a
+  local pool is read by :func:`trajval_ops.jsontable.read_table`, which keeps every value as it
+  is (``datasets``' JSON loader rewrites mixed columns) and names the file, line and byte of
+  bad input. Runs without trajval operators load exactly as Data-Juicer loads them.
+- **Export** (an ``Exporter`` subclass): a trajval operator hands the run's exporter to
+  :func:`adopt_exporter`, which makes that one exporter write local JSONL and parquet through
+  :func:`trajval_ops.jsontable.write_table`: atomically, every value as it was read.
+  Data-Juicer's writer works row by row and straight into ``export_path``.
+- **Operator arguments** (:func:`safe_op_kwargs`): no silent row loss through
+  ``skip_op_error`` or the text key.
+- **Whole-pool work** (:func:`transform_whole_pool`): one Arrow-table path for both executors.
+"""
+
+from __future__ import annotations
+
+from loguru import logger
+
+#: Data-Juicer releases whose internals this module was written and tested against.
+SUPPORTED_DATA_JUICER = ("1.6.1", "1.7")  # >= first, < second
+
+#: Names of the operators this package registers (set by trajval_ops.ops).
+TRAJVAL_OPERATORS: set[str] = set()
+
+
+class UnsupportedDataJuicer(ImportError):
+    """The installed Data-Juicer is outside the range this adapter supports."""
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+        if digits != piece:
+            break
+    return tuple(parts)
+
+
+def check_data_juicer(version: str | None = None) -> str:
+    """The installed Data-Juicer version; :class:`UnsupportedDataJuicer` when it is outside
+    :data:`SUPPORTED_DATA_JUICER`."""
+    if version is None:
+        from importlib.metadata import version as installed
+
+        version = installed("py-data-juicer")
+    low, high = SUPPORTED_DATA_JUICER
+    if not _version_tuple(low) <= _version_tuple(version) < _version_tuple(high):
+        raise UnsupportedDataJuicer(
+            f"trajval_ops supports py-data-juicer >={low},<{high}; this environment has {version}. "
+            f"Install a supported release: pip install 'py-data-juicer>={low},<{high}'"
+        )
+    return version
+
+
+# ----------------------------------------------------------------------------- operators
+
+
+def safe_op_kwargs(kwargs: dict) -> dict:
+    """Adjust Data-Juicer's base keyword arguments so an operator can neither lose rows silently
+    nor trip the preflight over a text key it does not read.
+
+    - ``skip_op_error`` is forced off: Data-Juicer's default turns an exception into a dropped
+      row and exit code 0; our errors name the row and must stop the run.
+    - Recipes set ``text_keys: null``; our operators read no text, so an unset text key is reset
+      to Data-Juicer's default name for its preflight.
+    """
+    kwargs["skip_op_error"] = False
+    if kwargs.get("text_key") is None:
+        kwargs["text_key"] = "text"
+    return kwargs
+
+
+def uses_trajval_operators(cfg) -> bool:
+    """Whether a parsed recipe lists a trajval operator."""
+    for entry in getattr(cfg, "process", None) or []:
+        if isinstance(entry, dict) and any(name in TRAJVAL_OPERATORS for name in entry):
+            return True
+    return False
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def dataset_table(dataset):
+    """The rows of a Hugging Face dataset as one ``pyarrow.Table``, in dataset order.
+
+    Data-Juicer's loader may leave an index mapping over the Arrow table;
+    ``Dataset.flatten_indices`` would rebuild it row by row in Python (tens of seconds for a
+    million rows). An Arrow ``take`` does the same in C++.
+    """
+    table = dataset.data.table
+    if dataset._indices is not None:
+        table = table.take(dataset._indices.column(0))
+    return table
+
+
+def table_to_dataset(table):
+    """A Data-Juicer dataset over an Arrow table (no copy)."""
+    from data_juicer.core.data import NestedDataset
+    from datasets import Dataset
+
+    return NestedDataset(Dataset(table))
+
+
+def _ray_data_class():
+    try:
+        import ray.data
+    except ImportError:
+        return None
+    return ray.data.Dataset
+
+
+def transform_whole_pool(dataset, transform):
+    """Apply ``transform(pyarrow.Table) -> pyarrow.Table`` to the whole pool, on either executor.
+
+    Default executor: the dataset's Arrow table. Ray: the blocks are gathered to the driver in
+    order (whole-pool operators work by row position, so the order must be deterministic),
+    transformed, and handed back as a Ray dataset.
+    """
+    ray_data = _ray_data_class()
+    if ray_data is not None and isinstance(dataset, ray_data):
+        import pyarrow as pa
+        import ray
+        import ray.data
+
+        ray.data.DataContext.get_current().execution_options.preserve_order = True
+        tables = [t for t in ray.get(dataset.to_arrow_refs()) if t.num_rows]
+        table = pa.concat_tables(tables, promote_options="default") if tables else dataset.schema().empty_table()
+        return ray.data.from_arrow(transform(table))
+    return table_to_dataset(transform(dataset_table(dataset)))
+
+
+class TableMapper:
+    """One Arrow path for a batched trajval mapper under both executors.
+
+    The mapper implements ``transform_table(table, first_row)``: read the columns it needs,
+    append the columns it writes, leave every other column as it is. Data-Juicer hands a
+    mapper ``dict`` batches under the default executor (``datasets``) and ``pyarrow.Table``
+    batches under Ray, and converts the latter to Python and back, which loses exact-JSON
+    columns; :meth:`bind_table_process` routes Arrow batches straight to ``transform_table`` and
+    dict batches through :meth:`process_batched`, which adds only the new columns to the dict.
+    """
+
+    #: Root column names the mapper reads (its inputs and the id fields used in messages).
+    def input_columns(self) -> list[str]:
+        raise NotImplementedError
+
+    def transform_table(self, table, first_row: int | None = None):
+        """The table with this mapper's columns appended. ``first_row``: position of the
+        table's first row in the pool, for messages (None when unknown)."""
+        raise NotImplementedError
+
+    def bind_table_process(self) -> None:
+        """Call at the end of ``__init__``: replace the instance's ``process`` (Data-Juicer's
+        dict conversion) by the Arrow-or-dict dispatch."""
+        self.process = self._process_table_or_dict
+
+    def _process_table_or_dict(self, batch, *args, **kwargs):
+        import pyarrow as pa
+
+        if isinstance(batch, pa.Table):
+            return self.transform_table(batch, None)
+        return self.process_batched(batch, *args, **kwargs)
+
+    def process_batched(self, samples, indices=None, *args, **kwargs):
+        """dict batch in, the same dict with this mapper's columns added out.
+
+        :param indices: the rows' positions in the pool, when the caller knows them.
+        """
+        from trajval_ops.jsontable import decoded_values, table_from_columns
+
+        num_rows = len(next(iter(samples.values()), []))
+        if num_rows == 0:
+            return samples
+        table = table_from_columns({k: samples[k] for k in self.input_columns() if k in samples}, num_rows)
+        first_row = indices[0] if indices else self._batch_first_row(num_rows)
+        out = self.transform_table(table, first_row)
+        for name in out.column_names:
+            if name not in table.column_names:
+                samples[name] = decoded_values(out.column(name))
+        return samples
+
+    def _batch_first_row(self, num_rows: int) -> int | None:
+        """Position of a dict batch's first row when one process sees every batch in order."""
+        if getattr(self, "num_proc", None) not in (None, 1, -1):  # -1: Data-Juicer's unset
+            return None
+        first = getattr(self, "_rows_seen", 0)
+        self._rows_seen = first + num_rows
+        return first
+
+
+def append_columns(table, columns: dict):
+    """``table`` with ``columns`` (name -> Arrow array) appended; a same-named column is
+    replaced where it stands (as ``datasets`` does), so both executors give one column order."""
+    for name, values in columns.items():
+        if name in table.column_names:
+            table = table.set_column(table.column_names.index(name), name, values)
+        else:
+            table = table.append_column(name, values)
+    return table
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _register_load_strategies() -> None:
+    from data_juicer.core.data.load_strategy import (
+        DataLoadStrategyRegistry,
+        DefaultLocalDataLoadStrategy,
+        RayLocalJsonDataLoadStrategy,
+    )
+
+    class TrajvalLocalLoadStrategy(DefaultLocalDataLoadStrategy):
+        """Local pools of trajval runs, read without rewriting a value; other runs as before."""
+
+        def load_data(self, **kwargs):
+            if not uses_trajval_operators(self.cfg):
+                return super().load_data(**kwargs)
+            from trajval_ops.jsontable import read_table
+
+            path = self.ds_config["path"]
+            table = read_table(path)
+            logger.info(f"trajval_ops: loaded {table.num_rows} rows from {path} ({_describe_columns(table)})")
+            return table_to_dataset(table)
+
+    class TrajvalRayLocalLoadStrategy(RayLocalJsonDataLoadStrategy):
+        """The same for the Ray executor: the pool is read on the driver and handed to Ray, and
+        the run's export writes what it read (:func:`_ray_dataset_class`)."""
+
+        def load_data(self, **kwargs):
+            if not uses_trajval_operators(self.cfg):
+                return super().load_data(**kwargs)
+            import ray.data
+
+            from trajval_ops.jsontable import read_table
+
+            path = self.ds_config["path"]
+            table = read_table(path)
+            logger.info(f"trajval_ops: loaded {table.num_rows} rows from {path} ({_describe_columns(table)})")
+            # no dataset_path: Data-Juicer would rewrite media path columns to absolute paths
+            return _ray_dataset_class()(ray.data.from_arrow(table), cfg=self.cfg)
+
+    DataLoadStrategyRegistry.register("default", "local", "*")(TrajvalLocalLoadStrategy)
+    DataLoadStrategyRegistry.register("ray", "local", "*")(TrajvalRayLocalLoadStrategy)
+
+
+def _describe_columns(table) -> str:
+    from trajval_ops.jsontable import is_json_type
+
+    mixed = [f.name for f in table.schema if is_json_type(f.type)]
+    if not mixed:
+        return f"{table.num_columns} columns"
+    return (f"{table.num_columns} columns; kept as exact JSON because their values differ in type or "
+            f"keys between rows: {', '.join(mixed)}")
+
+
+# ----------------------------------------------------------------------------- export
+
+
+_RAY_DATASET_CLASS = None
+_EXACT_RAY_CLASSES: dict = {}
+
+
+def _ray_dataset_class():
+    """Data-Juicer's ``RayDataset`` whose Ray data writes JSONL and parquet exactly.
+
+    The Ray executor exports ``dataset.data`` with Ray's writers, which round floats to 10
+    significant digits and write ``arrow.json`` columns as strings. Every Ray dataset this
+    ``RayDataset`` holds is given :func:`_exact_ray_writers` (only that object changes), so the
+    run's export writes through :func:`trajval_ops.jsontable.write_table`: one file at
+    ``export_path`` with the bytes the default executor writes.
+    """
+    global _RAY_DATASET_CLASS
+    if _RAY_DATASET_CLASS is None:
+        from data_juicer.core.data.ray_dataset import RayDataset
+
+        class TrajvalRayDataset(RayDataset):
+            @property
+            def data(self):
+                return self._trajval_data
+
+            @data.setter
+            def data(self, dataset):
+                self._trajval_data = _exact_ray_writers(dataset)
+
+        _RAY_DATASET_CLASS = TrajvalRayDataset
+    return _RAY_DATASET_CLASS
+
+
+def _exact_ray_writers(dataset):
+    """Give one Ray dataset object exact ``write_json`` / ``write_parquet`` methods."""
+    base = type(dataset)
+    if getattr(base, "_trajval_exact", False) or not hasattr(base, "write_json"):
+        return dataset
+    if base not in _EXACT_RAY_CLASSES:
+
+        def write_json(self, path, **_ignored):
+            _write_ray_dataset(self, path)
+
+        def write_parquet(self, path, **_ignored):
+            _write_ray_dataset(self, path)
+
+        _EXACT_RAY_CLASSES[base] = type(base.__name__, (base,), {
+            "write_json": write_json, "write_parquet": write_parquet, "_trajval_exact": True,
+            "__doc__": base.__doc__, "__module__": base.__module__,
+        })
+    dataset.__class__ = _EXACT_RAY_CLASSES[base]
+    return dataset
+
+
+def _write_ray_dataset(dataset, path) -> None:
+    """Gather a Ray dataset on the driver in order and write it as one file at ``path`` (the
+    exporter made ``path`` a folder for Ray's shards; an empty one is replaced by the file)."""
+    import os
+
+    import pyarrow as pa
+    import ray
+
+    from trajval_ops.jsontable import write_table
+
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    tables = [t for t in ray.get(dataset.to_arrow_refs()) if t.num_rows]
+    table = pa.concat_tables(tables, promote_options="default") if tables else dataset.schema().empty_table()
+    if os.path.isdir(path) and not os.listdir(path):
+        os.rmdir(path)
+    write_table(table, path)
+    logger.info(f"trajval_ops: wrote {table.num_rows} rows to {path}")
+
+_EXACT_SUFFIXES = ("jsonl", "parquet")
+
+
+def _exporter_class():
+    from data_juicer.core.exporter import Exporter
+    from data_juicer.utils.constant import Fields, HashKeys
+
+    class TrajvalExporter(Exporter):
+        """Data-Juicer's exporter, writing local JSONL and parquet through
+        :func:`trajval_ops.jsontable.write_table` (atomic, values as read)."""
+
+        def _exact(self, export_path, suffix) -> bool:
+            from urllib.parse import urlparse
+
+            return (suffix in _EXACT_SUFFIXES and self.export_shard_size <= 0
+                    and not getattr(self, "encrypt_before_export", False)
+                    and urlparse(str(export_path)).scheme in ("", "file"))
+
+        def _export_impl(self, dataset, export_path, suffix, export_stats=True):
+            if not self._exact(export_path, suffix):
+                return super()._export_impl(dataset, export_path, suffix, export_stats)
+            if export_stats:  # Data-Juicer's stats side file, if any; not the data
+                export_ds, self.export_ds = self.export_ds, False
+                try:
+                    super()._export_impl(dataset, export_path, suffix, export_stats)
+                finally:
+                    self.export_ds = export_ds
+            if not self.export_ds:
+                return
+            drop = set()
+            if not self.keep_stats_in_res_ds:
+                drop |= {Fields.stats, Fields.meta}
+            if not self.keep_hashes_in_res_ds:
+                drop |= {HashKeys.hash, HashKeys.minhash, HashKeys.simhash, HashKeys.imagehash, HashKeys.videohash}
+            from trajval_ops.jsontable import write_table
+
+            table = dataset_table(dataset)
+            table = table.drop_columns([name for name in table.column_names if name in drop])
+            write_table(table, export_path)
+            logger.info(f"trajval_ops: wrote {table.num_rows} rows to {export_path}")
+
+    return TrajvalExporter
+
+
+_TRAJVAL_EXPORTER = None
+
+
+def adopt_exporter(exporter) -> None:
+    """Make this run's Data-Juicer exporter write through :func:`trajval_ops.jsontable.write_table`
+    (only this exporter object changes; other exporters keep Data-Juicer's writer)."""
+    global _TRAJVAL_EXPORTER
+    if exporter is None:
+        return
+    from data_juicer.core.exporter import Exporter
+
+    if _TRAJVAL_EXPORTER is None:
+        _TRAJVAL_EXPORTER = _exporter_class()
+    if type(exporter) is Exporter:
+        exporter.__class__ = _TRAJVAL_EXPORTER
+
+
+def start_run(exporter) -> None:
+    """What every trajval operator does first in ``run``: adopt the run's exporter, and start the
+    guardian that ends this process's descendants if it is killed (:mod:`trajval_ops.lifetime`)."""
+    from trajval_ops.lifetime import guard_descendants
+
+    adopt_exporter(exporter)
+    guard_descendants()
+
+
+_LOAD_STRATEGY_MODULE = "data_juicer.core.data.load_strategy"
+
+
+def install(operator_names) -> None:
+    """Called once when the plugin loads: check the version, register the load strategies.
+
+    Data-Juicer loads plugins while its config module is still importing, and importing its
+    load-strategy module then would be circular. The strategies are registered as soon as that
+    module has been imported (it always is before a dataset loads): at once when it already is,
+    else right after Data-Juicer imports it.
+    """
+    check_data_juicer()
+    TRAJVAL_OPERATORS.update(operator_names)
+    _after_import(_LOAD_STRATEGY_MODULE, _register_load_strategies)
+
+
+def _after_import(name: str, callback) -> None:
+    """Run ``callback`` once module ``name`` is fully imported (now, or right after its import)."""
+    import importlib.abc
+    import importlib.machinery
+    import sys
+
+    module = sys.modules.get(name)
+    if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False):
+        callback()
+        return
+
+    class AfterImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            if fullname != name:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            if spec is None or spec.loader is None:
+                return spec
+            execute = spec.loader.exec_module
+
+            def exec_module(module):
+                execute(module)
+                callback()
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, AfterImport())
