@@ -5,7 +5,7 @@ STAMP := $(VENV)/.trajval-installed
 
 .PHONY: install demo test test-slow bench
 
-$(STAMP): pyproject.toml tools/install.sh
+$(STAMP): pyproject.toml tools/install.sh constraints/cpu.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	PYTHON=$(PY) bash tools/install.sh
 	touch $(STAMP)

@@ -10,6 +10,7 @@ import pytest
 
 from trajval_ops import core
 from trajval_ops.analysis import pool_io
+from trajval_ops import atomic
 from trajval_ops.analysis.report import build_report
 from trajval_ops.validation import TrajvalInputError
 
@@ -184,14 +185,15 @@ def test_comparison_with_a_second_pool(fixture_files, tmp_path):
 
 
 def test_atomic_write_keeps_old_file_on_failure(tmp_path):
-    target = pool_io.write_jsonl_atomic(tmp_path / "x.jsonl", [{"a": 1}])
+    target = tmp_path / "x.jsonl"
+    assert atomic.write_jsonl(target, [{"a": 1}]) == 1
 
     def rows():
         yield {"a": 2}
         raise RuntimeError("interrupted")
 
     with pytest.raises(RuntimeError):
-        pool_io.write_jsonl_atomic(target, rows())
+        atomic.write_jsonl(target, rows())
     assert target.read_text() == '{"a": 1}\n'
     assert [p.name for p in tmp_path.iterdir()] == ["x.jsonl"]
 

@@ -222,3 +222,38 @@ def test_pool_modules_do_not_import_data_juicer():
     code = ("import sys, trajval_ops.pools.importers, trajval_ops.pools.transfer, trajval_ops.pools.generate; "
             "sys.exit('data_juicer' in sys.modules or 'reasoning_gym' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1]).returncode == 0
+
+
+def test_collapsed_ids_are_listed_in_a_side_file(tmp_path):
+    rows, report = run_import(tmp_path, dapo_rows(2, 3))
+    assert report.ids_collapsed == 4
+    side = [json.loads(line) for line in (tmp_path / "out.jsonl.duplicates.jsonl").read_text().splitlines()]
+    assert side[0] == {"dropped_row": 2, "dropped_id": "uuid-0-1", "kept_row": 0, "kept_id": "uuid-0-0",
+                       "prompt_hash": rows[0][PROMPT_HASH]}
+    assert {r["dropped_id"] for r in side} == {"uuid-0-1", "uuid-1-1", "uuid-0-2", "uuid-1-2"}
+
+
+def test_on_duplicate_error_names_both_rows(tmp_path):
+    with pytest.raises(TrajvalInputError, match=r"row 2 \(.*'uuid-0-1'\): same prompt as row 0 \(task id 'uuid-0-0'\) "
+                                                 r"under another id 'uuid-0-1'"):
+        run_import(tmp_path, dapo_rows(2, 2), on_duplicate="error")
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_identical_copies_under_one_id_are_no_collapse(tmp_path):
+    row = dapo_rows(1, 1)[0]
+    _, report = run_import(tmp_path, [row, row])
+    assert report.duplicates_removed == 1 and report.ids_collapsed == 0
+
+
+@pytest.mark.parametrize("content,message", [
+    (b'{"prompt": "1+1?", "reward_model": {"ground_truth": "2"}}\n{"prompt": "\xe9t\xe9"}\n',
+     "line 2 (row 1) is not valid UTF-8: byte 12 of the line (byte offset 70 in the file)"),
+    (b'{"prompt": "1+1?", "reward_model": {"ground_truth": "2"}}\nnull\n', "line 2 (row 1) is null, not a JSON object"),
+])
+def test_cli_names_file_line_and_byte_of_bad_input(tmp_path, capsys, content, message):
+    source = tmp_path / "bad.jsonl"
+    source.write_bytes(content)
+    assert import_pool_cli.main([str(source), str(tmp_path / "out.jsonl"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{source}: {message}" in err and "Traceback" not in err

@@ -55,3 +55,18 @@ def test_operator_refuses_a_probe_larger_than_the_pool(tmp_path):
     positions, ids = TrajvalProbeTrainer(output_dir="x", probe_size=2, forced_ids=["t3"], seed=5).probe_positions(table)
     assert "t3" in ids and len(ids) == 2 and list(positions) == sorted(positions)
     assert not (tmp_path / "probe").exists()
+
+
+def test_unreadable_ground_truth_names_row_and_writes_nothing(tmp_path):
+    pool = rows(2)
+    pool[1]["reward_model"]["ground_truth"] = "\\frac{"
+    with pytest.raises(TrajvalInputError, match=r"row 1 \(id='t1'\): field 'reward_model.ground_truth': math-verify cannot read"):
+        run_probe(pool, ["t0", "t1"], CONFIG, tmp_path / "probe")
+    assert not (tmp_path / "probe").exists()
+
+
+def test_overlong_probe_prompt_names_row(tmp_path):
+    pool = rows(2)
+    pool[1]["prompt"] = "add " * 2100 + "1 and 1"
+    with pytest.raises(TrajvalInputError, match=r"probe row 1 \(id='t1'\): field 'prompt': the rendered prompt has \d+ tokens"):
+        run_probe(pool, ["t0", "t1"], CONFIG, tmp_path / "probe")

@@ -217,3 +217,17 @@ def test_prune_keeps_resume_state_only_on_newest_and_drops_unkept(tmp_path):
     assert last_resumable(tmp_path).step == 12  # newest keeps everything to resume
     prune_checkpoints(tmp_path, kept_epochs={0, 1, 3}, keep_resume_state=False)
     assert last_resumable(tmp_path) is None and (tmp_path / "checkpoint-12" / "model.safetensors").exists()
+
+
+def test_prune_never_follows_a_checkpoint_link_out_of_the_output_folder(tmp_path):
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    target = _fake_checkpoint(outside, 3, 1)
+    run = tmp_path / "run"
+    run.mkdir()
+    _fake_checkpoint(run, 4, 1)
+    (run / "checkpoint-3").symlink_to(target, target_is_directory=True)
+    prune_checkpoints(run, kept_epochs=set(), keep_resume_state=False)
+    assert (target / "model.safetensors").exists() and (target / "optimizer.pt").exists()
+    assert (run / "checkpoint-3").is_symlink()
+    assert [c.path.name for c in list_checkpoints(run)] == []

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from trajval_ops.analysis import curves
-from trajval_ops.analysis.pool_io import write_json_atomic
+from trajval_ops.atomic import write_json
 
 
 def _load(path: str) -> dict:
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
             line += f" {row['s2b']:8.1f}"
         print(line)
     if args.out:
-        write_json_atomic(args.out, metrics)
+        write_json(args.out, metrics)
     return 0
 
 

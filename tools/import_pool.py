@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trajval_ops.pools.answers import ANSWER_EXTRACTORS  # noqa: E402
-from trajval_ops.pools.importers import FORMATS, ID_FALLBACKS, ON_CONFLICT, import_pool  # noqa: E402
+from trajval_ops.pools.importers import FORMATS, ID_FALLBACKS, ON_CONFLICT, ON_DUPLICATE, import_pool  # noqa: E402
 from trajval_ops.validation import TrajvalInputError  # noqa: E402
 
 
@@ -39,6 +39,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="task id of rows without an id: prompt-content hash (default) or row-<position>")
     parser.add_argument("--on-conflict", default="error", choices=ON_CONFLICT,
                         help="copies of one prompt with different ground truths: fail (default) or keep the first")
+    parser.add_argument("--on-duplicate", default="keep-first", choices=ON_DUPLICATE,
+                        help="a copy of an earlier prompt under another id: keep the first and list which id "
+                             "collapsed into which in --duplicates (default), or fail naming both rows")
+    parser.add_argument("--duplicates", help="side file of collapsed ids (default <output>.duplicates.jsonl)")
     parser.add_argument("--data-source", help="data_source for rows that have none")
     parser.add_argument("--report", help="report JSON path (default <output>.report.json)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -53,7 +57,8 @@ def main(argv=None) -> int:
     try:
         report = import_pool(args.input, args.output, format_name=args.format, prompt_key=args.prompt_key,
                              answer_key=args.answer_key, id_keys=id_keys, answer_extract=args.answer_extract,
-                             id_fallback=args.id_fallback, on_conflict=args.on_conflict,
+                             id_fallback=args.id_fallback, on_conflict=args.on_conflict, on_duplicate=args.on_duplicate,
+                             duplicates_path=args.duplicates,
                              data_source=args.data_source, report_path=args.report,
                              progress=not args.no_progress)
     except TrajvalInputError as err:

@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trajval_ops.pools.generate import (  # noqa: E402
     FAMILIES, PRESETS, check_row, generate_pool, mix_summary, preset_mix)
-from trajval_ops.pools.io import read_rows, write_jsonl_atomic  # noqa: E402
+from trajval_ops.atomic import write_jsonl  # noqa: E402
+from trajval_ops.pools.io import read_rows  # noqa: E402
 from trajval_ops.validation import TrajvalInputError, row_label  # noqa: E402
 
 
@@ -62,7 +63,7 @@ def main(argv=None) -> int:
     except (ValueError, TrajvalInputError) as err:
         print(f"make_pool: error: {err}", file=sys.stderr)
         return 2
-    write_jsonl_atomic(args.out, rows)
+    write_jsonl(args.out, rows)
     print(f"wrote {len(rows)} tasks to {args.out}: {mix_summary(rows)}")
     return 0
 

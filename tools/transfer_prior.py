@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trajval_ops.fields import WEIGHT  # noqa: E402
-from trajval_ops.pools.io import file_sha256, read_rows, write_json_atomic, write_jsonl_atomic  # noqa: E402
+from trajval_ops.atomic import write_json, write_jsonl  # noqa: E402
+from trajval_ops.pools.io import file_sha256, read_rows  # noqa: E402
 from trajval_ops.pools.transfer import MATCH_BY, UNMATCHED_POLICIES, transfer_prior  # noqa: E402
 from trajval_ops.validation import TrajvalInputError  # noqa: E402
 
@@ -62,8 +63,8 @@ def main(argv=None) -> int:
     except (TrajvalInputError, FileNotFoundError) as err:
         print(f"transfer_prior: error: {err}", file=sys.stderr)
         return 2
-    write_jsonl_atomic(args.output, rows)
-    write_json_atomic(args.report or f"{args.output}.report.json", report.as_dict())
+    write_jsonl(args.output, rows)
+    write_json(args.report or f"{args.output}.report.json", report.as_dict())
     print(f"matched {report.matched_rows} of {report.target_rows} target rows ({report.matched_fraction:.1%}); "
           f"unmatched {report.unmatched_rows} ({report.unmatched_policy}); wrote {args.output}")
     return 0

@@ -55,6 +55,13 @@ def pool_files(path: str | os.PathLike) -> list[Path]:
     raise TrajvalInputError(f"pool file not found: {path}")
 
 
+def iter_jsonl(path: str | os.PathLike) -> Iterator[dict]:
+    """The rows of a JSON-lines file (the one JSONL reader of the package; errors as
+    :func:`iter_json_lines`)."""
+    for _, row in iter_json_lines(path):
+        yield row
+
+
 def iter_json_lines(path: str | os.PathLike, first_row: int = 0) -> Iterator[tuple[int, dict]]:
     """``(row position, row)`` for every non-blank line of a JSON-lines file.
 

@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from trajval_ops import core, fields
-from trajval_ops.atomic import atomic_open, iter_jsonl
+from trajval_ops.atomic import atomic_open
+from trajval_ops.jsontable import iter_jsonl
 from trajval_ops.validation import TrajvalInputError, float_column, get_path, row_label
 
 #: Default field of a dense trajectory row: the list of per-checkpoint accuracies.
@@ -28,47 +29,11 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return list(iter_jsonl(path))
 
 
-def _atomic_write(path: str | os.PathLike, write: Callable[[Any], None], mode: str) -> Path:
-    with atomic_open(path, mode) as handle:
-        write(handle)
-    return Path(path)
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    return _atomic_write(path, lambda h: h.write(text), "w")
-
-
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
-    return _atomic_write(path, lambda h: json.dump(to_jsonable(obj), h, indent=2, allow_nan=True), "w")
-
-
-def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[Mapping]) -> Path:
-    def write(handle):
-        for row in rows:
-            handle.write(json.dumps(to_jsonable(row), ensure_ascii=False))
-            handle.write("\n")
-
-    return _atomic_write(path, write, "w")
-
-
 def write_figure_atomic(path: str | os.PathLike, figure) -> Path:
     """Save a matplotlib figure as PNG atomically."""
-    return _atomic_write(path, lambda h: figure.savefig(h, format="png", dpi=110, bbox_inches="tight"), "wb")
-
-
-def to_jsonable(obj: Any) -> Any:
-    """numpy scalars/arrays -> plain Python, NaN -> None, recursively (inf stays, as JSON Infinity)."""
-    if isinstance(obj, Mapping):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and math.isnan(obj):
-        return None  # strict JSON has no NaN
-    return obj
+    with atomic_open(path, "wb") as handle:
+        figure.savefig(handle, format="png", dpi=110, bbox_inches="tight")
+    return Path(path)
 
 
 def _id_columns(rows: Sequence[Mapping], id_key: str | None) -> dict[str, list]:

@@ -21,6 +21,7 @@ import numpy as np
 from loguru import logger
 
 from trajval_ops import core
+from trajval_ops.atomic import write_json, write_text
 from trajval_ops.analysis import agreement, pool_io, trajectories
 from trajval_ops.validation import TrajvalInputError
 
@@ -348,8 +349,8 @@ def build_report(
         stability = summary["trajectories"]["epoch_stability"]
         _fig_epoch_stability(plt, np.asarray(stability["spearman"]), stability["checkpoint"], out_dir, written)
     summary["figures"] = written
-    pool_io.write_json_atomic(out_dir / "summary.json", summary)
-    pool_io.write_text_atomic(out_dir / "index.html", _render_html(summary, written))
+    write_json(out_dir / "summary.json", summary)
+    write_text(out_dir / "index.html", _render_html(summary, written))
     logger.info(f"report: wrote {out_dir / 'index.html'} with {len(written)} figures")
     return summary
 

@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from trajval_ops.analysis.pool_io import write_json_atomic, write_jsonl_atomic
+from trajval_ops.atomic import write_json, write_jsonl
 
 BIN_NAMES = ("low", "mid", "high")
 HALVES = ("high_delta", "low_delta")
@@ -147,6 +147,6 @@ def write_within_bin(
     table = []
     for pool in subpools:
         name = subpool_filename(pool["bin"], pool["half"])
-        write_jsonl_atomic(out_dir / name, (rows[i] for i in pool["indices"]))
+        write_jsonl(out_dir / name, (rows[i] for i in pool["indices"]))
         table.append({**{k: v for k, v in pool.items() if k != "indices"}, "file": name})
-    return write_json_atomic(out_dir / "within_bin_stats.json", {"meta": dict(meta or {}), "subpools": table})
+    return write_json(out_dir / "within_bin_stats.json", {"meta": dict(meta or {}), "subpools": table})

@@ -365,20 +365,20 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
 
     def _fit_prompt(self, session, prompt: str, task: dict) -> tuple[str, str]:
         """The prompt within the model's context (minus ``max_new_tokens``) and its status."""
-        limit = session.max_context - self.sampling.max_new_tokens
-        ids = session.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        if len(ids) <= limit:
+        from trajval_ops.rollout.prompts import fit_prompt
+
+        try:
+            prompt, cut_from = fit_prompt(session.tokenizer, prompt, session.max_context,
+                                          self.sampling.max_new_tokens, self.overlong_prompt)
+        except OverflowError as exc:
+            raise TrajvalInputError(f"{OP_NAME}: {task['label']}: field '{self.prompt_key}': {exc}") from None
+        if cut_from is None:
             return prompt, STATUS_OK
-        if self.overlong_prompt == "error" or limit <= 0:
-            raise TrajvalInputError(
-                f"{OP_NAME}: {task['label']}: field '{self.prompt_key}': the rendered prompt has {len(ids)} "
-                f"tokens, more than the model's context of {session.max_context} minus max_new_tokens "
-                f"{self.sampling.max_new_tokens}; shorten or remove the row, or set overlong_prompt: truncate_left"
-            )
         self._stats[STATUS_TRUNCATED] += 1
         if self._stats[STATUS_TRUNCATED] <= 20:
-            logger.warning(f"{OP_NAME}: {task['label']}: prompt of {len(ids)} tokens cut to its last {limit}")
-        return session.tokenizer.decode(ids[-limit:]), STATUS_TRUNCATED
+            logger.warning(f"{OP_NAME}: {task['label']}: prompt of {cut_from} tokens cut to its last "
+                           f"{session.max_context - self.sampling.max_new_tokens}")
+        return prompt, STATUS_TRUNCATED
 
     def _sample_and_score(self, tasks: list[dict], rows: list[dict]) -> list[dict]:
         from trajval_ops.rollout.prompts import render_prompt

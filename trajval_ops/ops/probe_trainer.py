@@ -84,6 +84,7 @@ class TrajvalProbeTrainer(Pipeline):
         vllm_mode: Literal["colocate", "server"] = _DEFAULTS.vllm_mode,
         vllm_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = _DEFAULTS.vllm_gpu_memory_utilization,
         vllm_tensor_parallel_size: PositiveInt = _DEFAULTS.vllm_tensor_parallel_size,
+        overlong_prompt: Literal["error", "truncate_left"] = _DEFAULTS.overlong_prompt,
         show_progress: bool = True,
         *args,
         **kwargs,
@@ -140,6 +141,9 @@ class TrajvalProbeTrainer(Pipeline):
         :param vllm_mode: TRL vLLM mode on GPU (colocate, or server with ``trl vllm-serve``).
         :param vllm_gpu_memory_utilization: GPU memory share vLLM may take (colocate).
         :param vllm_tensor_parallel_size: vLLM tensor parallel size (colocate).
+        :param overlong_prompt: a probe prompt longer than the model's context minus
+            ``max_completion_length``: ``error`` (default, naming the row) or ``truncate_left``
+            (keep its last tokens; counted and logged).
         :param show_progress: show the trainer's progress bar.
         """
         super().__init__(*args, **safe_op_kwargs(kwargs))
@@ -164,7 +168,7 @@ class TrajvalProbeTrainer(Pipeline):
             gradient_checkpointing=gradient_checkpointing, use_lora=use_lora, lora_r=lora_r,
             lora_alpha=lora_alpha, lora_dropout=lora_dropout, lora_target_modules=lora_target_modules,
             vllm_mode=vllm_mode, vllm_gpu_memory_utilization=vllm_gpu_memory_utilization,
-            vllm_tensor_parallel_size=vllm_tensor_parallel_size,
+            vllm_tensor_parallel_size=vllm_tensor_parallel_size, overlong_prompt=overlong_prompt,
         )
 
     def probe_positions(self, table):
@@ -203,7 +207,10 @@ class TrajvalProbeTrainer(Pipeline):
         # Train in a spawned child: torch's thread pool must not start in this process, because
         # later ops fork worker processes and a fork after OpenMP use deadlocks (observed with
         # the endpoint-reward mapper). The child's memory is also returned when it ends.
-        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        from trajval_ops.lifetime import die_with_parent
+
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=die_with_parent) as pool:
             pool.submit(run_probe, probe_rows, ids, self.config, self.output_dir,
                         show_progress=self.show_progress).result()
         mask = np.zeros(table.num_rows, dtype=bool)

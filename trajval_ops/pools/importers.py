@@ -23,17 +23,19 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from loguru import logger
 
 from trajval_ops.pools.answers import canonical_ground_truth, extract_answer
 from trajval_ops.pools.identity import PROMPT_HASH, TASK_ID, prompt_hash, prompt_messages
-from trajval_ops.pools.io import read_rows, write_json_atomic, write_jsonl_atomic
+from trajval_ops.atomic import atomic_open, write_json, write_jsonl
+from trajval_ops.pools.io import read_rows
 from trajval_ops.validation import TrajvalInputError, get_path, row_label
 
 ID_FALLBACKS = ("hash", "position")
 ON_CONFLICT = ("error", "keep-first")
+ON_DUPLICATE = ("keep-first", "error")
 
 
 @dataclass(frozen=True)
@@ -117,15 +119,23 @@ class ImportReport:
     ids_from_field: int = 0
     ids_from_fallback: int = 0
     id_fallback: str = "hash"
+    #: duplicates whose own id differs from the kept row's (each listed in ``duplicates_file``)
+    ids_collapsed: int = 0
+    duplicates_file: Optional[str] = None
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def canonical_rows(rows: Iterable[dict], fmt: PoolFormat, report: ImportReport, *,
-                   id_fallback: str = "hash", on_conflict: str = "error",
-                   data_source: Optional[str] = None) -> Iterator[dict]:
+                   id_fallback: str = "hash", on_conflict: str = "error", on_duplicate: str = "keep-first",
+                   data_source: Optional[str] = None,
+                   on_collapse: Optional[Callable[[dict], None]] = None) -> Iterator[dict]:
     """Canonicalise and deduplicate rows (lazily, so huge pools stream).
+
+    A copy of an earlier prompt is dropped (``on_duplicate="keep-first"``); when its own id
+    differs from the kept row's, ``on_collapse`` receives ``{dropped_row, dropped_id, kept_row,
+    kept_id, prompt_hash}``. ``on_duplicate="error"`` refuses such a copy instead, naming both rows.
 
     :raises TrajvalInputError: naming the row and field for a missing/empty prompt or ground
         truth, an answer without its marker, two different prompts with one id, or (with
@@ -135,7 +145,9 @@ def canonical_rows(rows: Iterable[dict], fmt: PoolFormat, report: ImportReport, 
         raise TrajvalInputError(f"id_fallback must be one of {ID_FALLBACKS}, got {id_fallback!r}")
     if on_conflict not in ON_CONFLICT:
         raise TrajvalInputError(f"on_conflict must be one of {ON_CONFLICT}, got {on_conflict!r}")
-    first_seen: dict[str, tuple[int, str]] = {}  # prompt hash -> (position, ground truth)
+    if on_duplicate not in ON_DUPLICATE:
+        raise TrajvalInputError(f"on_duplicate must be one of {ON_DUPLICATE}, got {on_duplicate!r}")
+    first_seen: dict[str, tuple[int, str, str]] = {}  # prompt hash -> (position, ground truth, id)
     copies: Counter = Counter()
     id_owner: dict[str, int] = {}  # task id -> position of the prompt that owns it
     for position, row in enumerate(rows):
@@ -152,7 +164,19 @@ def canonical_rows(rows: Iterable[dict], fmt: PoolFormat, report: ImportReport, 
         ground_truth = _ground_truth(row, position, fmt)
         copies[digest] += 1
         if digest in first_seen:
-            kept_position, kept_truth = first_seen[digest]
+            kept_position, kept_truth, kept_id = first_seen[digest]
+            dropped_id = _own_id(row, position, fmt, digest, id_fallback)
+            if dropped_id != kept_id:
+                if on_duplicate == "error":
+                    raise TrajvalInputError(
+                        f"{row_label(row, position)}: same prompt as row {kept_position} (task id {kept_id!r}) "
+                        f"under another id {dropped_id!r}; deduplicate the pool first, or pass "
+                        f"--on-duplicate keep-first to keep the first and list the others in a side file"
+                    )
+                report.ids_collapsed += 1
+                if on_collapse is not None:
+                    on_collapse({"dropped_row": position, "dropped_id": dropped_id, "kept_row": kept_position,
+                                 "kept_id": kept_id, "prompt_hash": digest})
             if kept_truth != ground_truth:
                 report.duplicate_ground_truth_conflicts += 1
                 if on_conflict == "error":
@@ -162,8 +186,8 @@ def canonical_rows(rows: Iterable[dict], fmt: PoolFormat, report: ImportReport, 
                         f"pool or pass --on-conflict keep-first"
                     )
             continue
-        first_seen[digest] = (position, ground_truth)
         task_id = _task_id(row, position, fmt, digest, id_fallback, report)
+        first_seen[digest] = (position, ground_truth, task_id)
         if task_id in id_owner:
             raise TrajvalInputError(
                 f"{row_label(row, position)}: task id {task_id!r} already belongs to the different prompt "
@@ -178,12 +202,14 @@ def canonical_rows(rows: Iterable[dict], fmt: PoolFormat, report: ImportReport, 
 def import_pool(input_path: str, output_path: str, *, format_name: str = "auto",
                 prompt_key: Optional[str] = None, answer_key: Optional[str] = None,
                 id_keys: Optional[Iterable[str]] = None, answer_extract: Optional[str] = None,
-                id_fallback: str = "hash", on_conflict: str = "error",
+                id_fallback: str = "hash", on_conflict: str = "error", on_duplicate: str = "keep-first",
                 data_source: Optional[str] = None, report_path: Optional[str] = None,
-                progress: bool = True) -> ImportReport:
+                duplicates_path: Optional[str] = None, progress: bool = True) -> ImportReport:
     """Read a JSONL/parquet pool, canonicalise and deduplicate it, write JSONL atomically.
 
-    Writes a JSON report to ``report_path`` (default ``<output>.report.json``) and returns it.
+    Writes a JSON report to ``report_path`` (default ``<output>.report.json``) and, for every
+    dropped copy whose id differs from the kept row's, a line to ``duplicates_path`` (default
+    ``<output>.duplicates.jsonl``: which id collapsed into which); returns the report.
     """
     rows = read_rows(input_path)
     try:
@@ -201,14 +227,23 @@ def import_pool(input_path: str, output_path: str, *, format_name: str = "auto",
         from tqdm import tqdm
 
         stream = tqdm(stream, desc="import", unit=" rows", mininterval=2.0)
-    write_jsonl_atomic(output_path, canonical_rows(stream, fmt, report, id_fallback=id_fallback,
-                                                   on_conflict=on_conflict, data_source=data_source))
+    report.duplicates_file = str(duplicates_path or f"{output_path}.duplicates.jsonl")
+    with atomic_open(report.duplicates_file) as collapsed:
+        def on_collapse(record: dict) -> None:
+            collapsed.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+        write_jsonl(output_path, canonical_rows(stream, fmt, report, id_fallback=id_fallback,
+                                                on_conflict=on_conflict, on_duplicate=on_duplicate,
+                                                data_source=data_source, on_collapse=on_collapse))
     report.rows_written = report.rows_read - report.duplicates_removed
     logger.info(f"read {report.rows_read} rows, wrote {report.rows_written} unique tasks to {output_path} "
                 f"({report.duplicates_removed} duplicates removed, at most {report.max_copies_of_one_prompt} "
                 f"copies of one prompt, {report.duplicate_ground_truth_conflicts} ground-truth conflicts; "
                 f"ids: {report.ids_from_field} from fields, {report.ids_from_fallback} by {id_fallback})")
-    write_json_atomic(report_path or f"{output_path}.report.json", report.as_dict())
+    if report.ids_collapsed:
+        logger.warning(f"{report.ids_collapsed} dropped copies had an id of their own; which id collapsed into "
+                       f"which: {report.duplicates_file}")
+    write_json(report_path or f"{output_path}.report.json", report.as_dict())
     return report
 
 
@@ -251,8 +286,15 @@ def _task_id(row: dict, position: int, fmt: PoolFormat, digest: str, id_fallback
     _, value = _first_present(row, fmt.id_keys)
     if value is not None and str(value).strip():
         report.ids_from_field += 1
+    else:
+        report.ids_from_fallback += 1
+    return _own_id(row, position, fmt, digest, id_fallback)
+
+
+def _own_id(row: dict, position: int, fmt: PoolFormat, digest: str, id_fallback: str) -> str:
+    _, value = _first_present(row, fmt.id_keys)
+    if value is not None and str(value).strip():
         return str(value)
-    report.ids_from_fallback += 1
     return digest if id_fallback == "hash" else f"row-{position}"
 
 

@@ -46,7 +46,8 @@ def list_checkpoints(output_dir: str | Path) -> list[Checkpoint]:
         return found
     for child in directory.iterdir():
         match = _CHECKPOINT_DIR.match(child.name)
-        if not match or not child.is_dir():
+        # a link named like a checkpoint is not one of ours: never read, resume from or delete it
+        if not match or child.is_symlink() or not child.is_dir():
             continue
         state_file = child / TRAINER_STATE
         epoch = None
@@ -69,6 +70,10 @@ def prune_checkpoints(output_dir: str | Path, kept_epochs: set[int] | list[int],
         the run is finished).
     """
     checkpoints = list_checkpoints(output_dir)
+    root = Path(output_dir).resolve()
+    outside = [c.path for c in checkpoints if c.path.parent != root]
+    if outside:  # defence in depth: nothing outside the output folder is ever deleted
+        raise RuntimeError(f"probe: refusing to prune checkpoints outside {root}: {outside}")
     complete = [c for c in checkpoints if c.complete]
     newest = complete[-1] if complete else None
     for checkpoint in checkpoints:

@@ -53,12 +53,15 @@ class ProbeConfig:
     vllm_mode: str = "colocate"
     vllm_gpu_memory_utilization: float = 0.3
     vllm_tensor_parallel_size: int = 1
+    overlong_prompt: str = "error"
 
     def __post_init__(self):
         # lists from YAML recipes become tuples so the config stays hashable and canonical
         object.__setattr__(self, "keep_epochs", tuple(sorted({int(e) for e in self.keep_epochs})))
         if isinstance(self.lora_target_modules, list):
             object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))
+        if self.overlong_prompt not in ("error", "truncate_left"):
+            raise ValueError(f"overlong_prompt must be 'error' or 'truncate_left', got {self.overlong_prompt!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
         for name in ("epochs", "prompts_per_batch", "micro_batch_size", "max_completion_length", "window_k"):

@@ -82,7 +82,7 @@ def run_probe(
 
     base_model = resolve_model(config.model).resolve()
     tokenizer = _load_tokenizer(base_model)
-    dataset = training_dataset(examples, tokenizer)
+    dataset = training_dataset(examples, tokenizer, config, _max_context(base_model))
     manifest = {
         "format": FORMAT,
         "base_model": str(base_model),
@@ -190,10 +190,13 @@ def probe_examples(rows: Sequence[Mapping[str, Any]], config: ProbeConfig) -> li
     """Check every probe row and build its chat messages and ground truth (no model needed, so
     bad rows fail before heavy libraries load or anything is written).
 
-    :raises TrajvalInputError: a missing ground truth or a bad prompt, naming the row and field.
+    :raises TrajvalInputError: a missing or unreadable ground truth (the verifier could give no
+        reward for it) or a bad prompt, naming the row and field.
     """
     from trajval_ops.rollout.prompts import build_messages
+    from trajval_ops.rollout.verifiers import build_verifier
 
+    verifier = build_verifier(config.verifier, **config.verifier_options)
     examples = []
     for position, row in enumerate(rows):
         truth = get_path(row, config.ground_truth_key, None)
@@ -201,32 +204,46 @@ def probe_examples(rows: Sequence[Mapping[str, Any]], config: ProbeConfig) -> li
             raise TrajvalInputError(
                 f"probe {row_label(row, position)}: ground truth field '{config.ground_truth_key}' is missing"
             )
+        problem = verifier.truth_problem(truth)
+        if problem is not None:
+            verifier.close()
+            raise TrajvalInputError(f"probe {row_label(row, position)}: field '{config.ground_truth_key}': {problem}")
         try:
             messages = build_messages(dict(row), template=config.prompt_template, prompt_key=config.prompt_key,
                                       category_key=config.category_key)
         except TrajvalInputError as exc:
             raise TrajvalInputError(f"probe {row_label(row, position)}: {exc}") from exc
-        examples.append({"messages": messages, "truth": truth, "row": dict(row)})
+        examples.append({"messages": messages, "truth": truth, "row": dict(row), "position": position})
+    verifier.close()
     return examples
 
 
-def training_dataset(examples: Sequence[dict], tokenizer):
+def training_dataset(examples: Sequence[dict], tokenizer, config: ProbeConfig, max_context: int):
     """A ``datasets.Dataset`` of text prompts (chat template applied by the endpoint mapper's
-    ``render_prompt``), JSON ground truths and JSON rows for the verifier."""
+    ``render_prompt``; a prompt longer than ``max_context`` minus the completion length is an
+    error or cut, by ``config.overlong_prompt``), JSON ground truths and JSON rows."""
     from datasets import Dataset
 
-    from trajval_ops.rollout.prompts import render_prompt
+    from trajval_ops.rollout.prompts import fit_prompt, render_prompt
 
-    return Dataset.from_list(
-        [
-            {
-                "prompt": render_prompt(tokenizer, example["messages"]),
-                GROUND_TRUTH_COLUMN: json.dumps(example["truth"], default=str),
-                ROW_COLUMN: json.dumps(example["row"], default=str),
-            }
-            for example in examples
-        ]
-    )
+    records, cut = [], 0
+    for example in examples:
+        try:
+            prompt, cut_from = fit_prompt(tokenizer, render_prompt(tokenizer, example["messages"]), max_context,
+                                          config.max_completion_length, config.overlong_prompt)
+        except OverflowError as exc:
+            raise TrajvalInputError(
+                f"probe {row_label(example['row'], example['position'])}: field '{config.prompt_key}': {exc}"
+            ) from None
+        cut += cut_from is not None
+        records.append({
+            "prompt": prompt,
+            GROUND_TRUTH_COLUMN: json.dumps(example["truth"], default=str),
+            ROW_COLUMN: json.dumps(example["row"], default=str),
+        })
+    if cut:
+        logger.warning(f"probe: {cut} of {len(records)} prompts were cut from the left to fit the model's context")
+    return Dataset.from_list(records)
 
 
 def reward_per_epoch(log_history: Sequence[Mapping[str, Any]], steps_per_epoch: int) -> list[float]:
@@ -286,6 +303,12 @@ def _check_same_probe(output_dir: Path, previous: dict, identity: dict, digest: 
         f"{output_dir} holds a probe run with a different configuration (hash {previous.get('config_hash')} "
         f"vs {digest}; differs in {changed or 'unknown fields'}); use another output_dir or delete it"
     )
+
+
+def _max_context(base_model: Path) -> int:
+    from transformers import AutoConfig
+
+    return int(getattr(AutoConfig.from_pretrained(base_model), "max_position_embeddings", None) or 2048)
 
 
 def _load_tokenizer(base_model: Path):

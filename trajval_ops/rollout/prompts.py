@@ -122,3 +122,24 @@ def render_prompt(tokenizer, messages: list[dict]) -> str:
     return tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
     )
+
+
+def fit_prompt(tokenizer, prompt: str, max_context: int, max_new_tokens: int, policy: str) -> tuple[str, int | None]:
+    """A rendered prompt within ``max_context - max_new_tokens`` tokens.
+
+    :param policy: ``error`` or ``truncate_left`` (keep the prompt's last tokens).
+    :return: ``(prompt, None)`` when it fits, ``(cut prompt, original token count)`` when it was
+        cut.
+    :raises OverflowError: with policy ``error`` (or no room at all), giving the token counts;
+        callers name the row.
+    """
+    limit = max_context - max_new_tokens
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    if len(ids) <= limit:
+        return prompt, None
+    if policy != "truncate_left" or limit <= 0:
+        raise OverflowError(
+            f"the rendered prompt has {len(ids)} tokens, more than the model's context of {max_context} minus "
+            f"the {max_new_tokens} new tokens; shorten or remove the row, or set overlong_prompt: truncate_left"
+        )
+    return tokenizer.decode(ids[-limit:]), len(ids)
