@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,12 @@ def live_processes_tagged(tag: str) -> list[int]:
     from trajval_ops.lifetime import tagged_processes
 
     return tagged_processes("TRAJVAL_TEST_TAG", tag)
+
+
+def tagged_processes_after(tag: str, seconds: float) -> list[int]:
+    """The tagged processes still alive after waiting up to ``seconds`` for them to end (the
+    guardian, for one, exits only after noticing its guarded process is gone)."""
+    deadline = time.monotonic() + seconds
+    while live_processes_tagged(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return live_processes_tagged(tag)

@@ -117,12 +117,9 @@ def _family(mode: str, tag: str) -> subprocess.Popen:
 
 
 def _wait_gone(tag: str, seconds: float) -> list[int]:
-    from tests.conftest import live_processes_tagged
+    from tests.conftest import tagged_processes_after
 
-    deadline = time.monotonic() + seconds
-    while live_processes_tagged(tag) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return live_processes_tagged(tag)
+    return tagged_processes_after(tag, seconds)
 
 
 def test_the_guardian_ends_every_descendant_of_a_killed_process():

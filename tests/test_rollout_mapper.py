@@ -13,7 +13,7 @@ from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
 from trajval_ops.validation import TrajvalInputError
 
 from tests.conftest import (
-    REPO, arithmetic_rows, dj_process, live_processes_tagged, read_jsonl, vllm_importable, write_jsonl,
+    REPO, arithmetic_rows, dj_process, tagged_processes_after, read_jsonl, vllm_importable, write_jsonl,
 )
 
 
@@ -208,7 +208,7 @@ def test_vllm_engine_under_dj_process_exits_and_leaves_no_process(tmp_path, priv
     result = dj_process(recipe, tmp_path, "--dataset_path", str(pool), "--export_path", str(out),
                         env={"TRAJVAL_TEST_TAG": tag}, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert live_processes_tagged(tag) == []
+    assert tagged_processes_after(tag, 10) == []
     scored = read_jsonl(out)
     assert [r["id"] for r in scored] == [r["id"] for r in rows]
     for row in scored:

@@ -240,7 +240,11 @@ def _register_load_strategies() -> None:
             import ray.data
 
             from trajval_ops.jsontable import read_table
+            from trajval_ops.lifetime import guard_descendants
 
+            # Under Ray the operators run in actors, not here: the driver, which started Ray's
+            # local daemons (raylet, agents, workers), guards them from the start.
+            guard_descendants()
             path = self.ds_config["path"]
             table = read_table(path)
             logger.info(f"trajval_ops: loaded {table.num_rows} rows from {path} ({_describe_columns(table)})")
