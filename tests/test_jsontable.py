@@ -163,3 +163,23 @@ json_rows = st.lists(st.dictionaries(st.sampled_from(["p", "q", "r"]), json_valu
 def test_any_json_rows_round_trip(tmp_path, rows):
     _, out = round_trip(tmp_path, rows)
     assert canonical(out) == canonical(rows)
+
+
+@pytest.mark.parametrize("values", [
+    [{"a": {"x": 1.5}}, {"a": {"x": 2}}],                  # an integer in a float field, nested
+    [{"a": [0.5, 1]}, {"a": [0.25]}],                       # ... inside a list
+    [{"a": {"x": 1, "y": 2}}, {"a": {"x": 1}}],             # a nested key absent in one row
+    [{"a": {"x": None}}, {"a": {}}],                        # null value vs absent key
+    [{"a": [{"r": "u", "c": "1"}]}, {"a": [{"r": "u"}]}],   # chat turns with different keys
+])
+def test_nested_values_arrow_would_change_stay_exact(tmp_path, values):
+    table, out = round_trip(tmp_path, values)
+    assert canonical(out) == canonical(values)
+    assert jsontable.is_json_type(table.schema.field("a").type)
+
+
+def test_nested_floats_and_nulls_that_round_trip_stay_native(tmp_path):
+    rows = [{"a": {"x": 0.5, "y": None, "z": [1.25]}}, {"a": {"x": 2.5, "y": "s", "z": []}}, {"a": None}]
+    table, out = round_trip(tmp_path, rows)
+    assert canonical(out) == canonical(rows)
+    assert pa.types.is_struct(table.schema.field("a").type)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -32,10 +33,20 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 #: Rows parsed before their columns are converted to Arrow (bounds the Python objects held).
 CHUNK_ROWS = 32768
 
-_MISSING = object()
+class _MissingType:
+    """The value of a key a row lacks (distinct from JSON null)."""
+
+
+_MISSING = _MissingType()
 #: 19 digits in a row may be an integer beyond 64 bits, which orjson reads as a float; such
 #: lines are parsed by the standard library instead.
 _LONG_DIGITS = re.compile(rb"\d{19}")
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _may_hold_long_integer(data: bytes) -> bool:
+    """Whether ``data`` has a run of 19 digits (a substring search, ~8x faster than the regex)."""
+    return b"0000000000000000000" in data.translate(_DIGITS_TO_ZERO)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -57,37 +68,72 @@ def pool_files(path: str | os.PathLike) -> list[Path]:
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[dict]:
     """The rows of a JSON-lines file (the one JSONL reader of the package; errors as
-    :func:`iter_json_lines`)."""
-    for _, row in iter_json_lines(path):
-        yield row
+    :func:`iter_json_blocks`)."""
+    for _, rows in iter_json_blocks(path):
+        yield from rows
 
 
-def iter_json_lines(path: str | os.PathLike, first_row: int = 0) -> Iterator[tuple[int, dict]]:
-    """``(row position, row)`` for every non-blank line of a JSON-lines file.
+def iter_json_blocks(path: str | os.PathLike, first_row: int = 0,
+                     block_rows: int = CHUNK_ROWS) -> Iterator[tuple[int, list[dict]]]:
+    """``(position of the block's first row, rows)`` for blocks of up to ``block_rows``
+    non-blank lines of a JSON-lines file.
+
+    A block is parsed in one pass; only a block holding a bad line (or a 19-digit run, which
+    may be an integer beyond 64 bits) is walked line by line to parse it exactly or name the
+    line.
 
     :raises TrajvalInputError: a line that is not UTF-8 (byte offset in the file and in the
         line), not valid JSON, ``null``, or not a JSON object.
     """
     import orjson
 
+    loads = orjson.loads
     position = first_row
-    offset = 0
+    line_number = offset = 0
     with open(path, "rb") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            start, offset = offset, offset + len(line)
-            if not line.strip():
-                continue
-            where = f"{path}: line {line_number} (row {position})"
-            try:
-                row = _slow_parse(line, where, start) if _LONG_DIGITS.search(line) else orjson.loads(line)
-            except orjson.JSONDecodeError:
-                row = _slow_parse(line, where, start)
-            if row is None:
-                raise TrajvalInputError(f"{where} is null, not a JSON object (a row must be an object)")
-            if not isinstance(row, dict):
-                raise TrajvalInputError(f"{where} is a JSON {_json_kind(row)}, not a JSON object")
-            yield position, row
-            position += 1
+        while True:
+            lines = handle.readlines(1 << 22)
+            if not lines:
+                return
+            block_start, block_line = offset, line_number
+            offset += sum(map(len, lines))
+            line_number += len(lines)
+            data = [line for line in lines if not line.isspace()]
+            rows = None
+            if not _may_hold_long_integer(b"".join(data)):
+                try:
+                    rows = [loads(line) for line in data]
+                except orjson.JSONDecodeError:
+                    rows = None
+            if rows is None or not all(type(row) is dict for row in rows):
+                rows = _parse_lines_exactly(path, lines, position, block_line, block_start)
+            while rows:
+                yield position, rows[:block_rows]
+                position += min(len(rows), block_rows)
+                rows = rows[block_rows:]
+
+
+def _parse_lines_exactly(path, lines: list[bytes], position: int, line_number: int, offset: int) -> list[dict]:
+    import orjson
+
+    rows = []
+    for line in lines:
+        line_number += 1
+        start, offset = offset, offset + len(line)
+        if line.isspace():
+            continue
+        where = f"{path}: line {line_number} (row {position})"
+        try:
+            row = _slow_parse(line, where, start) if _LONG_DIGITS.search(line) else orjson.loads(line)
+        except orjson.JSONDecodeError:
+            row = _slow_parse(line, where, start)
+        if row is None:
+            raise TrajvalInputError(f"{where} is null, not a JSON object (a row must be an object)")
+        if not isinstance(row, dict):
+            raise TrajvalInputError(f"{where} is a JSON {_json_kind(row)}, not a JSON object")
+        rows.append(row)
+        position += 1
+    return rows
 
 
 def _slow_parse(line: bytes, where: str, start: int) -> Any:
@@ -181,11 +227,9 @@ def _read_json_lines(path: Path, first_row: int, owned_prefix: str):
     columns: dict[str, list] = {}  # name -> list of chunk arrays (native or json)
     kinds: dict[str, tuple[str, int, dict]] = {}  # owned column -> (kind, first position, row)
     rows_done = 0
-    chunk: list[tuple[int, dict]] = []
 
-    def flush():
+    def flush(first_position: int, rows: list[dict]):
         nonlocal rows_done
-        rows = [row for _, row in chunk]
         names = list(columns)
         for row in rows:
             for key in row:
@@ -193,26 +237,27 @@ def _read_json_lines(path: Path, first_row: int, owned_prefix: str):
                     columns[key] = [json_array([_MISSING] * rows_done)] if rows_done else []
                     names.append(key)
         for name in names:
-            values = [row.get(name, _MISSING) for row in rows]
+            try:
+                values = list(map(itemgetter(name), rows))
+            except KeyError:  # some rows lack the key
+                values = [row.get(name, _MISSING) for row in rows]
             if name.startswith(owned_prefix):
-                _check_owned_kinds(path, name, values, chunk, kinds)
+                _check_owned_kinds(path, name, values, first_position, rows, kinds)
             columns[name].append(_chunk_array(values))
         rows_done += len(rows)
-        chunk.clear()
 
-    for position, row in iter_json_lines(path, first_row):
-        chunk.append((position, row))
-        if len(chunk) >= CHUNK_ROWS:
-            flush()
-    if chunk:
-        flush()
+    for first_position, rows in iter_json_blocks(path, first_row):
+        flush(first_position, rows)
     if not columns:  # rows without a single field keep their count
         return pa.table({"_": pa.nulls(rows_done)}).drop_columns(["_"])
     return pa.table({name: _join_chunks(chunks) for name, chunks in columns.items()})
 
 
-def _check_owned_kinds(path, name, values, chunk, kinds) -> None:
-    for value, (position, row) in zip(values, chunk):
+def _check_owned_kinds(path, name, values, first_position, rows, kinds) -> None:
+    types = set(map(type, values)) - {_MissingType, type(None)}
+    if not types or (name in kinds and {_value_kind_of_type(t) for t in types} == {kinds[name][0]}):
+        return  # the block holds the column's kind only: nothing to name
+    for position, (value, row) in enumerate(zip(values, rows), start=first_position):
         if value is _MISSING or value is None:
             continue
         kind = "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else _json_kind(value)
@@ -225,6 +270,10 @@ def _check_owned_kinds(path, name, values, chunk, kinds) -> None:
             )
 
 
+def _value_kind_of_type(kind: type) -> str:
+    return "number" if kind in (int, float) else {str: "string", bool: "boolean", list: "array"}.get(kind, kind.__name__)
+
+
 _PRIMITIVE_TYPES = {str: "string", bool: "bool", int: "int64", float: "float64"}
 
 
@@ -233,9 +282,10 @@ def _chunk_array(values: list):
     values exactly, else ``arrow.json``."""
     import pyarrow as pa
 
-    if any(v is _MISSING for v in values):
+    kinds = set(map(type, values))
+    if _MissingType in kinds:
         return json_array(values)
-    kinds = {type(v) for v in values if v is not None}
+    kinds.discard(type(None))
     if not kinds:
         return pa.nulls(len(values))
     if len(kinds) == 1:
@@ -246,13 +296,52 @@ def _chunk_array(values: list):
             except (pa.ArrowInvalid, OverflowError):  # integers beyond 64 bits
                 return json_array(values)
         if kind in (dict, list):
-            try:
-                array = pa.array(values)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
-                return json_array(values)
-            if _same_json(values, array.to_pylist()):
-                return array
+            return _nested_array(values)
     return json_array(values)
+
+
+def _nested_array(values: list):
+    """A native array of objects / arrays when Arrow gives every value back exactly.
+
+    Arrow can change a value in two ways only: an object lacking a key gets it as null, and an
+    integer in a float field becomes a float. An array with no integral value in a float field
+    and no null inside its objects is therefore exact as built (:func:`_exact_by_construction`, metadata only).
+    Otherwise the values are compared after a round trip; exactness depends only on the
+    inferred type, so that is done on the distinct values (by canonical JSON text)."""
+    import orjson
+    import pyarrow as pa
+
+    arrow_errors = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError)
+    try:
+        array = pa.array(values)
+    except arrow_errors:
+        return json_array(values)
+    if _exact_by_construction(array):
+        return array
+    try:
+        dumps, option = orjson.dumps, orjson.OPT_SORT_KEYS
+        distinct = list(dict(zip([dumps(v, option=option) for v in values], values)).values())
+    except (TypeError, orjson.JSONEncodeError):  # integers beyond 64 bits
+        distinct = values
+    probe = array if distinct is values else pa.array(distinct, type=array.type)
+    return array if _same_json(distinct, probe.to_pylist()) else json_array(values)
+
+
+def _exact_by_construction(array) -> bool:
+    """No integral value in a float field (it may have been an integer) and no null inside any
+    object (it may have been an absent key); see :func:`_nested_array`."""
+    import pyarrow as pa
+
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if pa.types.is_floating(kind):  # an integral float may have been an integer
+        return len(array) == array.null_count or not pc.any(pc.equal(array, pc.floor(array))).as_py()
+    if pa.types.is_struct(kind):
+        return all(child.null_count == 0 and _exact_by_construction(child) for child in array.flatten())
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _exact_by_construction(array.flatten())
+    return True
 
 
 def _same_json(original: list, round_tripped: list) -> bool:

@@ -1,4 +1,4 @@
-"""The probe manifest: ``<output_dir>/manifest.json`` (format in docs/probe.md and INTERFACES.md).
+"""The probe manifest: ``<output_dir>/manifest.json`` (format in docs/probe.md).
 
 The probe trainer writes it (atomically, at start, after every kept checkpoint and at the end);
 the endpoint-reward mapper reads it to find ``early[i]`` / ``late[i]`` checkpoints.
