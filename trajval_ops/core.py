@@ -207,3 +207,34 @@ def systematic_indices(prob, num_samples: int, seed: int) -> np.ndarray:
 def hard_cut_mask(score, threshold: float) -> np.ndarray:
     """Rows kept by the paper's learnable-subset use: ``score > threshold``."""
     return np.asarray(score, dtype=np.float64) > threshold
+
+
+# ----------------------------------------------------------------------------- baselines
+# Training-free priors from the same early endpoint pass, the comparisons the validation
+# protocol scores TrajVal against (tools/validate.py).
+
+
+def variance_score(r_early) -> np.ndarray:
+    """``r_early * (1 - r_early)``: the Bernoulli variance of a task's reward, largest at 0.5 —
+    the prior of variance- or "moderate difficulty"-based curricula."""
+    r = _as_float_array(r_early, "r_early")
+    _check_unit_interval(r, "r_early")
+    return r * (1.0 - r)
+
+
+def bandpass_score(r_early, low: float = 0.0, high: float = 1.0) -> np.ndarray:
+    """1 where ``low < r_early < high`` else 0: DAPO's dynamic-sampling filter (groups with
+    all-correct or all-wrong rollouts carry no GRPO gradient) applied once as a prior."""
+    r = _as_float_array(r_early, "r_early")
+    _check_unit_interval(r, "r_early")
+    if not 0.0 <= low < high <= 1.0:
+        raise ValueError(f"band must satisfy 0 <= low < high <= 1, got ({low}, {high})")
+    return ((r > low) & (r < high)).astype(np.float64)
+
+
+def baseline_weight(score, eps: float = DEFAULT_EPS) -> np.ndarray:
+    """A baseline score as a sampling weight on TrajVal's scale: ``max(score / max(score), eps)``
+    (every task reachable; all zero -> uniform)."""
+    s = _as_float_array(score, "score")
+    top = s.max() if s.size else 0.0
+    return np.maximum(s / top, eps) if top > 0 else np.ones_like(s)

@@ -24,3 +24,11 @@ ID_CANDIDATES = ("id", "task_id", "extra_info.index", "extra_info.id", "index", 
 
 #: Written by the probe trainer: the row is in the probe set P.
 IN_PROBE = "trajval_in_probe"
+
+# Columns of the GRPO training sets we build (never written to a pool).
+#: The training row's ground truth as JSON text (any type survives Arrow storage).
+TRAIN_GROUND_TRUTH = "trajval_ground_truth"
+#: The whole pool row as JSON text, for verifiers that read other fields.
+TRAIN_ROW_JSON = "trajval_row_json"
+#: The training row's position, which online schedulers' feedback is keyed by.
+TRAIN_POSITION = "trajval_position"

@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-#: Dataset columns the probe's training set carries besides ``prompt`` (JSON text, so any
-#: ground-truth type - numbers, strings, grids - survives Arrow storage unchanged).
-GROUND_TRUTH_COLUMN = "trajval_ground_truth"
-ROW_COLUMN = "trajval_row"
+from trajval_ops.fields import TRAIN_GROUND_TRUTH, TRAIN_ROW_JSON
 
 
 def verifier_reward(verifier) -> Callable[..., list[float]]:
@@ -19,8 +16,8 @@ def verifier_reward(verifier) -> Callable[..., list[float]]:
     """
 
     def reward(prompts: list[Any], completions: list[Any], **columns) -> list[float]:
-        truths = columns[GROUND_TRUTH_COLUMN]
-        rows = columns[ROW_COLUMN]
+        truths = columns[TRAIN_GROUND_TRUTH]
+        rows = columns[TRAIN_ROW_JSON]
         return [
             float(verifier(_completion_text(completion), json.loads(truth), json.loads(row)))
             for completion, truth, row in zip(completions, truths, rows)

@@ -26,7 +26,8 @@ from trajval_ops.probe.manifest import (
     read_manifest,
     write_manifest,
 )
-from trajval_ops.probe.rewards import GROUND_TRUTH_COLUMN, ROW_COLUMN, verifier_reward
+from trajval_ops.fields import TRAIN_GROUND_TRUTH, TRAIN_ROW_JSON
+from trajval_ops.probe.rewards import verifier_reward
 from trajval_ops.validation import TrajvalInputError, get_path, row_label
 
 MERGED_DIR = "merged"
@@ -238,8 +239,8 @@ def training_dataset(examples: Sequence[dict], tokenizer, config: ProbeConfig, m
         cut += cut_from is not None
         records.append({
             "prompt": prompt,
-            GROUND_TRUTH_COLUMN: json.dumps(example["truth"], default=str),
-            ROW_COLUMN: json.dumps(example["row"], default=str),
+            TRAIN_GROUND_TRUTH: json.dumps(example["truth"], default=str),
+            TRAIN_ROW_JSON: json.dumps(example["row"], default=str),
         })
     if cut:
         logger.warning(f"probe: {cut} of {len(records)} prompts were cut from the left to fit the model's context")

@@ -102,10 +102,23 @@ class TransformersEngine:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model.to(device).eval()
-        self.max_context = int(getattr(self.model.config, "max_position_embeddings", None) or 2048)
-        self.generated_tokens = 0
+        self._adopt(self.model, self.tokenizer, device, dtype)
         logger.info(f"transformers engine: {model_path} on {device} in {dtype} "
                     f"(loaded in {time.perf_counter() - start:.1f} s)")
+
+    def _adopt(self, model, tokenizer, device, dtype: str) -> None:
+        self.model, self.tokenizer, self.device, self.dtype = model, tokenizer, device, dtype
+        self.max_context = int(getattr(model.config, "max_position_embeddings", None) or 2048)
+        self.generated_tokens = 0
+
+    @classmethod
+    def from_loaded(cls, model, tokenizer, device=None) -> "TransformersEngine":
+        """An engine over a model already in memory (e.g. a trainer's live policy: evaluation
+        during training). The caller owns the model's mode and the tokenizer's padding side."""
+        engine = cls.__new__(cls)
+        device = device if device is not None else next(model.parameters()).device
+        engine._adopt(model, tokenizer, device, str(getattr(model, "dtype", "")).replace("torch.", ""))
+        return engine
 
     def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:
         import torch

@@ -19,12 +19,10 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from trajval_ops.fields import WEIGHT
+from trajval_ops.fields import TRAIN_POSITION, WEIGHT
 from trajval_ops.samplers.online import ComposedSampler
 from trajval_ops.samplers.weighted import weights_from_dataset
 
-#: Column holding each training row's position, added when online feedback is on.
-ROW_COLUMN = "trajval_row"
 
 
 class WeightedRepeatSampler(RepeatSampler):
@@ -69,7 +67,7 @@ class TrajvalSamplerMixin:
     :class:`~trajval_ops.samplers.online.BotsScheduler`, or None). The built
     :class:`ComposedSampler` is ``self.trajval_source``.
 
-    With an online scheduler, the training set gets a ``trajval_row`` column (the row position)
+    With an online scheduler, the training set gets a ``trajval_position`` column (the row position)
     and every training generation batch feeds the scheduler: the rows and the weighted sum of
     the reward functions, gathered from all processes (TRL gathers the rewards itself), so
     every process applies the same feedback and the streams stay aligned.
@@ -81,14 +79,14 @@ class TrajvalSamplerMixin:
         self.trajval_source: ComposedSampler | None = None
         super().__init__(*args, **kwargs)
         if online_scheduler is not None:
-            if ROW_COLUMN in self.train_dataset.column_names:
-                raise ValueError(f"the training set already has a '{ROW_COLUMN}' column")
-            self.train_dataset = self.train_dataset.add_column(ROW_COLUMN, list(range(len(self.train_dataset))))
+            if TRAIN_POSITION in self.train_dataset.column_names:
+                raise ValueError(f"the training set already has a '{TRAIN_POSITION}' column")
+            self.train_dataset = self.train_dataset.add_column(TRAIN_POSITION, list(range(len(self.train_dataset))))
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self.trajval_online_scheduler is not None and self.model.training:
-            rows = np.asarray(gather_object([example[ROW_COLUMN] for example in inputs]), dtype=np.int64)
+            rows = np.asarray(gather_object([example[TRAIN_POSITION] for example in inputs]), dtype=np.int64)
             weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
             rewards = (rewards_per_func * weights).nansum(dim=1)
             scorable = ~torch.isnan(rewards_per_func).all(dim=1)  # TRL's unscorable completions

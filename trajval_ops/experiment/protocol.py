@@ -1,0 +1,407 @@
+"""The validation protocol as resumable units, from one config to ``results.json``.
+
+Units (each its own folder under ``--out``; done when its marker file exists):
+
+1. ``data``: the training contexts A and B (sharing ``shared_size`` tasks), the held-out and
+   validation splits; overlap between held-out and training tasks is an error here, before
+   anything trains.
+2. ``oracle/context-a``, ``oracle/context-b``: full-pool uniform GRPO on each context with dense
+   per-task trajectories (the oracle); each run measures its own base (step 0) with its own
+   sampling seed.
+3. ``probe``: the real pipeline — ``dj-process`` on a generated recipe with the probe trainer,
+   the endpoint-reward mappers and the learnability mapper — plus an endpoint pass per kept
+   probe epoch for probe-epoch stability.
+4. ``priors``: the training pool with the TrajVal weight and the training-free baselines'
+   weights from the same endpoint passes.
+5. ``arms/<arm>/seed-<s>``: GRPO on context A per arm and seed, held-out accuracy every
+   ``evaluation.every_steps`` steps.
+
+``results.json`` and ``index.html`` are then computed from the units' files
+(:mod:`trajval_ops.experiment.report`). Training units run as child processes, ``workers`` at
+a time, ``threads_per_worker`` torch threads each; a rerun skips finished units and restarts an
+unfinished training unit from its beginning (a GRPO run is minutes here; restarting keeps its
+result identical to an uninterrupted run's, online scheduler state included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from loguru import logger
+
+from trajval_ops import core, fields
+from trajval_ops.atomic import write_json, write_jsonl
+from trajval_ops.experiment.config import ARMS, ConfigError, ValidationConfig, load_config
+from trajval_ops.experiment.grpo_run import RESULT_FILE
+from trajval_ops.jsontable import iter_jsonl
+
+DATA_DONE = "data.json"
+PROBE_OUTPUT = "weighted.jsonl"
+PRIOR_COLUMNS = {"trajval": fields.WEIGHT, "variance": "trajval_variance_weight", "bandpass": "trajval_bandpass_weight"}
+ORACLE_CONTEXTS = ("context-a", "context-b")
+ID_KEY = "id"
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def prepare_data(config: ValidationConfig, out: Path) -> dict:
+    """Write (once) the contexts and splits; return the data summary (``data/data.json``)."""
+    folder = out / "data"
+    marker = folder / DATA_DONE
+    if marker.is_file():
+        return json.loads(marker.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    if config.tasks is not None:
+        splits = _generated_splits(config)
+    else:
+        splits = {"context-a": list(iter_jsonl(config.data.pool)), "heldout": list(iter_jsonl(config.data.heldout)),
+                  "validation": []}
+        if config.data.context_b:
+            splits["context-b"] = list(iter_jsonl(config.data.context_b))
+    check_splits(splits, config)
+    for name, rows in splits.items():
+        write_jsonl(folder / f"{name}.jsonl", rows)
+    ids_a = {row[ID_KEY] for row in splits["context-a"]}
+    shared = [row[ID_KEY] for row in splits.get("context-b", []) if row[ID_KEY] in ids_a]
+    summary = {name: len(rows) for name, rows in splits.items()} | {"shared": len(shared)}
+    write_json(folder / "shared_ids.json", shared)
+    write_json(marker, summary)
+    logger.info(f"validate: data {summary} in {folder}")
+    return summary
+
+
+def _generated_splits(config: ValidationConfig) -> dict[str, list[dict]]:
+    from trajval_ops.regime.tasks import generate_tasks
+
+    t = config.tasks
+    b_only = t.pool_size - t.shared_size
+    total = t.pool_size + b_only + t.heldout_size + t.validation_size
+    rows = generate_tasks(total, seed=t.seed)
+    order = np.random.default_rng(t.seed).permutation(len(rows))
+    rows = [rows[i] for i in order]
+    context_a = rows[:t.pool_size]
+    cursor = t.pool_size
+    context_b = context_a[:t.shared_size] + rows[cursor:cursor + b_only]
+    cursor += b_only
+    heldout = rows[cursor:cursor + t.heldout_size]
+    cursor += t.heldout_size
+    validation = rows[cursor:cursor + t.validation_size]
+    order_b = np.random.default_rng(t.seed + 1).permutation(len(context_b))
+    return {"context-a": context_a, "context-b": [context_b[i] for i in order_b], "heldout": heldout,
+            "validation": validation}
+
+
+def _prompt_text(row: dict) -> str:
+    prompt = row.get("prompt")
+    return json.dumps(prompt, sort_keys=True) if not isinstance(prompt, str) else prompt
+
+
+def check_splits(splits: dict[str, list[dict]], config: ValidationConfig) -> None:
+    """Ids present and unique per split; held-out and validation disjoint from the training
+    contexts (by id and by prompt); enough held-out tasks."""
+    for name, rows in splits.items():
+        seen: dict[Any, int] = {}
+        for position, row in enumerate(rows):
+            if ID_KEY not in row:
+                raise ConfigError(f"{name} row {position}: field '{ID_KEY}' is missing (the protocol joins on it)")
+            if row[ID_KEY] in seen:
+                raise ConfigError(f"{name} row {position}: id {row[ID_KEY]!r} repeats row {seen[row[ID_KEY]]}")
+            seen[row[ID_KEY]] = position
+    training = splits["context-a"] + splits.get("context-b", [])
+    train_ids = {row[ID_KEY] for row in training}
+    train_prompts = {_prompt_text(row) for row in training}
+    for name in ("heldout", "validation"):
+        for position, row in enumerate(splits.get(name, [])):
+            if row[ID_KEY] in train_ids or _prompt_text(row) in train_prompts:
+                raise ConfigError(f"{name} row {position} (id {row[ID_KEY]!r}) is also a training task: "
+                                  f"held-out and validation tasks must be disjoint from the pool")
+    if len(splits["heldout"]) < config.evaluation.min_heldout:
+        raise ConfigError(f"only {len(splits['heldout'])} held-out tasks; evaluation.min_heldout is "
+                          f"{config.evaluation.min_heldout}")
+
+
+def regime_verifier(config: ValidationConfig) -> tuple[str, dict]:
+    if config.verifier is not None:
+        return config.verifier, dict(config.verifier_options)
+    from trajval_ops.regime.tasks import VERIFIER
+
+    name, options = VERIFIER
+    return name, dict(options)
+
+
+# ----------------------------------------------------------------------------- units
+
+
+@dataclass
+class Unit:
+    name: str
+    folder: Path
+    command: list[str]
+    done: Callable[[], bool]
+    after: tuple[str, ...] = ()
+    restart: bool = True           #: remove the folder of an unfinished unit before rerunning it
+    prepare: Callable[[], None] | None = None
+    log: Path = field(init=False)
+
+    def __post_init__(self):
+        self.log = self.folder.parent / f"{self.folder.name}.log"
+
+
+def _grpo_unit(config: ValidationConfig, out: Path, name: str, folder: Path, spec: dict, after=()) -> Unit:
+    spec_path = folder.parent / f"{folder.name}.spec.json"
+
+    def prepare():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        spec_path.write_text(json.dumps(spec, indent=1))
+
+    return Unit(name, folder, [sys.executable, "-m", "trajval_ops.experiment.grpo_run", str(spec_path)],
+                done=lambda: (folder / RESULT_FILE).is_file(), after=tuple(after), prepare=prepare)
+
+
+def _base_spec(config: ValidationConfig, folder: Path, pool: Path, seed: int) -> dict:
+    verifier, options = regime_verifier(config)
+    return {"name": str(folder), "model": config.model, "pool": str(pool), "seed": seed,
+            "grpo": config.to_dict()["grpo"], "template": config.template, "verifier": verifier,
+            "verifier_options": options, "threads": config.threads_per_worker, "output_dir": str(folder)}
+
+
+def oracle_units(config: ValidationConfig, out: Path, data: dict) -> list[Unit]:
+    units = []
+    for k, context in enumerate(ORACLE_CONTEXTS):
+        if context not in data:
+            continue
+        folder = out / "oracle" / context
+        pool = out / "data" / f"{context}.jsonl"
+        spec = _base_spec(config, folder, pool, seed=config.seed + 1000 + k) | {
+            "weight_column": None, "online": None, "steps": config.oracle.steps,
+            "evaluations": [{"tasks": str(pool), "output": str(folder / "trajectories.jsonl"),
+                             "every_steps": config.oracle.every_steps, "n": config.oracle.n,
+                             "batch_size": config.evaluation.batch_size}]}
+        units.append(_grpo_unit(config, out, f"oracle/{context}", folder, spec))
+    return units
+
+
+def probe_recipe(config: ValidationConfig, out: Path) -> dict:
+    """The ``dj-process`` recipe of the probe unit: probe -> endpoint passes -> weights."""
+    verifier, options = regime_verifier(config)
+    folder = out / "probe"
+    probe_dir = folder / "probe_run"
+    g = config.grpo
+    epochs = config.probe.epochs
+    stability_epochs = sorted(config.probe.stability_epochs)
+    endpoint = {"engine": config.probe.engine, "n": config.probe.n, "temperature": 1.0,
+                "max_new_tokens": g.max_completion_length, "verifier": verifier, "verifier_options": options,
+                "template": config.template, "prompts_per_generate": 64, "cache_dir": str(folder / "rollout_cache")}
+    process = [{"trajval_probe_trainer": {
+        "output_dir": str(probe_dir), "model": config.model, "probe_fraction": config.probe.probe_fraction,
+        "seed": config.seed, "epochs": epochs, "learning_rate": g.learning_rate,
+        "prompts_per_batch": g.prompts_per_batch, "num_generations": g.num_generations,
+        "micro_batch_size": g.micro_batch_size, "max_completion_length": g.max_completion_length,
+        "beta": g.beta, "loss_type": g.loss_type, "window_k": config.probe.window_k,
+        "keep_epochs": stability_epochs, "verifier": verifier, "verifier_options": options,
+        "prompt_template": config.template, "show_progress": False}}]
+    k = config.probe.window_k
+    keys = {"early": [fields.R_EARLY], "late": [fields.R_LATE]} if k == 1 else {
+        window: [f"trajval_acc_{window}_{i}" for i in range(k)] for window in ("early", "late")}
+    for offset, window in ((10, "early"), (20, "late")):
+        for i, key in enumerate(keys[window]):
+            process.append({"trajval_endpoint_reward_mapper": endpoint | {
+                "model": f"manifest:{probe_dir}#{window}[{i}]", "output_key": key, "seed": config.seed + offset + i}})
+    for epoch in stability_epochs:
+        process.append({"trajval_endpoint_reward_mapper": endpoint | {
+            "model": f"manifest:{probe_dir}#epoch-{epoch}", "output_key": f"trajval_acc_epoch_{epoch}",
+            "seed": config.seed + 30 + epoch}})
+    process.append({"trajval_learnability_mapper": {} if k == 1 else {
+        "early_window_keys": keys["early"], "late_window_keys": keys["late"]}})
+    return {"project_name": f"validate_{config.name}", "dataset_path": str(out / "data" / "context-a.jsonl"),
+            "export_path": str(folder / PROBE_OUTPUT), "np": 1, "text_keys": None, "skip_op_error": False,
+            "open_tracer": False, "op_fusion": False, "process": process}
+
+
+def probe_unit(config: ValidationConfig, out: Path) -> Unit:
+    import yaml
+
+    folder = out / "probe"
+    recipe_path = out / "probe.recipe.yaml"
+
+    def prepare():
+        folder.mkdir(parents=True, exist_ok=True)
+        recipe_path.write_text(yaml.safe_dump(probe_recipe(config, out), sort_keys=False))
+
+    dj = str(Path(sys.executable).with_name("dj-process"))
+    # not restarted: the probe trainer and the rollout cache resume by themselves
+    return Unit("probe", folder, [dj, "--config", str(recipe_path)], done=lambda: (folder / PROBE_OUTPUT).is_file(),
+                restart=False, prepare=prepare)
+
+
+def write_priors(config: ValidationConfig, out: Path) -> Path:
+    """The training pool with one weight column per prior (TrajVal and the baselines)."""
+    target = out / "priors" / "train_pool.jsonl"
+    if target.is_file():
+        return target
+    rows = list(iter_jsonl(out / "probe" / PROBE_OUTPUT))
+    r_early = np.array([row[fields.R_EARLY] for row in rows], dtype=np.float64)
+    variance = core.baseline_weight(core.variance_score(r_early))
+    bandpass = core.baseline_weight(core.bandpass_score(r_early))
+    for row, v, b in zip(rows, variance, bandpass):
+        row[PRIOR_COLUMNS["variance"]] = float(v)
+        row[PRIOR_COLUMNS["bandpass"]] = float(b)
+    write_jsonl(target, rows)
+    return target
+
+
+def arm_units(config: ValidationConfig, out: Path) -> list[Unit]:
+    units = []
+    pool = out / "priors" / "train_pool.jsonl"
+    for arm in config.training.arms:
+        prior, online = ARMS[arm]
+        for seed in config.training_seeds():
+            folder = out / "arms" / arm / f"seed-{seed}"
+            spec = _base_spec(config, folder, pool, seed=seed) | {
+                "weight_column": PRIOR_COLUMNS[prior] if prior else None, "online": online,
+                "steps": config.training.steps,
+                "evaluations": [{"tasks": str(out / "data" / "heldout.jsonl"), "output": str(folder / "heldout.jsonl"),
+                                 "every_steps": config.evaluation.every_steps, "n": config.evaluation.n,
+                                 "batch_size": config.evaluation.batch_size}]}
+            units.append(_grpo_unit(config, out, f"arms/{arm}/seed-{seed}", folder, spec, after=("priors",)))
+    return units
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict[str, Callable[[], None]]) -> None:
+    """Run every unfinished unit, ``workers`` at a time, in dependency order.
+
+    :param finished: names done already (also extra names, e.g. ``priors``, that gate others).
+    :param on_done: work done in this process after a unit finishes (keyed by unit name).
+    """
+    pending = [u for u in units if u.name not in finished]
+    for unit in units:
+        if unit.done() and unit.name not in finished:
+            finished.add(unit.name)
+            logger.info(f"validate: {unit.name}: done in an earlier run, skipped")
+            if unit.name in on_done:
+                on_done[unit.name]()
+    pending = [u for u in pending if u.name not in finished]
+    running: dict[str, tuple[Unit, subprocess.Popen, float]] = {}
+    total = len(pending)
+    env = {**os.environ, "TRAJVAL_PARENT_PID": str(os.getpid()), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    while pending or running:
+        for unit in list(pending):
+            if len(running) >= workers:
+                break
+            if not all(dep in finished for dep in unit.after):
+                continue
+            pending.remove(unit)
+            if unit.restart and unit.folder.exists():
+                logger.info(f"validate: {unit.name}: unfinished in an earlier run, restarting it")
+                shutil.rmtree(unit.folder)
+            if unit.prepare:
+                unit.prepare()
+            unit.log.parent.mkdir(parents=True, exist_ok=True)
+            log = open(unit.log, "w")
+            process = subprocess.Popen(unit.command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                       cwd=Path(__file__).resolve().parents[2])
+            log.close()
+            running[unit.name] = (unit, process, time.monotonic())
+            logger.info(f"validate: {unit.name}: started ({total - len(pending) - len(running) + 1}/{total} queued "
+                        f"so far; log {unit.log})")
+        if not running:
+            blocked = [u.name for u in pending]
+            raise RuntimeError(f"units {blocked} wait on units that never finish")
+        time.sleep(0.5)
+        for name, (unit, process, started) in list(running.items()):
+            if process.poll() is None:
+                continue
+            del running[name]
+            if process.returncode != 0 or not unit.done():
+                for _, (_, other, _) in running.items():
+                    other.kill()
+                tail = unit.log.read_text(errors="replace")[-4000:] if unit.log.is_file() else ""
+                raise RuntimeError(f"validation unit {name} failed (exit {process.returncode}); log {unit.log}:\n{tail}")
+            finished.add(name)
+            logger.info(f"validate: {name}: done in {time.monotonic() - started:.0f} s")
+            if name in on_done:
+                on_done[name]()
+
+
+def run_protocol(config: ValidationConfig, out: Path) -> dict:
+    """Run (or resume) every unit, then write ``results.json`` and ``index.html``."""
+    from trajval_ops.experiment.report import compute_results, write_index
+    from trajval_ops.lifetime import guard_descendants
+
+    guard_descendants()
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    _check_same_protocol(config, out)
+    data = prepare_data(config, out)
+    finished: set[str] = set()
+    units = oracle_units(config, out, data) + [probe_unit(config, out)] + arm_units(config, out)
+    if (out / "priors" / "train_pool.jsonl").is_file():
+        finished.add("priors")
+
+    def priors_done():
+        write_priors(config, out)
+        finished.add("priors")
+
+    run_units(units, config.workers, finished, {"probe": priors_done})
+    results = compute_results(config, out, wall_time_s=time.monotonic() - started)
+    write_json(out / "results.json", results)
+    write_index(results, config, out)
+    logger.info(f"validate: results in {out / 'results.json'} and {out / 'index.html'}")
+    return results
+
+
+def protocol_hash(config: ValidationConfig) -> str:
+    settings = {k: v for k, v in config.to_dict().items() if k not in ("source", "workers")}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _check_same_protocol(config: ValidationConfig, out: Path) -> None:
+    """A folder holds one protocol's units: resuming with other settings is an error."""
+    marker = out / "protocol.json"
+    digest = protocol_hash(config)
+    if marker.is_file():
+        previous = json.loads(marker.read_text())
+        if previous.get("hash") != digest:
+            raise ConfigError(f"{out} holds a validation run with other settings (config {previous.get('source')}); "
+                              f"use another --out or remove it")
+        return
+    if out.is_dir() and any(p.name != "validate.log" for p in out.iterdir()):
+        raise ConfigError(f"{out} is not empty and holds no validation run; choose an empty --out")
+    write_json(marker, {"hash": digest, "source": config.source, "config": config.to_dict()})
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="validate", description="Measure TrajVal's claims end to end in one regime (docs/validation.md).")
+    parser.add_argument("--config", required=True, help="validation config (e.g. recipes/validation/full.yaml)")
+    parser.add_argument("--out", required=True, type=Path, help="output folder (resumable)")
+    parser.add_argument("--seed", type=int, default=None, help="override the config's base seed")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config, seed=args.seed)
+        run_protocol(config, args.out)
+    except ConfigError as exc:
+        print(f"validate: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
