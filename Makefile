@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.trajval-installed
 
-.PHONY: install demo test test-slow bench
+.PHONY: install demo test test-slow bench validate validate-smoke
 
 $(STAMP): pyproject.toml tools/install.sh constraints/cpu.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,3 +26,10 @@ test-slow: install
 
 bench: install
 	$(PY) tools/bench/bench_score_resample.py
+
+# The validation protocol on the embedded tiny regime (docs/validation.md; about an hour on 2 cores).
+validate: install
+	$(PY) tools/validate.py --config recipes/validation/full.yaml --out outputs/validation/full
+
+validate-smoke: install
+	$(PY) tools/validate.py --config recipes/validation/smoke.yaml --out outputs/validation/smoke

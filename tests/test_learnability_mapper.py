@@ -109,3 +109,19 @@ def test_text_reward_column_is_refused_naming_the_row():
     rows = [{"trajval_r_early": "0.5", "trajval_r_late": 0.5}]
     with pytest.raises(TrajvalInputError, match="row 0: field 'trajval_r_early' must be a number, got str '0.5'"):
         run(rows)
+
+
+def test_rollout_noise_flags_gains_inside_the_noise():
+    from trajval_ops.summary import rollout_noise
+
+    r_early = np.array([0.0, 0.25, 0.0, 0.5])
+    r_late = np.array([0.25, 0.5, 1.0, 0.5])
+    score = np.array([0.25, 0.1875, 1.0, 0.0])
+    noisy = rollout_noise(r_early, r_late, np.full(4, 4), np.full(4, 4), score)
+    assert noisy["rows_with_positive_score"] == 3
+    assert noisy["positive_scores_within_noise"] == 2  # +1/4 at n = 4 is noise; 0 -> 1 is not
+    sure = rollout_noise(r_early, r_late, np.full(4, 400), np.full(4, 400), score)
+    assert sure["positive_scores_within_noise"] == 0
+    # SE at p~(k+1)/(n+2): 0/4 -> p = 1/6
+    assert noisy["se_r_early_median"] == pytest.approx(np.median([
+        np.sqrt(p * (1 - p) / 4) for p in ((0 + 1) / 6, (1 + 1) / 6, (0 + 1) / 6, (2 + 1) / 6)]), abs=1e-4)

@@ -50,3 +50,48 @@ def log_weight_summary(stage: str, weight: np.ndarray, eps: float, profiles=None
             "formula defines). Check the probe run (too short? learning rate?) before relying on it."
         )
     return summary
+
+
+#: A gain counts as "within noise" below this many standard errors of delta.
+NOISE_Z = 2.0
+
+
+def rollout_noise(r_early, r_late, n_early, n_late, score) -> dict:
+    """Standard errors implied by ``n`` rollouts, and how many positive scores they could explain.
+
+    The SE of a pass rate estimated from n Bernoulli rollouts is ``sqrt(p (1 - p) / n)``; with
+    ``p`` taken as ``(k + 1) / (n + 2)`` (k = successes), so that 0/n and n/n rows are not given
+    a zero SE. ``SE(delta) = sqrt(SE_early^2 + SE_late^2)`` (independent passes). A row with a
+    positive score whose delta is below ``NOISE_Z`` x SE(delta) is *within noise*: the sampling
+    noise of the two passes alone could have produced its gain.
+    """
+    def se(r, n):
+        n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)  # rows not sampled (bad truth) have n = 0
+        p = (np.asarray(r, dtype=np.float64) * n + 1.0) / (n + 2.0)
+        return np.sqrt(p * (1.0 - p) / n)
+
+    se_early, se_late = se(r_early, n_early), se(r_late, n_late)
+    se_delta = np.sqrt(se_early ** 2 + se_late ** 2)
+    delta = np.asarray(r_late, dtype=np.float64) - np.asarray(r_early, dtype=np.float64)
+    positive = np.asarray(score, dtype=np.float64) > 0
+    within = positive & (delta < NOISE_Z * se_delta)
+    return {
+        "se_r_early_median": round(float(np.median(se_early)), 4),
+        "se_r_late_median": round(float(np.median(se_late)), 4),
+        "se_delta_median": round(float(np.median(se_delta)), 4),
+        "rows_with_positive_score": int(positive.sum()),
+        "positive_scores_within_noise": int(within.sum()),
+        "z": NOISE_Z,
+    }
+
+
+def log_rollout_noise(stage: str, noise: dict) -> None:
+    """Log :func:`rollout_noise` and warn when most positive scores are within noise."""
+    logger.info(f"{stage}: rollout noise {noise}")
+    positive, within = noise["rows_with_positive_score"], noise["positive_scores_within_noise"]
+    if positive and within > positive / 2:
+        logger.warning(
+            f"{stage}: {within} of the {positive} rows with a positive score have a gain below "
+            f"{noise['z']:g} standard errors of delta (median SE {noise['se_delta_median']}): most of the prior is "
+            "within the rollout noise of n. Raise n (the endpoint mapper's rollouts) or the probe's training."
+        )

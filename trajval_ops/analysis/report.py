@@ -20,8 +20,9 @@ from typing import Sequence
 import numpy as np
 from loguru import logger
 
-from trajval_ops import core
+from trajval_ops import core, fields
 from trajval_ops.atomic import write_json, write_text
+from trajval_ops.summary import log_rollout_noise, rollout_noise
 from trajval_ops.analysis import agreement, pool_io, trajectories
 from trajval_ops.validation import TrajvalInputError
 
@@ -323,6 +324,12 @@ def build_report(
         "mean_r_late": float(cols["r_late"].mean()),
         "score_distribution": table,
     }
+    counts = [[row.get(f"{fields.R_EARLY}_n"), row.get(f"{fields.R_LATE}_n")] for row in rows]
+    if all(isinstance(a, int) and isinstance(b, int) for a, b in counts):
+        counts = np.asarray(counts, dtype=np.float64)
+        summary["rollout_noise"] = rollout_noise(cols["r_early"], cols["r_late"], counts[:, 0], counts[:, 1],
+                                                 cols["score"])
+        log_rollout_noise("report", summary["rollout_noise"])
     # Read and check every input before drawing, so bad input fails fast and leaves no figures.
     manifest = _load_manifest(manifest_path) if manifest_path is not None else None
     projection = None
@@ -373,6 +380,14 @@ def _render_html(summary: dict, figures: Sequence[str]) -> str:
              f"{_pct(s['score_distribution']['learnable']['weight_share'])}"],
         ],
     )
+    if "rollout_noise" in s:
+        noise = s["rollout_noise"]
+        overview += _html_table(["rollout noise (from the endpoint passes' n)", "value"], [
+            ["median SE of r_early / r_late / delta",
+             f"{noise['se_r_early_median']:.3f} / {noise['se_r_late_median']:.3f} / {noise['se_delta_median']:.3f}"],
+            ["rows with a positive score", noise["rows_with_positive_score"]],
+            [f"... whose gain is below {noise['z']:g} SE of delta (within noise)", noise["positive_scores_within_noise"]],
+        ])
     dist = _distribution_table(s["score_distribution"])
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>TrajVal pool report</title>",

@@ -14,7 +14,7 @@ from trajval_ops import __version__, core, fields
 from trajval_ops.ops.dj_adapter import (
     TableMapper, append_columns, dataset_table, safe_op_kwargs, start_run, table_to_dataset,
 )
-from trajval_ops.summary import log_weight_summary
+from trajval_ops.summary import log_rollout_noise, log_weight_summary, rollout_noise
 from trajval_ops.validation import TrajvalInputError, arrow_numeric_column, check_unique_ids
 
 OP_NAME = "trajval_learnability_mapper"
@@ -161,4 +161,21 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         r_early, r_late, columns = self._last
         log_weight_summary(OP_NAME, weight=columns[self.weight_key], eps=self.eps,
                            profiles=columns[self.profile_key], r_early=r_early, r_late=r_late)
+        counts = self._rollout_counts(table)
+        if counts is not None:
+            log_rollout_noise(OP_NAME, rollout_noise(r_early, r_late, *counts, columns[self.score_key]))
         return table_to_dataset(table)
+
+    def _rollout_counts(self, table) -> tuple[np.ndarray, np.ndarray] | None:
+        """Rollouts behind r_early and r_late (the endpoint mapper's ``<key>_n`` columns; a
+        K-window mean stands on K times the rollouts), or None where the pool lacks them."""
+        def total(keys):
+            names = [f"{key}_n" for key in keys]
+            if not all(name in table.column_names for name in names):
+                return None
+            return sum(np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+                       for name in names)
+
+        early = total(self.early_window_keys or [self.r_early_key])
+        late = total(self.late_window_keys or [self.r_late_key])
+        return None if early is None or late is None else (early, late)
