@@ -140,3 +140,13 @@ def test_slope_r2_projection_labels_are_endpoint_profiles():
     assert set(given["profile"]) == {"mastered"}
     with pytest.raises(ValueError):
         tr.slope_r2_projection(acc, r_early=np.zeros(6))
+
+
+def test_dense_and_endpoint_profiles_share_the_band_edge_rule():
+    """0.7 -> 0.85 is delta 0.15 exactly on the k/n grid: 'ineffective' on both paths."""
+    from trajval_ops import core
+    from trajval_ops.analysis.trajectories import trajectory_profiles
+
+    acc = np.array([[0.7, 0.75, 0.8, 0.85]])
+    assert core.endpoint_profiles([0.7], [0.85])[0] == "ineffective"
+    assert trajectory_profiles(acc)["profile"][0] == "ineffective"

@@ -126,6 +126,17 @@ def compose_online(weight, online_weight) -> np.ndarray:
     return w * w_online
 
 
+#: Decimals delta is rounded to before any profile band is applied (endpoint and dense alike).
+PROFILE_DELTA_DECIMALS = 9
+
+
+def profile_delta(r_early, r_late) -> np.ndarray:
+    """The delta profile bands compare: ``r_late - r_early`` rounded to 9 decimals, so pass
+    rates on a k/n grid that land on a band edge (1.0 - 0.85 = 0.15) fall on the documented
+    side instead of on float noise. Every profile rule (endpoint and dense) uses it."""
+    return np.round(reward_delta(r_early, r_late), PROFILE_DELTA_DECIMALS)
+
+
 def endpoint_profiles(r_early, r_late) -> np.ndarray:
     """Endpoint-only approximation of the paper's six trajectory profiles (Figure 1).
 
@@ -142,15 +153,14 @@ def endpoint_profiles(r_early, r_late) -> np.ndarray:
     Overlaps are resolved by the ``saturation_first`` rule: the criteria are tried in the order
     above and the first match wins, so a near-ceiling or near-floor task is labelled by its
     saturation before its (small) change.  The paper's Figure 1 leaves delta == -0.05 in no band;
-    it is put in ``ineffective`` so that every row gets exactly one label. Delta is rounded to
-    9 decimals first, so pass rates on a k/n grid that land on a band edge (1.0 - 0.85) fall on
-    the documented side instead of on float noise.
+    it is put in ``ineffective`` so that every row gets exactly one label. Delta is
+    :func:`profile_delta` (rounded, as in the dense rule).
 
     :return: array of profile names (dtype object), one per row.
     """
     r_early = np.asarray(r_early, dtype=np.float64)
     r_late = np.asarray(r_late, dtype=np.float64)
-    delta = np.round(r_late - r_early, 9)
+    delta = profile_delta(r_early, r_late)
     conditions = [
         (r_early > 0.9) & (delta < 0.1),
         (r_late < 0.1) & (delta < 0.1),

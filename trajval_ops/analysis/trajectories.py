@@ -127,7 +127,7 @@ def profile_criteria(r_early, r_late, sigma, r2, thresholds: ProfileThresholds =
     r_late = np.asarray(r_late, dtype=np.float64)
     sigma = np.asarray(sigma, dtype=np.float64)
     r2 = np.asarray(r2, dtype=np.float64)
-    delta = core.reward_delta(r_early, r_late)
+    delta = core.profile_delta(r_early, r_late)  # the endpoint rule's rounding: one rule for both
     matches = {
         "stable": (delta > t.stable_delta) & ((r2 > t.stable_r2) | (sigma <= t.sigma)),
         "sluggish": ((delta > t.sluggish_delta) & (delta <= t.stable_delta)) | (sigma > t.sigma),
