@@ -49,6 +49,7 @@ def test_feedback_rejects_bad_input():
 
 def test_greso_keep_probability_follows_the_streak():
     greso = GresoScheduler(3)
+    greso.set_epoch(1)  # p adapts from the second epoch on
     for _ in range(3):  # task 0 always solved, task 1 never, task 2 mixed
         greso.update(np.array([0, 1, 2]), np.array([1.0, 0.0, 0.5]), np.full(3, G), np.array([True, True, False]))
     keep = greso.online_weights()
@@ -59,6 +60,32 @@ def test_greso_keep_probability_follows_the_streak():
     assert greso.p_easy == pytest.approx(0.47) and greso.p_hard == pytest.approx(0.47)
     greso.update(np.array([0]), np.array([0.5]), np.array([G]), np.array([False]))
     assert greso.online_weights()[0] == 1.0  # streak broken
+
+
+def test_greso_p_is_frozen_in_the_first_epoch_and_adapts_with_greater_or_equal():
+    greso = GresoScheduler(12)
+    tasks, rates, zero = np.arange(12), np.full(12, 0.5), np.zeros(12, dtype=bool)
+    rates[0], zero[0] = 1.0, True  # 1 of 12 all-correct = 0.0833 = the easy target tzv/3 exactly
+    rates[1:3], zero[1:3] = 0.0, True  # 2 of 12 all-wrong = 0.1667 = the hard target exactly
+    greso.update(tasks, rates, np.full(12, 8), zero)
+    assert greso.p_easy == 0.5 and greso.p_hard == 0.5  # epoch 0: frozen
+    assert greso.easy_streak[0] == 1 and greso.hard_streak[1] == 1  # ...but traces are recorded
+    greso.set_epoch(1)
+    greso.update(tasks, rates, np.full(12, 8), zero)
+    assert greso.p_easy == pytest.approx(0.49) and greso.p_hard == pytest.approx(0.49)  # >= target: skip more
+
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_greso_easy_and_hard_are_zero_variance_groups_at_any_n(n):
+    """One correct rollout of n has reward spread: neither easy nor hard, at n = 8 and at n = 16
+    (GRESO's mean <= 0.11 rule would call 1/16 = 0.0625 all-wrong)."""
+    greso = GresoScheduler(3)
+    one_correct = 1 / n
+    greso.update(np.array([0, 1, 2]), np.array([one_correct, 0.0, 1.0]), np.full(3, n),
+                 np.array([False, True, True]))
+    assert greso.hard_streak.tolist() == [0, 1, 0]
+    assert greso.easy_streak.tolist() == [0, 0, 1]
+    assert greso.online_weights()[0] == 1.0
 
 
 def test_greso_keep_mask_flips_coins_with_the_keep_probability():
@@ -73,6 +100,7 @@ def test_greso_keep_mask_flips_coins_with_the_keep_probability():
 
 def test_greso_probabilities_stay_clipped():
     greso = GresoScheduler(1)
+    greso.set_epoch(1)
     for _ in range(200):
         greso.update(np.array([0]), np.array([0.5]), np.array([G]), np.array([False]))
     assert greso.p_easy == pytest.approx(0.95) and greso.p_hard == pytest.approx(0.95)

@@ -37,8 +37,6 @@ from trajval_ops.samplers.weighted import WeightedIndexSampler
 
 # GRESO paper settings.
 GRESO_TARGET_ZERO_VARIANCE = 0.25
-GRESO_EASY_THRESHOLD = 0.98
-GRESO_HARD_THRESHOLD = 0.11
 GRESO_P_INIT = 0.5
 GRESO_P_STEP = 0.01
 GRESO_P_MIN, GRESO_P_MAX = 0.05, 0.95
@@ -98,8 +96,6 @@ class GresoScheduler:
 
     :param num_tasks: pool size.
     :param target_zero_variance: ``tzv``; targets are ``tzv/3`` (easy) and ``2*tzv/3`` (hard).
-    :param easy_threshold: a group with pass rate >= this counts as all-correct.
-    :param hard_threshold: a group with pass rate <= this counts as all-wrong.
     :param p_init: initial ``p_easy`` and ``p_hard``.
     :param p_step: per-step move of ``p_easy`` / ``p_hard``.
     :param p_min: lower clip of ``p``.
@@ -111,8 +107,6 @@ class GresoScheduler:
         self,
         num_tasks: int,
         target_zero_variance: float = GRESO_TARGET_ZERO_VARIANCE,
-        easy_threshold: float = GRESO_EASY_THRESHOLD,
-        hard_threshold: float = GRESO_HARD_THRESHOLD,
         p_init: float = GRESO_P_INIT,
         p_step: float = GRESO_P_STEP,
         p_min: float = GRESO_P_MIN,
@@ -124,24 +118,32 @@ class GresoScheduler:
         self.num_tasks = int(num_tasks)
         self.target_easy = target_zero_variance / 3
         self.target_hard = 2 * target_zero_variance / 3
-        self.easy_threshold = easy_threshold
-        self.hard_threshold = hard_threshold
         self.p_step, self.p_min, self.p_max, self.min_keep = p_step, p_min, p_max, min_keep
         self.p_easy = self.p_hard = float(p_init)
         self.easy_streak = np.zeros(self.num_tasks, dtype=np.int64)
         self.hard_streak = np.zeros(self.num_tasks, dtype=np.int64)
+        self.epoch = 0
 
     def update(self, tasks, pass_rate, num_rollouts, zero_variance) -> None:
         """Record one step's grouped feedback (see :func:`group_feedback`)."""
-        easy = pass_rate >= self.easy_threshold
-        hard = pass_rate <= self.hard_threshold
+        # Easy / hard are the zero-variance groups, all correct / all wrong, for any n. (GRESO's
+        # code uses mean reward >= 0.98 / <= 0.11, which means exactly that at its n = 8 only:
+        # at n = 16 one correct rollout in 16 has mean 0.0625 and would count as all wrong.)
+        zero_variance = np.asarray(zero_variance, dtype=bool)
+        easy = zero_variance & (pass_rate >= 1.0)
+        hard = zero_variance & (pass_rate <= 0.0)
         self.easy_streak[tasks] = np.where(easy, self.easy_streak[tasks] + 1, 0)
         self.hard_streak[tasks] = np.where(hard, self.hard_streak[tasks] + 1, 0)
-        # Too many wasted easy (hard) groups this step -> skip them more (lower p), else explore more.
-        easy_ratio = float(np.mean(easy & zero_variance))
-        hard_ratio = float(np.mean(hard & zero_variance))
-        self.p_easy = self._moved(self.p_easy, easy_ratio > self.target_easy)
-        self.p_hard = self._moved(self.p_hard, hard_ratio > self.target_hard)
+        if self.epoch < 1:
+            return  # GRESO adapts p from the second epoch on (nothing is skipped in the first)
+        # Too many wasted easy (hard) groups this step -> skip them more (lower p), else explore
+        # more; GRESO compares with >=.
+        self.p_easy = self._moved(self.p_easy, float(np.mean(easy)) >= self.target_easy)
+        self.p_hard = self._moved(self.p_hard, float(np.mean(hard)) >= self.target_hard)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The data epoch (0-based); p adapts from epoch 1 on, as in GRESO."""
+        self.epoch = int(epoch)
 
     def _moved(self, p: float, above_target: bool) -> float:
         return float(np.clip(p - self.p_step if above_target else p + self.p_step, self.p_min, self.p_max))
@@ -161,11 +163,12 @@ class GresoScheduler:
         return rng.random(candidates.size) < self.online_weights()[candidates]
 
     def state_dict(self) -> dict:
-        return {"p_easy": self.p_easy, "p_hard": self.p_hard,
+        return {"p_easy": self.p_easy, "p_hard": self.p_hard, "epoch": self.epoch,
                 "easy_streak": self.easy_streak.copy(), "hard_streak": self.hard_streak.copy()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.p_easy, self.p_hard = float(state["p_easy"]), float(state["p_hard"])
+        self.epoch = int(state.get("epoch", 0))
         self.easy_streak = np.array(state["easy_streak"], dtype=np.int64)
         self.hard_streak = np.array(state["hard_streak"], dtype=np.int64)
 
@@ -274,6 +277,8 @@ class ComposedSampler:
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
+        if hasattr(self.online, "set_epoch"):
+            self.online.set_epoch(epoch)
 
     def _rebuild(self, rng: np.random.Generator) -> None:
         """Set ``w_final = prior * w_online`` (BOTS draws its Thompson sample from ``rng``)."""
