@@ -125,3 +125,22 @@ def test_rollout_noise_flags_gains_inside_the_noise():
     # SE at p~(k+1)/(n+2): 0/4 -> p = 1/6
     assert noisy["se_r_early_median"] == pytest.approx(np.median([
         np.sqrt(p * (1 - p) / 4) for p in ((0 + 1) / 6, (1 + 1) / 6, (0 + 1) / 6, (2 + 1) / 6)]), abs=1e-4)
+
+
+def test_window_names_link_the_endpoint_and_learnability_mappers():
+    from trajval_ops import fields
+    from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
+
+    def out_key(**kwargs):
+        return TrajvalEndpointRewardMapper(model="tiny-random-llama", **kwargs).output_key
+
+    assert out_key(window="early") == "trajval_r_early"
+    assert out_key(window="late", window_index=1) == "trajval_r_late_1"
+    assert out_key(window="late", output_key="mine") == "mine"  # explicit override
+    assert out_key() == "trajval_acc"
+    with pytest.raises(ValueError, match="window_index needs a window"):
+        out_key(window_index=0)
+    mapper = TrajvalLearnabilityMapper(window_k=2)
+    assert mapper.early_window_keys == ["trajval_r_early_0", "trajval_r_early_1"]
+    assert mapper.late_window_keys == fields.window_keys("late", 2)
+    assert TrajvalLearnabilityMapper().early_window_keys is None  # K = 1 reads trajval_r_early

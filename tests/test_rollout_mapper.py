@@ -281,7 +281,7 @@ def test_overlong_prompt_is_an_error_or_cut_from_the_left(tmp_path):
     rows = [arithmetic_rows()[0], long_row]
     op = _op(tmp_path, use_cache=False)
     with pytest.raises(TrajvalInputError, match=r"row 1 \(id='long'\): field 'prompt': the rendered prompt has \d+ tokens, "
-                                                 r"more than the model's context of 2048 minus max_new_tokens 6"):
+                                                 r"more than the model's context of 2048 minus the 6 new tokens"):
         op.process_batched(_batch(rows))
     op.release()
     op = _op(tmp_path, use_cache=False, overlong_prompt="truncate_left")

@@ -32,3 +32,37 @@ TRAIN_GROUND_TRUTH = "trajval_ground_truth"
 TRAIN_ROW_JSON = "trajval_row_json"
 #: The training row's position, which online schedulers' feedback is keyed by.
 TRAIN_POSITION = "trajval_position"
+
+#: Windows of endpoint passes (the endpoint mapper's ``window``).
+WINDOWS = ("early", "late")
+#: Where the endpoint mapper writes when neither ``window`` nor ``output_key`` is given.
+DEFAULT_ACC = "trajval_acc"
+
+
+def window_mean_key(window: str) -> str:
+    """The window's mean pass rate: ``trajval_r_early`` / ``trajval_r_late``."""
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {WINDOWS}, got {window!r}")
+    return R_EARLY if window == "early" else R_LATE
+
+
+def window_checkpoint_key(window: str, index: int) -> str:
+    """One checkpoint's pass rate inside a K-checkpoint window: ``trajval_r_early_0``, ..."""
+    return f"{window_mean_key(window)}_{int(index)}"
+
+
+def window_keys(window: str, k: int) -> list[str]:
+    """The K per-checkpoint fields the learnability mapper averages for a window."""
+    return [window_checkpoint_key(window, i) for i in range(int(k))]
+
+
+def endpoint_output_key(window: str | None, window_index: int | None, output_key: str | None) -> str:
+    """The endpoint mapper's output field: ``output_key`` when given (an override); else derived
+    from the window (``window_index`` None: K = 1, the window mean itself); else ``trajval_acc``."""
+    if output_key:
+        return output_key
+    if window is None:
+        if window_index is not None:
+            raise ValueError("window_index needs a window (early or late)")
+        return DEFAULT_ACC
+    return window_mean_key(window) if window_index is None else window_checkpoint_key(window, window_index)

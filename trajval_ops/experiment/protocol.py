@@ -212,18 +212,16 @@ def probe_recipe(config: ValidationConfig, out: Path) -> dict:
         "keep_epochs": stability_epochs, "verifier": verifier, "verifier_options": options,
         "prompt_template": config.template, "show_progress": False}}]
     k = config.probe.window_k
-    keys = {"early": [fields.R_EARLY], "late": [fields.R_LATE]} if k == 1 else {
-        window: [f"trajval_acc_{window}_{i}" for i in range(k)] for window in ("early", "late")}
     for offset, window in ((10, "early"), (20, "late")):
-        for i, key in enumerate(keys[window]):
+        for i in range(k):
             process.append({"trajval_endpoint_reward_mapper": endpoint | {
-                "model": f"manifest:{probe_dir}#{window}[{i}]", "output_key": key, "seed": config.seed + offset + i}})
+                "model": f"manifest:{probe_dir}#{window}[{i}]", "window": window,
+                "window_index": None if k == 1 else i, "seed": config.seed + offset + i}})
     for epoch in stability_epochs:
         process.append({"trajval_endpoint_reward_mapper": endpoint | {
             "model": f"manifest:{probe_dir}#epoch-{epoch}", "output_key": f"trajval_acc_epoch_{epoch}",
             "seed": config.seed + 30 + epoch}})
-    process.append({"trajval_learnability_mapper": {} if k == 1 else {
-        "early_window_keys": keys["early"], "late_window_keys": keys["late"]}})
+    process.append({"trajval_learnability_mapper": {"window_k": k}})
     return {"project_name": f"validate_{config.name}", "dataset_path": str(out / "data" / "context-a.jsonl"),
             "export_path": str(folder / PROBE_OUTPUT), "np": 1, "text_keys": None, "skip_op_error": False,
             "open_tracer": False, "op_fusion": False, "process": process}

