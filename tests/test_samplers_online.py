@@ -191,3 +191,37 @@ def test_pass_rate_feedback_trinity_form():
     assert composed.online.posterior_mean()[0] > composed.online.posterior_mean()[2]
     with pytest.raises(ValueError, match="outside"):
         composed.feedback_pass_rates([0], [1.5], num_rollouts=G)
+
+
+def test_bots_interpolates_reference_pass_rates_for_unobserved_tasks():
+    """Hand-computed BOTS update (Trinity-RFT's InterpolationBetaPREstimator), m=16, lam=rho=0.1."""
+    f0 = np.array([0.2, 0.4, 0.0, 0.5])  # weaker reference model
+    f1 = np.array([0.6, 0.8, 1.0, 0.5])  # stronger reference model
+    bots = BotsScheduler(4, m=16, lam=0.1, rho=0.1, reference_pass_rates=(f0, f1), thompson=False)
+    # batch: tasks 0 and 1 observed at 0.5 and 0.75 -> mean 0.625; f0 mean 0.3, f1 mean 0.7
+    bots.update(np.array([0, 1]), np.array([0.5, 0.75]), np.full(2, 16), np.array([False, False]))
+    c = (0.625 - 0.3) / (0.7 - 0.3 + 1e-6)  # first batch: c taken as is
+    assert bots.capability == pytest.approx(c)
+    # observed: alpha = 0.9*1 + 0.1 + 16 r (rho has no effect on observed tasks)
+    assert bots.alpha[0] == pytest.approx(1.0 + 8.0) and bots.beta[0] == pytest.approx(1.0 + 8.0)
+    assert bots.alpha[1] == pytest.approx(1.0 + 12.0) and bots.beta[1] == pytest.approx(1.0 + 4.0)
+    # unobserved task 2: p~ = clip(0 + c * 1) = 0.8125; alpha = 1 + 0.1*16*p~
+    p2 = min(max(0.0 + c * 1.0, 0.0), 1.0)
+    assert bots.alpha[2] == pytest.approx(1.0 + 1.6 * p2) and bots.beta[2] == pytest.approx(1.0 + 1.6 * (1 - p2))
+    # task 3: f0 == f1 -> p~ = 0.5 whatever c
+    assert bots.alpha[3] == pytest.approx(1.8) and bots.beta[3] == pytest.approx(1.8)
+    # second batch: c is smoothed, c <- 0.9 c + 0.1 c_batch
+    bots.update(np.array([2]), np.array([1.0]), np.array([16]), np.array([True]))
+    c_batch = (1.0 - 0.0) / (1.0 - 0.0 + 1e-6)
+    assert bots.capability == pytest.approx(0.9 * c + 0.1 * c_batch)
+    state = bots.state_dict()
+    again = BotsScheduler(4, reference_pass_rates=(f0, f1))
+    again.load_state_dict(state)
+    assert again.capability == bots.capability
+
+
+def test_bots_reference_pass_rates_are_checked():
+    with pytest.raises(ValueError, match="f1 must be pass rates"):
+        BotsScheduler(2, reference_pass_rates=([0.1, 0.2], [0.5, 1.5]))
+    with pytest.raises(ValueError, match="weaker model"):
+        BotsScheduler(2, reference_pass_rates=([0.1, 0.2],))

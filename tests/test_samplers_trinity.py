@@ -21,12 +21,13 @@ HEAVY = [0, 1, 2]
 
 def _reader():
     weights = [1.0 if i in HEAVY else 0.05 for i in range(N)]
-    data = Dataset.from_dict({"question": [f"q{i}" for i in range(N)], "trajval_weight": weights})
+    data = Dataset.from_dict({"question": [f"q{i}" for i in range(N)], "trajval_weight": weights,
+                              "weak_pass_rate": [0.1] * N, "strong_pass_rate": [0.9] * N})
     return _HFBatchReader(data, name="pool", default_batch_size=8, total_epochs=100, enable_progress_bar=False)
 
 
-def _selector(selector_type=REGISTRY_NAME, **kwargs):
-    config = DataSelectorConfig(selector_type=selector_type, seed=7, feature_keys=["trajval_weight"], kwargs=kwargs)
+def _selector(selector_type=REGISTRY_NAME, feature_keys=("trajval_weight",), **kwargs):
+    config = DataSelectorConfig(selector_type=selector_type, seed=7, feature_keys=list(feature_keys), kwargs=kwargs)
     reader = _reader()
     return SELECTORS.get(selector_type)(reader, config), reader
 
@@ -72,3 +73,23 @@ def test_feedback_moves_mass_away_from_solved_tasks():
 def test_unknown_online_scheduler_is_refused():
     with pytest.raises(ValueError, match="greso"):
         _selector(online="nope")
+
+
+def test_bots_takes_the_weight_and_two_reference_pass_rates():
+    keys = ("trajval_weight", "weak_pass_rate", "strong_pass_rate")
+    selector, _ = _selector(feature_keys=keys, online="bots", lam=0.1, rho=0.1, target=0.5, tau=0.5)
+    bots = selector.source.online
+    assert bots.reference is not None and bots.reference[1][0] == 0.9
+    selector.get_indices(8)
+    selector.feedback([0, 5], [1.0, 0.5])
+    assert bots.capability == pytest.approx((0.75 - 0.1) / (0.9 - 0.1 + 1e-6))
+    state = json.loads(json.dumps(selector.state_dict()))  # the scheduler's state travels with a resume
+    expected = [selector.get_indices(8).tolist() for _ in range(3)]
+    resumed, _ = _selector(feature_keys=keys, online="bots", lam=0.1, rho=0.1, target=0.5, tau=0.5)
+    resumed.load_state_dict(state)
+    assert resumed.source.online.capability == bots.capability
+    assert [resumed.get_indices(8).tolist() for _ in range(3)] == expected
+    with pytest.raises(ValueError, match="online: bots"):
+        _selector(feature_keys=keys, online="greso")
+    with pytest.raises(ValueError, match="feature_keys must be"):
+        _selector(feature_keys=keys[:2], online="bots")

@@ -9,7 +9,8 @@ A/B arms; every pool task for the oracle runs). The unit is done when ``result.j
 result equals an uninterrupted run's.
 
 The spec (written by :mod:`trajval_ops.experiment.protocol`):
-``{"model", "pool", "weight_column" (null: uniform), "online" (null|"greso"|"bots"), "steps",
+``{"model", "pool", "weight_column" (null: uniform), "online" (null|"greso"|"bots"),
+"bots_reference_columns" (BOTS's weaker / stronger reference pass-rate columns), "steps",
 "seed", "grpo": {...}, "template", "verifier", "verifier_options", "threads",
 "evaluations": [{"tasks", "output", "every_steps", "n", "batch_size"}], "output_dir"}``.
 """
@@ -66,8 +67,15 @@ def run(spec: dict[str, Any]) -> dict:
     else:
         weights = [float(row[weight_column]) for row in rows]
     dataset = dataset.add_column(weight_column, weights)
-    online = {"greso": lambda: GresoScheduler(len(rows)), "bots": lambda: BotsScheduler(len(rows)),
-              None: lambda: None}[spec.get("online")]()
+    online = None
+    if spec.get("online") == "greso":
+        online = GresoScheduler(len(rows))
+    elif spec.get("online") == "bots":
+        # BOTS's implicit evidence: two reference models' pass rates, weaker then stronger. In the
+        # protocol these are the probe's own endpoint passes (base model, probe-trained model).
+        references = spec.get("bots_reference_columns")
+        online = BotsScheduler(len(rows), m=grpo["num_generations"], reference_pass_rates=None if not references else
+                               tuple([float(row[key]) for row in rows] for key in references))
 
     callbacks = [
         TrajectoryCallback(

@@ -268,6 +268,7 @@ def arm_units(config: ValidationConfig, out: Path) -> list[Unit]:
             folder = out / "arms" / arm / f"seed-{seed}"
             spec = _base_spec(config, folder, pool, seed=seed) | {
                 "weight_column": PRIOR_COLUMNS[prior] if prior else None, "online": online,
+                "bots_reference_columns": [fields.R_EARLY, fields.R_LATE] if online == "bots" else None,
                 "steps": config.training.steps,
                 "evaluations": [{"tasks": str(out / "data" / "heldout.jsonl"), "output": str(folder / "heldout.jsonl"),
                                  "every_steps": config.evaluation.every_steps, "n": config.evaluation.n,

@@ -174,24 +174,38 @@ class GresoScheduler:
 
 
 class BotsScheduler:
-    """BOTS-style Beta-posterior pass-rate model with Thompson sampling toward a target.
+    """BOTS: a Beta posterior of each task's pass rate, Thompson-sampled toward a target.
 
-    After a step observing pass rates ``r_i`` of tasks ``I`` (``m`` rollouts each), every task is
-    updated (Trinity-RFT's rule): ``alpha <- (1-lam) alpha + lam + (1-rho) s + rho p_ref m`` and
-    ``beta <- (1-lam) beta + lam + (1-rho) f + rho (1-p_ref) m``, with ``s = r m``, ``f = (1-r) m``
-    for observed tasks and 0 otherwise; ``p_ref`` is the observed rate for observed tasks and
-    the ``prior_pass_rate`` (default: the current posterior mean) for the others.
+    After a step observing pass rates ``r_i`` of tasks ``B`` every task is updated as BOTS's
+    reference implementation does (Trinity-RFT's ``InterpolationBetaPREstimator``)::
+
+        alpha <- (1-lam) alpha + lam + (1-rho) s + rho m p~
+        beta  <- (1-lam) beta  + lam + (1-rho) f + rho m (1 - p~)
+
+    with ``s = m r``, ``f = m (1 - r)`` for observed tasks (0 otherwise) and ``p~`` the implicit
+    pass rate: the observed ``r_i`` for tasks in ``B``; for the others, BOTS interpolates between
+    two reference models' pass rates ``f0`` (weaker) and ``f1`` (stronger),
+    ``p~ = clip(f0 + c (f1 - f0), 0, 1)``, with the policy's capability coefficient ``c``
+    estimated on each batch as ``(mean r_B - mean f0_B) / (mean f1_B - mean f0_B + 1e-6)`` (the
+    first estimate taken as is, later ones smoothed ``c <- 0.9 c + 0.1 c_batch``). Without
+    reference pass rates, ``prior_pass_rate`` (if given) or the current posterior mean serves as
+    ``p~``.
 
     :param num_tasks: pool size.
     :param m: rollouts per task the pseudo-counts are scaled to.
     :param lam: discount of the history (``lambda``).
-    :param rho: weight of the reference pseudo-counts.
+    :param rho: weight of the implicit (reference) evidence.
     :param target: target pass rate ``p*``.
     :param tau: temperature of ``exp(-|p~ - p*| / tau)``.
     :param thompson: sample ``p~`` from the posterior (True) or use its mean.
-    :param prior_pass_rate: optional per-task reference pass rate in [0, 1] for unobserved tasks
-        (e.g. a probe's ``trajval_r_late``).
+    :param reference_pass_rates: ``(f0, f1)``, per-task pass rates of the weaker and the stronger
+        reference model (BOTS's two feature columns), each in [0, 1].
+    :param prior_pass_rate: per-task fallback ``p~`` for unobserved tasks when no reference pass
+        rates are given (e.g. a probe's ``trajval_r_late``).
     """
+
+    #: EMA factor of the capability coefficient (fixed in BOTS's code).
+    CAPABILITY_DISCOUNT = 0.9
 
     def __init__(
         self,
@@ -202,6 +216,7 @@ class BotsScheduler:
         target: float = BOTS_TARGET,
         tau: float = BOTS_TAU,
         thompson: bool = True,
+        reference_pass_rates=None,
         prior_pass_rate=None,
     ):
         if tau <= 0:
@@ -209,11 +224,40 @@ class BotsScheduler:
         self.num_tasks = int(num_tasks)
         self.m, self.lam, self.rho, self.target, self.tau = int(m), lam, rho, target, tau
         self.thompson = bool(thompson)
-        self.prior_pass_rate = None if prior_pass_rate is None else np.asarray(prior_pass_rate, dtype=np.float64)
-        if self.prior_pass_rate is not None and self.prior_pass_rate.shape != (self.num_tasks,):
-            raise ValueError(f"prior_pass_rate must have shape ({self.num_tasks},), got {self.prior_pass_rate.shape}")
+        self.prior_pass_rate = self._per_task(prior_pass_rate, "prior_pass_rate")
+        self.reference = None
+        if reference_pass_rates is not None:
+            if len(reference_pass_rates) != 2:
+                raise ValueError("reference_pass_rates must be (weaker model's, stronger model's) pass rates")
+            self.reference = tuple(self._per_task(f, name) for f, name in zip(reference_pass_rates, ("f0", "f1")))
+        self.capability: float | None = None
         self.alpha = np.ones(self.num_tasks)
         self.beta = np.ones(self.num_tasks)
+
+    def _per_task(self, values, name: str):
+        if values is None:
+            return None
+        array = np.asarray(values, dtype=np.float64)
+        if array.shape != (self.num_tasks,):
+            raise ValueError(f"{name} must have shape ({self.num_tasks},), got {array.shape}")
+        if not np.all((array >= 0) & (array <= 1)):
+            raise ValueError(f"{name} must be pass rates in [0, 1]; position {int(np.flatnonzero(~((array >= 0) & (array <= 1)))[0])} is not")
+        return array
+
+    def implicit_pass_rate(self, tasks, pass_rate) -> np.ndarray:
+        """``p~`` for every task after observing ``pass_rate`` on ``tasks`` (updates ``c``)."""
+        if self.reference is not None:
+            f0, f1 = self.reference
+            estimate = (float(np.mean(pass_rate)) - f0[tasks].mean()) / (f1[tasks].mean() - f0[tasks].mean() + 1e-6)
+            discount = self.CAPABILITY_DISCOUNT
+            self.capability = estimate if self.capability is None else discount * self.capability + (1 - discount) * estimate
+            p_ref = np.clip(f0 + self.capability * (f1 - f0), 0.0, 1.0)
+        elif self.prior_pass_rate is not None:
+            p_ref = self.prior_pass_rate.copy()
+        else:
+            p_ref = self.posterior_mean()
+        p_ref[tasks] = pass_rate
+        return p_ref
 
     def posterior_mean(self) -> np.ndarray:
         return self.alpha / (self.alpha + self.beta)
@@ -223,8 +267,7 @@ class BotsScheduler:
         failures = np.zeros(self.num_tasks)
         successes[tasks] = pass_rate * self.m
         failures[tasks] = (1 - pass_rate) * self.m
-        p_ref = self.posterior_mean() if self.prior_pass_rate is None else self.prior_pass_rate.copy()
-        p_ref[tasks] = pass_rate
+        p_ref = self.implicit_pass_rate(tasks, pass_rate)
         keep = 1 - self.lam
         self.alpha = keep * self.alpha + self.lam + (1 - self.rho) * successes + self.rho * p_ref * self.m
         self.beta = keep * self.beta + self.lam + (1 - self.rho) * failures + self.rho * (1 - p_ref) * self.m
@@ -240,12 +283,14 @@ class BotsScheduler:
         return np.exp(-np.abs(pass_rate - self.target) / self.tau)
 
     def state_dict(self) -> dict:
-        return {"alpha": self.alpha.copy(), "beta": self.beta.copy(), "rho": self.rho}
+        return {"alpha": self.alpha.copy(), "beta": self.beta.copy(), "rho": self.rho, "capability": self.capability}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.alpha = np.array(state["alpha"], dtype=np.float64)
         self.beta = np.array(state["beta"], dtype=np.float64)
         self.rho = float(state["rho"])
+        capability = state.get("capability")
+        self.capability = None if capability is None else float(capability)
 
 
 class ComposedSampler:

@@ -9,6 +9,13 @@ pass rate in [0, 1]). Config (taskset)::
       seed: 42
       feature_keys: [trajval_weight]        # the weight column (default trajval_weight)
       kwargs: {online: bots, m: 16}          # optional: greso | bots, rollouts per task
+
+BOTS as its paper runs it takes two reference models' pass rates (weaker, stronger) as implicit
+evidence for unobserved tasks: list them after the weight column, as BOTS's own selector lists
+its two feature keys::
+
+      feature_keys: [trajval_weight, qwen2.5_7b_pass_rate, qwen3_32b_pass_rate]
+      kwargs: {online: bots, m: 16, lam: 0.1, rho: 0.1, target: 0.5, tau: 0.5}
 """
 
 from __future__ import annotations
@@ -50,10 +57,19 @@ class TrajvalSelector(BaseSelector):
 
     def __init__(self, data_source, config):
         super().__init__(data_source, config)
-        weight_key = config.feature_keys[0] if config.feature_keys else WEIGHT
+        keys = list(config.feature_keys or [])
+        weight_key = keys[0] if keys else WEIGHT
         weights = weights_from_dataset(data_source.dataset, weight_key)
         kwargs = dict(config.kwargs or {})
         online_name = kwargs.pop("online", None)
+        if len(keys) not in (0, 1, 3):
+            raise ValueError(f"feature_keys must be [weight] or [weight, weaker model's pass rate, stronger model's "
+                             f"pass rate] (BOTS's references), got {keys}")
+        if len(keys) == 3:
+            if online_name != "bots":
+                raise ValueError("reference pass-rate feature keys are BOTS's evidence: set kwargs.online: bots")
+            kwargs["reference_pass_rates"] = tuple(
+                np.asarray(data_source.dataset[key], dtype=np.float64) for key in keys[1:])
         self.num_rollouts = int(kwargs.pop("m", 16))
         online = None
         if online_name is not None:
