@@ -123,3 +123,24 @@ def test_empty_pool_is_an_error():
 
     with pytest.raises(TrajvalInputError, match="empty"):
         TrajvalWeightedResampler().resample_table(pa.table({"trajval_weight": pa.array([], type=pa.float64())}))
+
+
+def test_learnable_subset_keeps_profiles_not_a_score_threshold():
+    """The paper's subset is by profile: an Ineffective task with delta <= 0 (score 0) is kept and
+    a Mastered task with a small positive delta (score > 0) is not; hard_cut does the opposite."""
+    import pyarrow as pa
+
+    from trajval_ops.ops.weighted_resampler import TrajvalWeightedResampler
+
+    table = pa.table({
+        "id": ["ineffective-flat", "mastered-up", "stable", "unlearned"],
+        "trajval_weight": [0.05, 0.3, 0.9, 0.05],
+        "trajval_score": [0.0, 0.004, 0.5, 0.0],
+        "trajval_profile": ["ineffective", "mastered", "stable", "unlearned"],
+    })
+    subset = TrajvalWeightedResampler(mode="learnable_subset").resample_table(table)
+    assert subset.column("id").to_pylist() == ["ineffective-flat", "stable"]
+    cut = TrajvalWeightedResampler(mode="hard_cut").resample_table(table)
+    assert cut.column("id").to_pylist() == ["mastered-up", "stable"]
+    with pytest.raises(TrajvalInputError, match="lacks"):
+        TrajvalWeightedResampler(mode="learnable_subset").resample_table(table.drop_columns(["trajval_profile"]))

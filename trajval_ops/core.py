@@ -28,7 +28,6 @@ LEARNABLE_PROFILES = frozenset({"stable", "sluggish", "ineffective"})
 #: Name of the rule that resolves rows matching several Figure-1 criteria (see endpoint_profiles).
 PROFILE_RULE = "saturation_first"
 
-RESAMPLE_MODES = ("multinomial", "systematic", "hard_cut")
 
 
 def _as_float_array(values, name: str) -> np.ndarray:
@@ -215,7 +214,9 @@ def systematic_indices(prob, num_samples: int, seed: int) -> np.ndarray:
 
 
 def hard_cut_mask(score, threshold: float) -> np.ndarray:
-    """Rows kept by the paper's learnable-subset use: ``score > threshold``."""
+    """Rows whose score exceeds a threshold: ``score > threshold``. Not the paper's learnable
+    subset, which is defined by profile (:func:`is_learnable`): a threshold on s drops
+    Ineffective tasks with delta <= 0 and keeps Mastered tasks with a small positive delta."""
     return np.asarray(score, dtype=np.float64) > threshold
 
 

@@ -27,8 +27,11 @@ class TrajvalWeightedResampler(Pipeline):
     - ``multinomial``: ``num_samples`` draws with replacement, probability ``p = w / sum(w)``.
     - ``systematic``: low-variance resampling; every row appears floor or ceil of its expected
       count ``num_samples * p``.
-    - ``hard_cut``: keep the rows whose ``score_key`` exceeds ``threshold`` (the paper's
-      learnable-subset use), each once.
+    - ``learnable_subset``: keep the paper's learnable subset, each row once: the rows whose
+      ``profile_key`` is Stable, Sluggish or Ineffective.
+    - ``hard_cut``: keep the rows whose ``score_key`` exceeds ``threshold``, each once (a score
+      threshold, not the paper's subset: it drops Ineffective tasks with delta <= 0 and keeps
+      Mastered tasks with a small positive delta).
 
     With ``online_weight_key`` the weight is ``w * w_online`` before sampling. Output rows keep
     the pool's order (duplicates adjacent) unless ``shuffle`` is set; original fields pass
@@ -40,13 +43,14 @@ class TrajvalWeightedResampler(Pipeline):
 
     def __init__(
         self,
-        mode: Literal["multinomial", "systematic", "hard_cut"] = "multinomial",
+        mode: Literal["multinomial", "systematic", "learnable_subset", "hard_cut"] = "multinomial",
         num_samples: Optional[PositiveInt] = None,
         seed: int = 0,
         weight_key: str = fields.WEIGHT,
         online_weight_key: Optional[str] = None,
         score_key: str = fields.SCORE,
         threshold: float = 0.0,
+        profile_key: str = fields.PROFILE,
         shuffle: bool = False,
         eps: Annotated[float, Field(gt=0, le=1)] = core.DEFAULT_EPS,
         prob_key: str = fields.PROB,
@@ -59,9 +63,10 @@ class TrajvalWeightedResampler(Pipeline):
         """
         Initialization method.
 
-        :param mode: ``multinomial``, ``systematic`` or ``hard_cut`` (see the class docstring).
+        :param mode: ``multinomial``, ``systematic``, ``learnable_subset`` or ``hard_cut`` (see
+            the class docstring).
         :param num_samples: rows to draw in the sampling modes; None: the pool size. Ignored by
-            ``hard_cut``.
+            the subset modes.
         :param seed: random seed; the same seed gives the same output.
         :param weight_key: field holding the unnormalised weight w (written by
             trajval_learnability_mapper).
@@ -70,6 +75,7 @@ class TrajvalWeightedResampler(Pipeline):
         :param score_key: field compared with ``threshold`` in ``hard_cut`` mode.
         :param threshold: ``hard_cut`` keeps rows with ``score > threshold``; 0 keeps every row
             with a positive learnability score.
+        :param profile_key: field holding the endpoint profile, read by ``learnable_subset``.
         :param shuffle: shuffle the output rows (seeded) instead of keeping the pool's order.
         :param eps: the floor used when the weights were made; only used to report how many
             rows sit at the floor (and to warn when all do).
@@ -86,6 +92,7 @@ class TrajvalWeightedResampler(Pipeline):
         self.online_weight_key = online_weight_key
         self.score_key = score_key
         self.threshold = float(threshold)
+        self.profile_key = profile_key
         self.shuffle = bool(shuffle)
         self.eps = float(eps)
         self.prob_key = prob_key
@@ -102,14 +109,17 @@ class TrajvalWeightedResampler(Pipeline):
         if self.online_weight_key:
             online = arrow_numeric_column(table, self.online_weight_key, lower=0.0, id_key=self.id_key)
             weight = core.compose_online(weight, online)
-        if self.mode == "hard_cut":
-            score = arrow_numeric_column(table, self.score_key, lower=0.0, upper=1.0, id_key=self.id_key)
-            indices = np.flatnonzero(core.hard_cut_mask(score, self.threshold))
+        if self.mode in ("hard_cut", "learnable_subset"):
+            if self.mode == "hard_cut":
+                score = arrow_numeric_column(table, self.score_key, lower=0.0, upper=1.0, id_key=self.id_key)
+                indices = np.flatnonzero(core.hard_cut_mask(score, self.threshold))
+                empty = f"the largest '{self.score_key}' is {score.max():.4g}, the threshold {self.threshold}"
+            else:
+                profiles = self._profiles(table)
+                indices = np.flatnonzero(core.is_learnable(profiles))
+                empty = f"no row's '{self.profile_key}' is one of {sorted(core.LEARNABLE_PROFILES)}"
             if indices.size == 0:
-                raise TrajvalInputError(
-                    f"{OP_NAME}: hard_cut kept no row: the largest '{self.score_key}' is "
-                    f"{score.max():.4g}, the threshold {self.threshold}"
-                )
+                raise TrajvalInputError(f"{OP_NAME}: {self.mode} kept no row: {empty}")
             prob = np.zeros_like(weight)
             prob[indices] = core.normalize(weight[indices])
         else:
@@ -122,6 +132,17 @@ class TrajvalWeightedResampler(Pipeline):
         if self.shuffle:
             indices = np.random.default_rng([self.seed, 1]).permutation(indices)
         return indices, prob[indices]
+
+    def _profiles(self, table) -> np.ndarray:
+        if self.profile_key not in table.column_names:
+            raise TrajvalInputError(f"{OP_NAME}: learnable_subset reads field '{self.profile_key}', which the pool "
+                                    f"lacks (run trajval_learnability_mapper first)")
+        profiles = np.asarray(table.column(self.profile_key).to_pylist(), dtype=object)
+        bad = [i for i, p in enumerate(profiles) if p not in core.PROFILES]
+        if bad:
+            raise TrajvalInputError(f"{OP_NAME}: row {bad[0]}: field '{self.profile_key}' = {profiles[bad[0]]!r} is "
+                                    f"not a profile ({', '.join(core.PROFILES)})")
+        return profiles
 
     def resample_table(self, table):
         """Apply :meth:`plan` to a pyarrow.Table: the one code path of both executors."""
@@ -137,6 +158,7 @@ class TrajvalWeightedResampler(Pipeline):
             "weight_key": self.weight_key,
             "online_weight_key": self.online_weight_key,
             "threshold": self.threshold if self.mode == "hard_cut" else None,
+            "profiles": sorted(core.LEARNABLE_PROFILES) if self.mode == "learnable_subset" else None,
             "shuffle": self.shuffle,
             "trajval_ops_version": __version__,
         }
