@@ -67,3 +67,34 @@ def tiny_tokenizer():
     from trajval_ops.models import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model("tiny-random-llama"))
+
+
+DAPO_ROW = {
+    "data_source": "math_dapo",
+    "prompt": [{"role": "user", "content": (
+        "Solve the following math problem step by step. The last line of your response should be of the form "
+        "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+        "What is $4^3$?\n\nRemember to put your answer on its own line after \"Answer:\".")}],
+    "ability": "MATH",
+    "reward_model": {"ground_truth": "64", "style": "rule-lighteval/MATH_v2"},
+    "extra_info": {"index": "0d5e6f0a-0000-4000-8000-000000000001"},
+}
+
+
+def test_dapo_row_gets_the_papers_math_prompt_and_the_verifier_agrees():
+    from trajval_ops.rollout.prompts import MATH_SYSTEM_PROMPT, build_messages
+    from trajval_ops.rollout.verifiers import build_verifier
+
+    messages = build_messages(DAPO_ROW, template="dapo_math")
+    assert messages == [{"role": "system", "content": MATH_SYSTEM_PROMPT},
+                        {"role": "user", "content": "What is $4^3$?"}]
+    assert "boxed" in messages[0]["content"] and "Answer:" not in messages[1]["content"]
+    verifier = build_verifier("math")  # the recipe's verifier: \boxed{} only, no fallback
+    try:
+        truth = DAPO_ROW["reward_model"]["ground_truth"]
+        assert verifier("4^3 = 64, so the answer is \\boxed{64}", truth, DAPO_ROW) == 1.0
+        assert verifier("Answer: 64", truth, DAPO_ROW) == 0.0  # what DAPO's own wrapper asks for
+    finally:
+        verifier.close()
+    # a plain problem (no wrapper) is used as is; the recipe's probe uses the same template
+    assert build_messages({"prompt": "What is 2+2?"}, template="dapo_math")[1]["content"] == "What is 2+2?"

@@ -10,6 +10,12 @@ Templates (appendix of the TrajVal paper):
 - ``chat``: the row's prompt already is a list of ``{"role", "content"}`` messages (verl / DAPO /
   GURU format): passed through unchanged.
 - ``auto``: ``chat`` when the prompt is a message list, else ``math``.
+- ``dapo_math``: the paper's ``math`` template on the problem of a DAPO-Math-17k row: the user
+  turn's text with DAPO's own instruction wrapper ("Solve the following math problem step by
+  step. The last line of your response should be of the form Answer: $Answer ..." /
+  "Remember to put your answer on its own line after "Answer:".") removed. DAPO's wrapper asks
+  for an ``Answer:`` line, which the ``math`` verifier (``\boxed{}``) does not read; the paper
+  used the ``\boxed{}`` instruction. A prompt without the wrapper is used as the problem as is.
 
 The model's own chat template is applied by :func:`render_prompt` (thinking mode off).
 """
@@ -47,7 +53,23 @@ LOGIC_GRAPH_PROMPT = (
     "fdebme </answer>."
 )
 
-TEMPLATES = ("auto", "chat", "math", "logic_arc", "logic_ordering", "logic_graph")
+DAPO_PREFIX = (
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem."
+)
+DAPO_SUFFIX = 'Remember to put your answer on its own line after "Answer:".'
+
+TEMPLATES = ("auto", "chat", "math", "dapo_math", "logic_arc", "logic_ordering", "logic_graph")
+
+
+def dapo_problem(text: str) -> str:
+    """The problem inside DAPO-Math-17k's instruction wrapper (the text itself when unwrapped)."""
+    text = text.strip()
+    if text.startswith(DAPO_PREFIX):
+        text = text[len(DAPO_PREFIX):]
+    if text.endswith(DAPO_SUFFIX):
+        text = text[:-len(DAPO_SUFFIX)]
+    return text.strip()
 
 
 def build_messages(
@@ -70,6 +92,16 @@ def build_messages(
     if prompt is None:
         raise TrajvalInputError(f"field '{prompt_key}' (the prompt) is missing")
     messages = _as_messages(prompt, prompt_key)
+    if template == "dapo_math":
+        if messages is not None:
+            users = [m["content"] for m in messages if m.get("role") == "user"]
+            if len(users) != 1 or not isinstance(users[0], str):
+                raise TrajvalInputError(f"field '{prompt_key}': template 'dapo_math' needs exactly one user turn "
+                                        f"with text, got {len(users)}")
+            prompt = users[0]
+        if not isinstance(prompt, str) or not dapo_problem(prompt):
+            raise TrajvalInputError(f"field '{prompt_key}' holds no problem text for template 'dapo_math'")
+        return [{"role": "system", "content": MATH_SYSTEM_PROMPT}, {"role": "user", "content": dapo_problem(prompt)}]
     if template == "auto":
         template = "chat" if messages is not None else "math"
     if template == "chat":
