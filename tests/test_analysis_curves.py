@@ -1,5 +1,7 @@
 """Evaluation-curve metrics (paper appendix) on hand-made curves."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -103,3 +105,16 @@ def test_curve_metrics_tool(tmp_path, capsys):
     assert "avg" in capsys.readouterr().out
     (tmp_path / "bad.json").write_text("[1, 2]")
     assert tool.main(["--method", str(tmp_path / "bad.json")]) == 2
+
+
+def test_evaluations_at_step_zero_are_accepted():
+    from trajval_ops.analysis import curves
+
+    base = [0.1, 0.2, 0.3, 0.4]
+    method = [0.1, 0.4, 0.4, 0.4]
+    out = curves.steps_to_baseline(method, base, steps=[0, 10, 20, 30], window=1)
+    assert out["s_base"] == 30 and out["s_comp"] == 10 and out["s2b"] == pytest.approx(100 * 10 / 30)
+    flat = curves.steps_to_baseline([0.5, 0.5], [0.5, 0.4], steps=[0, 10], window=1)
+    assert flat["s_base"] == 0 and math.isnan(flat["s2b"])  # baseline best at the base model
+    with pytest.raises(ValueError, match="non-negative"):
+        curves.steps_to_baseline(method, base, steps=[-1, 10, 20, 30])

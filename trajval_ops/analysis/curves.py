@@ -13,9 +13,14 @@ it (a 2-D ``(seeds, steps)`` array, averaged over seeds first, as the paper does
 
 Conventions (the paper leaves them open): a window is credited to its *last* evaluation step
 (the step at which its mean is first known); ``steps`` default to ``1..n`` (evaluation index),
-pass the real training steps (e.g. ``12, 24, ...``) to get them in the output; a curve shorter
-than the window uses one window over the whole curve; a method that never reaches ``T`` has
-``s_comp = None`` and ``S2B = inf``; "reaches" means ``>= T - 1e-12`` (float round-off).
+pass the real training steps (e.g. ``0, 12, 24, ...``; an evaluation of the base model at step
+0 is accepted) to get them in the output; a curve shorter than the window uses one window over
+the whole curve; a method that never reaches ``T`` has ``s_comp = None`` and ``S2B = inf``; a
+baseline that attains ``T`` at step 0 (window 1, best at the base model) leaves S2B undefined
+(NaN); "reaches" means ``>= T - 1e-12`` (float round-off). Every S2B the paper reports is a
+multiple of 100/99, i.e. ``s_base = 99`` in its units: with evaluations indexed 1..100 and
+windows credited to their last step, the baselines attained their Best Acc at the 99th
+evaluation (docs/diagnostics.md).
 """
 
 from __future__ import annotations
@@ -44,8 +49,8 @@ def _steps(steps, n: int) -> np.ndarray:
     if steps is None:
         return np.arange(1, n + 1, dtype=np.float64)
     steps = np.asarray(steps, dtype=np.float64)
-    if steps.shape != (n,) or not np.all(np.diff(steps) > 0) or steps[0] <= 0:
-        raise ValueError(f"steps must be {n} strictly increasing positive values, got {steps.tolist()}")
+    if steps.shape != (n,) or not np.all(np.diff(steps) > 0) or steps[0] < 0:
+        raise ValueError(f"steps must be {n} strictly increasing non-negative values, got {steps.tolist()}")
     return steps
 
 
@@ -97,7 +102,7 @@ def steps_to_baseline(method_curve, baseline_curve, steps=None, window: int = DE
         "target": target,
         "s_base": s_base,
         "s_comp": s_comp,
-        "s2b": float("inf") if s_comp is None else 100.0 * s_comp / s_base,
+        "s2b": float("inf") if s_comp is None else (float("nan") if s_base == 0 else 100.0 * s_comp / s_base),
     }
 
 
