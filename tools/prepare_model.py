@@ -1,8 +1,8 @@
-"""Build the embedded/tiny models into the trajval cache: ``python tools/prepare_model.py [ref ...]``."""
-
+#!/usr/bin/env python
+"""Repository wrapper of the installed command ``trajval prepare-model``: see trajval_ops/cli/prepare_model.py."""
 import sys
 
-from trajval_ops.models import main
+from trajval_ops.cli.prepare_model import main
 
 if __name__ == "__main__":
-    sys.exit(main(["prepare", *sys.argv[1:]]))
+    sys.exit(main())

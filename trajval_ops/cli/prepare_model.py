@@ -1,0 +1,28 @@
+"""Build the embedded/tiny models into the trajval cache (see :mod:`trajval_ops.models`).
+
+    trajval prepare-model [ref ...]
+
+The same as ``python -m trajval_ops.models prepare [ref ...]``: prints ``<ref>\\t<folder>`` per
+model; an unknown reference exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+    from trajval_ops.models import KNOWN_MODELS, resolve_model
+
+    parser = argparse.ArgumentParser(prog=prog, description="build short-reference models into the cache "
+                                     "(shipped ones are only located)")
+    parser.add_argument("refs", nargs="*", help=f"default: all ({', '.join(KNOWN_MODELS)})")
+    args = parser.parse_args(argv)
+    unknown = [ref for ref in args.refs if ref not in KNOWN_MODELS]
+    if unknown:
+        parser.error(f"unknown model reference(s) {unknown}; known: {', '.join(KNOWN_MODELS)}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for ref in args.refs or KNOWN_MODELS:
+        print(f"{ref}\t{resolve_model(ref)}")
+    return 0
