@@ -21,7 +21,7 @@ from trajval_ops.probe.sampling import (
     DEFAULT_PROBE_FRACTION,
     probe_size_for,
     resolve_id_key,
-    row_ids,
+    unique_row_ids,
     sample_probe_positions,
 )
 from trajval_ops.validation import TrajvalInputError
@@ -97,13 +97,13 @@ def test_forced_ids_errors():
 def test_row_ids_dotted_key_position_fallback_and_duplicates():
     rows = [{"extra_info": {"index": "a"}}, {"extra_info": json.dumps({"index": "b"})}]
     assert resolve_id_key(rows[0], None) == "extra_info.index"
-    assert row_ids(rows, "extra_info.index") == ["a", "b"]
+    assert unique_row_ids(rows, "extra_info.index") == ["a", "b"]
     assert resolve_id_key({"prompt": "x"}, None) is None
-    assert row_ids([{"p": 1}, {"p": 2}], None) == ["0", "1"]
+    assert unique_row_ids([{"p": 1}, {"p": 2}], None) == ["0", "1"]
     with pytest.raises(TrajvalInputError, match=r"row 1 .*repeats row 0"):
-        row_ids([{"id": 1}, {"id": 1}], "id")
+        unique_row_ids([{"id": 1}, {"id": 1}], "id")
     with pytest.raises(TrajvalInputError, match=r"row 1.*'id' is missing"):
-        row_ids([{"id": 1}, {"x": 2}], "id")
+        unique_row_ids([{"id": 1}, {"x": 2}], "id")
 
 
 # ---------------------------------------------------------------- config

@@ -350,7 +350,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         return True
 
     def _task(self, row: dict, position: int | None) -> dict:
-        from trajval_ops.rollout.cache import stable_hash
+        from trajval_ops.canonical import stable_hash
 
         label = row_label(row, position, self.id_key)
         try:

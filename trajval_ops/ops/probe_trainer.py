@@ -17,7 +17,7 @@ from trajval_ops.probe.sampling import (
     DEFAULT_PROBE_FRACTION,
     probe_size_for,
     resolve_id_key,
-    row_ids,
+    unique_row_ids,
     sample_probe_positions,
 )
 
@@ -180,7 +180,7 @@ class TrajvalProbeTrainer(Pipeline):
             ids = [str(i) for i in range(table.num_rows)]
         else:
             root = id_key.split(".")[0] if id_key not in table.column_names else id_key
-            ids = row_ids(table.select([root]).to_pylist(), id_key)
+            ids = unique_row_ids(table.select([root]).to_pylist(), id_key)
         positions = sample_probe_positions(ids, size, self.config.seed, self.forced_ids)
         fraction = self.probe_fraction if self.probe_fraction is not None else DEFAULT_PROBE_FRACTION
         logger.info(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from trajval_ops.canonical import canonical_json
+from trajval_ops.rollout.verifiers import last_boxed
 
 #: How a ground-truth value is turned into the canonical string.
 ANSWER_EXTRACTORS = ("none", "gsm8k", "boxed", "auto")
@@ -17,7 +19,7 @@ def canonical_ground_truth(value: Any) -> str:
     zebra grids) as compact JSON with sorted keys, so one column never mixes types."""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return canonical_json(value)
 
 
 def extract_answer(text: str, how: str) -> str:
@@ -43,27 +45,12 @@ def extract_answer(text: str, how: str) -> str:
             raise ValueError(f"no '{GSM8K_MARKER}' final-answer marker")
         answer = text.rsplit(GSM8K_MARKER, 1)[1].strip().replace(",", "")
     elif how == "boxed":
-        answer = last_boxed(text)
+        answer = last_boxed(text)  # the verifiers' reader: the same answer the reward would see
+        if answer is None:
+            raise ValueError("no complete \\boxed{...} answer (absent, or its braces do not balance)")
+        answer = answer.strip()
     else:
         raise ValueError(f"unknown answer extractor {how!r}; choose one of {ANSWER_EXTRACTORS}")
     if not answer:
         raise ValueError(f"empty answer after the {how} marker")
     return answer
-
-
-def last_boxed(text: str) -> str:
-    """Content of the last ``\\boxed{...}``, with nested braces matched."""
-    start = text.rfind(BOXED_MARKER)
-    if start < 0:
-        raise ValueError("no \\boxed{...} answer")
-    depth = 0
-    begin = start + len(BOXED_MARKER)
-    for i in range(begin, len(text)):
-        char = text[i]
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            if depth == 0:
-                return text[begin:i].strip()
-            depth -= 1
-    raise ValueError("unbalanced braces in \\boxed{...}")

@@ -6,13 +6,13 @@ the endpoint-reward mapper reads it to find ``early[i]`` / ``late[i]`` checkpoin
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from trajval_ops.canonical import stable_hash
 from trajval_ops.atomic import atomic_open
 
 FORMAT = "trajval-probe-manifest/1"
@@ -39,9 +39,8 @@ def manifest_path(path_or_dir: str | os.PathLike) -> Path:
 
 
 def config_hash(payload: Mapping[str, Any]) -> str:
-    """``sha256:<hex>`` of the canonical JSON (sorted keys) of ``payload``."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """``sha256:<hex>`` of the canonical JSON of ``payload`` (:mod:`trajval_ops.canonical`)."""
+    return "sha256:" + stable_hash(payload)
 
 
 def write_manifest(output_dir: str | os.PathLike, manifest: Mapping[str, Any]) -> Path:

@@ -60,7 +60,7 @@ def resolve_id_key(first_row: Mapping[str, Any] | None, id_key: str | None) -> s
     return None
 
 
-def row_ids(rows: Iterable[Mapping[str, Any]], id_key: str | None) -> list[str]:
+def unique_row_ids(rows: Iterable[Mapping[str, Any]], id_key: str | None) -> list[str]:
     """Every row's id as a string (its position when ``id_key`` is None).
 
     :raises TrajvalInputError: a row without the id field, or two rows with the same id (the

@@ -11,7 +11,6 @@ invalidate it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -20,12 +19,7 @@ from typing import Any
 from loguru import logger
 
 from trajval_ops.atomic import atomic_open
-
-
-def stable_hash(payload: Any) -> str:
-    """sha256 hex of the canonical JSON of ``payload``."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+from trajval_ops.canonical import stable_hash
 
 
 def model_fingerprint(model_path: Path) -> dict:
