@@ -25,7 +25,6 @@ result identical to an uninterrupted run's, online scheduler state included).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -365,8 +364,14 @@ def run_protocol(config: ValidationConfig, out: Path) -> dict:
 
 
 def protocol_hash(config: ValidationConfig) -> str:
+    """The settings and the model's identity (a rebuilt model under the same name is another
+    protocol: its units must not be reused)."""
+    from trajval_ops.canonical import stable_hash
+    from trajval_ops.models import resolve_model
+    from trajval_ops.rollout.cache import model_fingerprint
+
     settings = {k: v for k, v in config.to_dict().items() if k not in ("source", "workers")}
-    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+    return stable_hash({"settings": settings, "model": model_fingerprint(resolve_model(config.model))})
 
 
 def _check_same_protocol(config: ValidationConfig, out: Path) -> None:

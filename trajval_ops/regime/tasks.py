@@ -4,22 +4,24 @@ Twelve families (:data:`FAMILIES`), each a generator ``rng -> (question, answer)
 a few characters (``"47+38"``, ``"rev 3847"``, ``"count 3 in 38313"``); the tokenizer's chat
 template appends ``=`` and the model answers with the bare result, then end-of-sequence.
 
-============  =======================================  ==================  =========
-family        question                                 answer              questions
-============  =======================================  ==================  =========
-max           ``max 3 8 4 1`` (4 digits 0-9)           ``8``               10,000
-add1          ``47+8`` (two-digit + one-digit)         ``55``              900
-count_digit   ``count 3 in 383134`` (5-6 digits)       ``3``               > 10^6
-reverse       ``rev 3847`` (3-5 digits 1-9)            ``7483``            > 60,000
-sub2          ``83-47`` (two-digit, non-negative)      ``36``              4,095
-add2          ``47+38`` (two-digit + two-digit)        ``85``              8,100
-sort_digits   ``sort 38417`` (4-5 digits 1-9)          ``13478``           > 65,000
-digit_sum     ``dsum 3841`` (3-4 digits)               ``16``              9,900
-mul1          ``7*48`` (one-digit x two-digit)         ``336``             720
-add3          ``472+385`` (three-digit + three-digit)  ``857``             810,000
-mod           ``347%7`` (2-3 digits mod 2-9)           ``4``               7,920
-mul2          ``47*38`` (two-digit x two-digit)        ``1786``            8,100
-============  =======================================  ==================  =========
+The last column is the shipped ``tiny-arith`` model's pass@1 at temperature 1.0.
+
+============  =======================================  =========  =========  ======
+family        question                                 answer     questions  pass@1
+============  =======================================  =========  =========  ======
+max           ``max 3 8 4 1`` (4 digits 0-9)           ``8``      10,000     1.00
+add1          ``47+8`` (two-digit + one-digit)         ``55``     900        0.78
+count_digit   ``count 3 in 383134`` (5-6 digits)       ``3``      > 10^6     0.26
+reverse       ``rev 3847`` (3-5 digits 1-9)            ``7483``   66,339     0.99
+sub2          ``83-47`` (two-digit, non-negative)      ``36``     4,095      0.08
+add2          ``47+38`` (two-digit + two-digit)        ``85``     8,100      0.44
+sort_digits   ``sort 38417`` (4-5 digits 1-9)          ``13478``  65,610     0.42
+digit_sum     ``dsum 3841`` (3-4 digits)               ``16``     9,900      0.27
+mul1          ``7*48`` (one-digit x two-digit)         ``336``    720        0.10
+add3          ``472+385`` (three-digit + three-digit)  ``857``    810,000    0.004
+mod           ``347%7`` (2-3 digits mod 2-9)           ``4``      7,920      0.36
+mul2          ``47*38`` (two-digit x two-digit)        ``1786``   8,100      0.01
+============  =======================================  =========  =========  ======
 
 Answers are non-negative integers written without leading zeros (digit reversal and sorting
 use the digits 1-9 only), so the project's ``math`` verifier with the last-number fallback
@@ -128,7 +130,9 @@ def _mul2(rng):
     return f"{a}*{b}", str(a * b)
 
 
-#: Family name -> generator, roughly from easiest to hardest for the shipped model.
+#: Family name -> generator. The order is part of the pretraining data stream (families are drawn
+#: from this list): changing it changes the model :mod:`.pretrain` makes. Measured difficulty for
+#: the shipped model is in its ``quality.json``.
 FAMILIES: dict[str, Generator] = {
     "max": _max,
     "add1": _add1,
@@ -233,7 +237,8 @@ def generate_tasks(count: int, seed: int, families: Iterable[str] | None = None,
                          f"(part {part!r}, {len(exclude)} excluded); ask for fewer tasks")
     pairs = [(name, q, a) for name in names for q, a in drawn[name]]
     random.Random(_stable_int("order", seed, split)).shuffle(pairs)
-    return [make_row(name, question, answer, index, seed, split) for index, (name, question, answer) in enumerate(pairs)]
+    return [make_row(name, question, answer, index, seed, split)
+            for index, (name, question, answer) in enumerate(pairs)]
 
 
 def make_row(family: str, question: str, answer: str, index: int, seed: int, split: str = "") -> dict:
