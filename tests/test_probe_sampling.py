@@ -138,6 +138,45 @@ def test_config_validation():
     assert c.early_epochs() == [0, 1] and c.late_epochs() == [4, 5] and c.kept_epochs() == [0, 1, 3, 4, 5]
 
 
+@pytest.mark.parametrize("values, message", [
+    ({"num_generations": 1}, r"num_generations must be in \[2, inf\) \(GRPO compares rollouts\), got 1"),
+    ({"learning_rate": 0.0}, r"learning_rate must be in \(0, inf\), got 0.0"),
+    ({"top_p": 1.5}, r"top_p must be in \(0, 1\], got 1.5"),
+    ({"lora_dropout": 1.0}, r"lora_dropout must be in \[0, 1\), got 1.0"),
+    ({"epochs": 0}, r"epochs must be in \[1, inf\), got 0"),
+    ({"device": "tpu"}, r"device must be one of 'auto', 'cpu', 'cuda', got 'tpu'"),
+])
+def test_config_limits_name_the_setting(values, message):
+    with pytest.raises(ValueError, match=message):
+        ProbeConfig(**values)
+
+
+def test_operator_parameters_are_the_probe_settings():
+    """The probe trainer's signature is the one list of settings: every ProbeConfig field is a
+    parameter with the same default and a docstring line, and reaches the config unchanged."""
+    import dataclasses
+    import inspect
+
+    from trajval_ops.ops.probe_trainer import TrajvalProbeTrainer
+
+    signature = inspect.signature(TrajvalProbeTrainer.__init__).parameters
+    doc = TrajvalProbeTrainer.__init__.__doc__
+    defaults = ProbeConfig()
+    for field in dataclasses.fields(ProbeConfig):
+        assert field.name in signature, field.name
+        assert f":param {field.name}:" in doc, field.name
+        default = signature[field.name].default
+        if default is not None:
+            assert default == getattr(defaults, field.name), field.name
+    op = TrajvalProbeTrainer(output_dir="x", epochs=3, learning_rate=2e-5, keep_epochs=[2], top_p=0.9,
+                             verifier_options={"fallback_last_number": True}, lora_target_modules=["q_proj"])
+    assert op.config == ProbeConfig(epochs=3, learning_rate=2e-5, keep_epochs=(2,), top_p=0.9,
+                                    verifier_options={"fallback_last_number": True},
+                                    lora_target_modules=("q_proj",))
+    with pytest.raises(ValueError, match="num_generations must be in"):
+        TrajvalProbeTrainer(output_dir="x", num_generations=1)
+
+
 def test_config_hash_is_canonical():
     assert config_hash({"a": 1, "b": [1, 2]}) == config_hash({"b": [1, 2], "a": 1})
     assert config_hash({"a": 1}) != config_hash({"a": 2})

@@ -47,6 +47,42 @@ def test_empty_prompt_list(tiny_engine):
     assert tiny_engine.generate([], SamplingConfig(n=2)) == []
 
 
+def test_torch_threads_are_set_per_engine(tiny_model_path):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        engine = build_engine("transformers", tiny_model_path, torch_threads=1)
+        assert torch.get_num_threads() == 1
+        engine.shutdown()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_endpoint_mapper_divides_the_cores_among_its_workers(tiny_model_path, monkeypatch):
+    from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
+    from trajval_ops.rollout import session as session_module
+
+    started = []
+
+    class Recorder:
+        def __init__(self, kind, model_path, tag=None, **options):
+            started.append(options.get("torch_threads"))
+
+        def start(self):
+            return self
+
+        startup_s = 0.0
+
+    monkeypatch.setattr(session_module, "EngineSession", Recorder)
+    monkeypatch.setattr("trajval_ops.hardware.usable_cpus", lambda: 8)
+    for options, expected in (({}, 8), ({"num_proc": 4}, 2), ({"num_proc": 16}, 1), ({"torch_threads": 3}, 3)):
+        op = TrajvalEndpointRewardMapper(model=tiny_model_path, engine="transformers", **options)
+        op._model_path = tiny_model_path
+        op._ensure_session()
+        assert started[-1] == expected, options
+
+
 def test_derive_seed_is_stable_and_content_dependent():
     assert derive_seed(0, "a") == derive_seed(0, "a")
     assert len({derive_seed(0, "a"), derive_seed(1, "a"), derive_seed(0, "b")}) == 3

@@ -6,7 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from trajval_ops.validation import TrajvalInputError, arrow_numeric_column, float_column, value_problem
+from trajval_ops.table_checks import arrow_numeric_column
+from trajval_ops.validation import TrajvalInputError, float_column, value_problem
 
 CASES = [
     # values, upper, expected message

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from trajval_ops.atomic import atomic_open
-from trajval_ops.validation import TrajvalInputError, row_label
+from trajval_ops.validation import TrajvalInputError, get_path, row_label
 
 JSONL_SUFFIXES = (".jsonl", ".json")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -174,8 +174,6 @@ def read_table(path: str | os.PathLike, *, owned_prefix: str = "trajval_"):
     :raises TrajvalInputError: missing file, empty pool, or a bad line (see
         :func:`iter_json_lines`).
     """
-    import pyarrow as pa
-
     tables = []
     position = 0
     files = pool_files(path)
@@ -435,6 +433,51 @@ def decoded_values(column) -> list:
         chunks = column.chunks if hasattr(column, "chunks") else [column]
         return [None if text is None else orjson.loads(text) for chunk in chunks for text in chunk.storage.to_pylist()]
     return column.to_pylist()
+
+
+# ----------------------------------------------------------------------------- row access
+
+
+def table_row(table, position: int) -> dict:
+    """Row ``position`` of a ``pyarrow.Table`` as Python values (``arrow.json`` text decoded, a
+    key the row lacks left out)."""
+    row = {}
+    for name, column in zip(table.column_names, table.slice(position, 1).columns):
+        if is_json_type(column.type):
+            if column.chunk(0).storage[0].is_valid:
+                row[name] = decoded_values(column)[0]
+        else:
+            row[name] = column.to_pylist()[0]
+    return row
+
+
+def table_path_values(table, path: str) -> list | None:
+    """Every row's value at a dotted path of a ``pyarrow.Table`` (None where a row lacks it), or
+    None when no column holds the path."""
+    if path in table.column_names:
+        return decoded_values(table.column(path))
+    root, _, rest = path.partition(".")
+    if not rest or root not in table.column_names:
+        return None
+    return [get_path({root: value}, path, None) for value in decoded_values(table.column(root))]
+
+
+def table_rows(table) -> list[dict]:
+    """Every row of a ``pyarrow.Table`` as Python values (``arrow.json`` text decoded, a key the
+    row lacks left out)."""
+    names = table.column_names
+    columns = [decoded_values(table.column(name)) for name in names]
+    absent = [is_json_type(table.schema.field(name).type) for name in names]
+    storage = [_json_presence(table.column(name)) if flag else None for name, flag in zip(names, absent)]
+    rows = []
+    for i in range(table.num_rows):
+        rows.append({name: column[i] for name, column, present in zip(names, columns, storage)
+                     if present is None or present[i]})
+    return rows
+
+
+def _json_presence(column) -> list[bool]:
+    return [text is not None for chunk in column.chunks for text in chunk.storage.to_pylist()]
 
 
 # ----------------------------------------------------------------------------- writing

@@ -113,12 +113,12 @@ def float_column(
             continue
         problem = value_problem(value, lower, upper)
         if problem is not None:
-            earlier = _first_out_of_bounds(out[:i], lower, upper)
+            earlier = first_out_of_bounds(out[:i], lower, upper)
             if earlier is not None:  # report the first bad row, not the first non-number
                 i, problem = earlier, value_problem(out[earlier], lower, upper)
             raise TrajvalInputError(f"{_label(samples, i, id_key, position_offset)}: field '{field}' {problem}")
         out[i] = float(value)
-    bad = _first_out_of_bounds(out, lower, upper)
+    bad = first_out_of_bounds(out, lower, upper)
     if bad is not None:
         raise TrajvalInputError(
             f"{_label(samples, bad, id_key, position_offset)}: field '{field}' {value_problem(out[bad], lower, upper)}"
@@ -126,7 +126,7 @@ def float_column(
     return out
 
 
-def _first_out_of_bounds(values: np.ndarray, lower: float, upper: float | None) -> int | None:
+def first_out_of_bounds(values: np.ndarray, lower: float, upper: float | None) -> int | None:
     bad = ~np.isfinite(values) | (values < lower)
     if upper is not None:
         bad |= values > upper
@@ -140,131 +140,3 @@ def _label(samples, i, id_key, position_offset) -> str:
     except IndexError:
         row = {}
     return row_label(row, position, id_key)
-
-
-def arrow_numeric_column(
-    table,
-    field: str,
-    *,
-    lower: float = 0.0,
-    upper: float | None = None,
-    id_key: str | None = None,
-    position_offset: int | None = 0,
-) -> np.ndarray:
-    """Read a column of a ``pyarrow.Table`` as float64, checked like the batch readers.
-
-    Vectorised for large pools; on a bad value the message names the first offending row.
-
-    :param position_offset: position of the table's first row in the pool, for messages; None
-        when unknown (a Ray batch): the message then relies on the row's id.
-    """
-    import pyarrow as pa
-
-    from trajval_ops.jsontable import decoded_values, is_json_type
-
-    def fail(position: int, problem: str):
-        row = table_row(table, position)
-        where = None if position_offset is None else position_offset + position
-        raise TrajvalInputError(f"{row_label(row, where, id_key)}: field '{field}' {problem}")
-
-    if field not in table.column_names:
-        if table.num_rows == 0:
-            raise TrajvalInputError(f"field '{field}' is missing (the pool is empty)")
-        fail(0, "is missing")
-    column = table.column(field)
-    if is_json_type(column.type) or not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)) \
-            or column.null_count:
-        values = decoded_values(column) if is_json_type(column.type) else column.to_pylist()
-        for position, value in enumerate(values):
-            problem = value_problem(value, lower, upper)
-            if problem is not None:
-                fail(position, problem)
-        values = np.asarray(values, dtype=np.float64)
-    else:
-        values = np.asarray(column.to_numpy(), dtype=np.float64)
-    bad = _first_out_of_bounds(values, lower, upper)
-    if bad is not None:
-        fail(bad, value_problem(values[bad], lower, upper))
-    return values
-
-
-def table_row(table, position: int) -> dict:
-    """Row ``position`` of a ``pyarrow.Table`` as Python values (``arrow.json`` text decoded, a
-    key the row lacks left out)."""
-    from trajval_ops.jsontable import decoded_values, is_json_type
-
-    row = {}
-    for name, column in zip(table.column_names, table.slice(position, 1).columns):
-        if is_json_type(column.type):
-            if column.chunk(0).storage[0].is_valid:
-                row[name] = decoded_values(column)[0]
-        else:
-            row[name] = column.to_pylist()[0]
-    return row
-
-
-def table_path_values(table, path: str) -> list | None:
-    """Every row's value at a dotted path of a ``pyarrow.Table`` (None where a row lacks it), or
-    None when no column holds the path."""
-    from trajval_ops.jsontable import decoded_values
-
-    if path in table.column_names:
-        return decoded_values(table.column(path))
-    root, _, rest = path.partition(".")
-    if not rest or root not in table.column_names:
-        return None
-    return [get_path({root: value}, path, None) for value in decoded_values(table.column(root))]
-
-
-def id_key_of(table, id_key: str | None) -> str | None:
-    """``id_key``, or else the first of :data:`ID_CANDIDATES` the first row holds, or None."""
-    if id_key:
-        return id_key
-    if table.num_rows == 0:
-        return None
-    first = table_row(table, 0)
-    for candidate in ID_CANDIDATES:
-        if get_path(first, candidate, None) is not None:
-            return candidate
-    return None
-
-
-def check_unique_ids(table, id_key: str | None = None, what: str = "") -> None:
-    """Refuse a pool in which two rows share a task id (the id key or the first id field the
-    pool has; rows without one are not compared): the error names both rows."""
-    key = id_key_of(table, id_key)
-    values = table_path_values(table, key) if key else None
-    if values is None:
-        return
-    seen: dict[str, int] = {}
-    for position, value in enumerate(values):
-        if value is None:
-            continue
-        text = str(value)
-        if text in seen:
-            prefix = f"{what}: " if what else ""
-            raise TrajvalInputError(
-                f"{prefix}row {position} ({key}={value!r}): id field '{key}' = {text!r} repeats row {seen[text]}; "
-                "task ids must be unique (deduplicate the pool, or set id_key to a field that is unique)"
-            )
-        seen[text] = position
-
-
-def table_rows(table) -> list[dict]:
-    """Every row of a ``pyarrow.Table`` as Python values (``arrow.json`` text decoded, a key the
-    row lacks left out)."""
-    from trajval_ops.jsontable import decoded_values, is_json_type
-
-    names = table.column_names
-    columns = [decoded_values(table.column(name)) for name in names]
-    absent = [is_json_type(table.schema.field(name).type) for name in names]
-    storage = [_json_presence(table.column(name)) if flag else None for name, flag in zip(names, absent)]
-    rows = []
-    for i in range(table.num_rows):
-        rows.append({name: column[i] for name, column, present in zip(names, columns, storage)
-                     if present is None or present[i]})
-    return rows
-
-
-def _json_presence(column) -> list[bool]:
-    return [text is not None for chunk in column.chunks for text in chunk.storage.to_pylist()]

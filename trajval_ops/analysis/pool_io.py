@@ -1,17 +1,15 @@
-"""Reading pools and trajectories for the diagnostics, and atomic writes.
+"""Reading pools and trajectories for the diagnostics, and writing figures atomically.
 
 Bad input raises :class:`trajval_ops.validation.TrajvalInputError` naming the file line or the
-row (id or position) and the field.  Every file is written to a temporary file in the target
-directory and moved into place with ``os.replace``, so a reader never sees half a file.
+row (id or position) and the field.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 

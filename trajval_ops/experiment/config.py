@@ -220,3 +220,14 @@ def check_config(config: ValidationConfig) -> None:
     if config.oracle.window * 2 > config.oracle.steps // config.oracle.every_steps + 1:
         raise ConfigError(f"{where}: oracle.window {config.oracle.window} needs at least "
                           f"{2 * config.oracle.window} evaluations; raise oracle.steps or lower every_steps")
+
+
+def protocol_hash(config: ValidationConfig) -> str:
+    """The settings and the model's identity (a rebuilt model under the same name is another
+    protocol: its units must not be reused)."""
+    from trajval_ops.canonical import stable_hash
+    from trajval_ops.models import resolve_model
+    from trajval_ops.rollout.cache import model_fingerprint
+
+    settings = {k: v for k, v in config.to_dict().items() if k not in ("source", "workers")}
+    return stable_hash({"settings": settings, "model": model_fingerprint(resolve_model(config.model))})

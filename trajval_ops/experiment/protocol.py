@@ -40,7 +40,7 @@ from loguru import logger
 
 from trajval_ops import core, fields
 from trajval_ops.atomic import write_json, write_jsonl
-from trajval_ops.experiment.config import ARMS, ConfigError, ValidationConfig, load_config
+from trajval_ops.experiment.config import ARMS, ConfigError, ValidationConfig, load_config, protocol_hash
 from trajval_ops.experiment.grpo_run import RESULT_FILE
 from trajval_ops.jsontable import iter_jsonl
 
@@ -361,17 +361,6 @@ def run_protocol(config: ValidationConfig, out: Path) -> dict:
     write_index(results, config, out)
     logger.info(f"validate: results in {out / 'results.json'} and {out / 'index.html'}")
     return results
-
-
-def protocol_hash(config: ValidationConfig) -> str:
-    """The settings and the model's identity (a rebuilt model under the same name is another
-    protocol: its units must not be reused)."""
-    from trajval_ops.canonical import stable_hash
-    from trajval_ops.models import resolve_model
-    from trajval_ops.rollout.cache import model_fingerprint
-
-    settings = {k: v for k, v in config.to_dict().items() if k not in ("source", "workers")}
-    return stable_hash({"settings": settings, "model": model_fingerprint(resolve_model(config.model))})
 
 
 def _check_same_protocol(config: ValidationConfig, out: Path) -> None:

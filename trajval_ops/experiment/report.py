@@ -21,7 +21,7 @@ import numpy as np
 from trajval_ops import core, fields
 from trajval_ops.analysis import agreement, curves
 from trajval_ops.analysis.trajectories import trajectory_profiles
-from trajval_ops.experiment.config import ARMS, BASELINE_ARM, ValidationConfig
+from trajval_ops.experiment.config import ARMS, BASELINE_ARM, ValidationConfig, protocol_hash
 from trajval_ops.probe.trajectory_callback import read_trajectories
 from trajval_ops.jsontable import iter_jsonl
 
@@ -175,8 +175,6 @@ def verdicts(results: dict) -> dict[str, str]:
 
 
 def compute_results(config: ValidationConfig, out: Path, wall_time_s: float = float("nan")) -> dict:
-    from trajval_ops.experiment.protocol import protocol_hash
-
     window = config.oracle.window
     oracle_a = _oracle(out, "context-a", window)
     oracle_b = _oracle(out, "context-b", window)

@@ -17,7 +17,8 @@ from trajval_ops.ops.dj_adapter import TableMapper, dataset_table, safe_op_kwarg
 from trajval_ops.rollout.prompts import (
     DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY, TEMPLATES, build_messages,
 )
-from trajval_ops.validation import TrajvalInputError, batch_row, check_unique_ids, get_path, row_label
+from trajval_ops.table_checks import check_unique_ids
+from trajval_ops.validation import TrajvalInputError, batch_row, get_path, row_label
 
 OP_NAME = "trajval_endpoint_reward_mapper"
 
@@ -70,6 +71,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         category_key: str = DEFAULT_CATEGORY_KEY,
         prompts_per_generate: PositiveInt = 4,
         dtype: str = "auto",
+        torch_threads: Optional[PositiveInt] = None,
         max_model_len: PositiveInt = 2048,
         enforce_eager: bool = False,
         kv_cache_space_gb: Annotated[float, Field(gt=0)] = 2.0,
@@ -120,6 +122,9 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         :param prompts_per_generate: rows sampled together in one generate call (each with n
             completions); also the granularity at which results reach the cache.
         :param dtype: "auto" (bf16 when the CPU/GPU supports it, else fp32), "bfloat16", "float32".
+        :param torch_threads: (transformers) torch CPU threads per worker process; None: the
+            usable cores divided by ``num_proc``, so workers do not oversubscribe the cores
+            (measured in tools/bench/bench_endpoint_rewards.py; README, Speed).
         :param max_model_len: (vllm) context length reserved per sequence.
         :param enforce_eager: (vllm) skip graph compilation: faster start, slower generation.
         :param kv_cache_space_gb: (vllm on CPU) KV cache size in GiB.
@@ -173,6 +178,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         self.ground_truth_key = ground_truth_key
         self.category_key = category_key
         self.prompts_per_generate = prompts_per_generate
+        self.torch_threads = torch_threads
         self.engine_options = dict(
             dtype=dtype, max_model_len=max_model_len, enforce_eager=enforce_eager,
             kv_cache_space_gb=kv_cache_space_gb, tensor_parallel_size=tensor_parallel_size,
@@ -233,8 +239,11 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         if self._session is None:
             from trajval_ops.rollout.session import EngineSession
 
+            from trajval_ops.hardware import usable_cpus
+
+            threads = self.torch_threads or max(1, usable_cpus() // max(1, int(self.num_proc or 1)))
             self._session = EngineSession(self.engine_kind, self._model_path, tag=self._token,
-                                          **self.engine_options).start()
+                                          torch_threads=threads, **self.engine_options).start()
             self._stats["engine_start_s"] += self._session.startup_s  # imports included
         return self._session
 
@@ -264,7 +273,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         """Arrow batch in (Ray), the same table with this mapper's four fields appended out."""
         from trajval_ops.jsontable import table_from_columns
         from trajval_ops.ops.dj_adapter import append_columns
-        from trajval_ops.validation import table_rows
+        from trajval_ops.jsontable import table_rows
 
         if table.num_rows == 0:
             return table
@@ -305,7 +314,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
             completions = self._stats["completions"]
             logger.info(
                 f"{OP_NAME} [{self.output_key}]: batch of {n_rows} rows, {len(missing)} sampled, "
-                f"{n_rows - len(missing)} from the cache; so far {completions} completions, "
+                f"{n_rows - len(missing)} from the cache; so far in worker {os.getpid()} {completions} completions, "
                 f"{self._stats['generate_s']:.2f} s in generate, {self._stats['operator_s']:.2f} s in "
                 f"the operator ({completions / max(self._stats['operator_s'], 1e-9):.2f} completions/s)"
             )

@@ -15,7 +15,8 @@ from trajval_ops.ops.dj_adapter import (
     TableMapper, append_columns, dataset_table, safe_op_kwargs, start_run, table_to_dataset,
 )
 from trajval_ops.summary import log_rollout_noise, log_weight_summary, rollout_noise
-from trajval_ops.validation import TrajvalInputError, arrow_numeric_column, check_unique_ids
+from trajval_ops.table_checks import arrow_numeric_column, check_unique_ids
+from trajval_ops.validation import TrajvalInputError
 
 OP_NAME = "trajval_learnability_mapper"
 

@@ -3,7 +3,8 @@ the checkpoint manifest the endpoint-reward mapper reads."""
 
 from __future__ import annotations
 
-from typing import List, Literal, Optional, Union
+import dataclasses
+from typing import List, Optional, Union
 
 from data_juicer.ops.base_op import OPERATORS, Pipeline
 from loguru import logger
@@ -26,6 +27,7 @@ OP_NAME = "trajval_probe_trainer"
 IN_PROBE = fields.IN_PROBE
 
 _DEFAULTS = ProbeConfig()
+PROBE_SETTINGS = frozenset(f.name for f in dataclasses.fields(ProbeConfig))
 
 
 @OPERATORS.register_module(OP_NAME)
@@ -59,32 +61,32 @@ class TrajvalProbeTrainer(Pipeline):
         ground_truth_key: str = _DEFAULTS.ground_truth_key,
         verifier: str = _DEFAULTS.verifier,
         verifier_options: Optional[dict] = None,
-        epochs: PositiveInt = _DEFAULTS.epochs,
-        learning_rate: Annotated[float, Field(gt=0)] = _DEFAULTS.learning_rate,
-        weight_decay: Annotated[float, Field(ge=0)] = _DEFAULTS.weight_decay,
-        max_grad_norm: Annotated[float, Field(gt=0)] = _DEFAULTS.max_grad_norm,
-        prompts_per_batch: PositiveInt = _DEFAULTS.prompts_per_batch,
-        num_generations: Annotated[int, Field(ge=2)] = _DEFAULTS.num_generations,
-        micro_batch_size: PositiveInt = _DEFAULTS.micro_batch_size,
-        epsilon: Annotated[float, Field(gt=0)] = _DEFAULTS.epsilon,
-        temperature: Annotated[float, Field(gt=0)] = _DEFAULTS.temperature,
-        top_p: Annotated[float, Field(gt=0, le=1)] = _DEFAULTS.top_p,
-        beta: Annotated[float, Field(ge=0)] = _DEFAULTS.beta,
+        epochs: int = _DEFAULTS.epochs,
+        learning_rate: float = _DEFAULTS.learning_rate,
+        weight_decay: float = _DEFAULTS.weight_decay,
+        max_grad_norm: float = _DEFAULTS.max_grad_norm,
+        prompts_per_batch: int = _DEFAULTS.prompts_per_batch,
+        num_generations: int = _DEFAULTS.num_generations,
+        micro_batch_size: int = _DEFAULTS.micro_batch_size,
+        epsilon: float = _DEFAULTS.epsilon,
+        temperature: float = _DEFAULTS.temperature,
+        top_p: float = _DEFAULTS.top_p,
+        beta: float = _DEFAULTS.beta,
         loss_type: str = _DEFAULTS.loss_type,
-        max_completion_length: PositiveInt = _DEFAULTS.max_completion_length,
-        window_k: PositiveInt = _DEFAULTS.window_k,
+        max_completion_length: int = _DEFAULTS.max_completion_length,
+        window_k: int = _DEFAULTS.window_k,
         keep_epochs: Optional[List[int]] = None,
-        device: Literal["auto", "cpu", "cuda"] = _DEFAULTS.device,
+        device: str = _DEFAULTS.device,
         gradient_checkpointing: Optional[bool] = None,
         use_lora: bool = _DEFAULTS.use_lora,
-        lora_r: PositiveInt = _DEFAULTS.lora_r,
-        lora_alpha: PositiveInt = _DEFAULTS.lora_alpha,
-        lora_dropout: Annotated[float, Field(ge=0, lt=1)] = _DEFAULTS.lora_dropout,
+        lora_r: int = _DEFAULTS.lora_r,
+        lora_alpha: int = _DEFAULTS.lora_alpha,
+        lora_dropout: float = _DEFAULTS.lora_dropout,
         lora_target_modules: Union[str, List[str]] = _DEFAULTS.lora_target_modules,
-        vllm_mode: Literal["colocate", "server"] = _DEFAULTS.vllm_mode,
-        vllm_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = _DEFAULTS.vllm_gpu_memory_utilization,
-        vllm_tensor_parallel_size: PositiveInt = _DEFAULTS.vllm_tensor_parallel_size,
-        overlong_prompt: Literal["error", "truncate_left"] = _DEFAULTS.overlong_prompt,
+        vllm_mode: str = _DEFAULTS.vllm_mode,
+        vllm_gpu_memory_utilization: float = _DEFAULTS.vllm_gpu_memory_utilization,
+        vllm_tensor_parallel_size: int = _DEFAULTS.vllm_tensor_parallel_size,
+        overlong_prompt: str = _DEFAULTS.overlong_prompt,
         show_progress: bool = True,
         *args,
         **kwargs,
@@ -146,6 +148,7 @@ class TrajvalProbeTrainer(Pipeline):
             (keep its last tokens; counted and logged).
         :param show_progress: show the trainer's progress bar.
         """
+        given = dict(locals())
         super().__init__(*args, **safe_op_kwargs(kwargs))
         if not output_dir:
             raise ValueError(f"{OP_NAME}: output_dir is required (checkpoints and manifest.json go there)")
@@ -156,20 +159,12 @@ class TrajvalProbeTrainer(Pipeline):
         self.id_key = id_key
         self.in_probe_key = in_probe_key
         self.show_progress = show_progress
-        self.config = ProbeConfig(
-            model=model, epochs=epochs, learning_rate=learning_rate, weight_decay=weight_decay,
-            max_grad_norm=max_grad_norm, prompts_per_batch=prompts_per_batch,
-            num_generations=num_generations, micro_batch_size=micro_batch_size, epsilon=epsilon,
-            temperature=temperature, top_p=top_p, beta=beta, loss_type=loss_type,
-            max_completion_length=max_completion_length, window_k=window_k,
-            keep_epochs=tuple(keep_epochs or ()), seed=seed, verifier=verifier,
-            verifier_options=dict(verifier_options or {}), prompt_template=prompt_template,
-            prompt_key=prompt_key, category_key=category_key, ground_truth_key=ground_truth_key, device=device,
-            gradient_checkpointing=gradient_checkpointing, use_lora=use_lora, lora_r=lora_r,
-            lora_alpha=lora_alpha, lora_dropout=lora_dropout, lora_target_modules=lora_target_modules,
-            vllm_mode=vllm_mode, vllm_gpu_memory_utilization=vllm_gpu_memory_utilization,
-            vllm_tensor_parallel_size=vllm_tensor_parallel_size, overlong_prompt=overlong_prompt,
-        )
+        # The operator's parameters named like ProbeConfig fields are the probe's settings: one
+        # list (the signature), checked once (ProbeConfig).
+        given = {name: value for name, value in given.items() if name in PROBE_SETTINGS}
+        given["keep_epochs"] = tuple(keep_epochs or ())
+        given["verifier_options"] = dict(verifier_options or {})
+        self.config = ProbeConfig(**given)
 
     def probe_positions(self, table):
         """Sorted positions of P in a pyarrow.Table of the pool, and their ids."""

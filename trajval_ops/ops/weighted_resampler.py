@@ -13,7 +13,8 @@ from typing_extensions import Annotated
 from trajval_ops import __version__, core, fields
 from trajval_ops.ops.dj_adapter import append_columns, safe_op_kwargs, start_run, transform_whole_pool
 from trajval_ops.summary import log_weight_summary
-from trajval_ops.validation import TrajvalInputError, arrow_numeric_column
+from trajval_ops.table_checks import arrow_numeric_column
+from trajval_ops.validation import TrajvalInputError
 
 OP_NAME = "trajval_weighted_resampler"
 

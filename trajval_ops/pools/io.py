@@ -1,14 +1,12 @@
-"""Reading pools (JSONL or parquet, streamed) and writing JSONL atomically."""
+"""Reading pools (JSONL or parquet, streamed) and naming their files."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
-from trajval_ops.atomic import atomic_open
 from trajval_ops.jsontable import iter_jsonl
 from trajval_ops.validation import TrajvalInputError
 

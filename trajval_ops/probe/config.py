@@ -11,6 +11,35 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+#: The one place the probe's numeric limits live: name -> (lower, lower exclusive, upper or None,
+#: upper exclusive). The operator's parameters carry plain types and rely on these checks.
+_BOUNDS: dict[str, tuple[float, bool, float | None, bool]] = {
+    "epochs": (1, False, None, False),
+    "prompts_per_batch": (1, False, None, False),
+    "num_generations": (2, False, None, False),
+    "micro_batch_size": (1, False, None, False),
+    "max_completion_length": (1, False, None, False),
+    "window_k": (1, False, None, False),
+    "learning_rate": (0, True, None, False),
+    "weight_decay": (0, False, None, False),
+    "max_grad_norm": (0, True, None, False),
+    "epsilon": (0, True, None, False),
+    "temperature": (0, True, None, False),
+    "top_p": (0, True, 1, False),
+    "beta": (0, False, None, False),
+    "lora_r": (1, False, None, False),
+    "lora_alpha": (1, False, None, False),
+    "lora_dropout": (0, False, 1, True),
+    "vllm_gpu_memory_utilization": (0, True, 1, False),
+    "vllm_tensor_parallel_size": (1, False, None, False),
+}
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "overlong_prompt": ("error", "truncate_left"),
+    "device": ("auto", "cpu", "cuda"),
+    "vllm_mode": ("colocate", "server"),
+}
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
     """GRPO probe settings. Defaults follow the paper (GRPO, lr 1e-6, weight decay 0.1, grad
@@ -60,15 +89,18 @@ class ProbeConfig:
         object.__setattr__(self, "keep_epochs", tuple(sorted({int(e) for e in self.keep_epochs})))
         if isinstance(self.lora_target_modules, list):
             object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))
-        if self.overlong_prompt not in ("error", "truncate_left"):
-            raise ValueError(f"overlong_prompt must be 'error' or 'truncate_left', got {self.overlong_prompt!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
-        for name in ("epochs", "prompts_per_batch", "micro_batch_size", "max_completion_length", "window_k"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_generations < 2:
-            raise ValueError(f"num_generations must be >= 2 (GRPO compares rollouts), got {self.num_generations}")
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {getattr(self, name)!r}")
+        for name, (lower, lower_open, upper, upper_open) in _BOUNDS.items():
+            value = getattr(self, name)
+            too_low = value <= lower if lower_open else value < lower
+            too_high = upper is not None and (value >= upper if upper_open else value > upper)
+            if too_low or too_high:
+                interval = f"{'(' if lower_open else '['}{lower:g}, {'inf' if upper is None else f'{upper:g}'}" \
+                           f"{')' if upper_open or upper is None else ']'}"
+                why = " (GRPO compares rollouts)" if name == "num_generations" else ""
+                raise ValueError(f"{name} must be in {interval}{why}, got {value}")
         if self.window_k > self.epochs:
             raise ValueError(f"window_k ({self.window_k}) must not exceed epochs ({self.epochs})")
         if (self.prompts_per_batch * self.num_generations) % self.micro_batch_size:

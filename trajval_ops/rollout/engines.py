@@ -83,14 +83,20 @@ class TransformersEngine:
     :param model_path: a Hugging Face model folder.
     :param dtype: "auto" (bf16 on GPUs and bf16-capable CPUs, else fp32), "bfloat16", "float32".
     :param device: "auto" (CUDA when available), "cpu", "cuda", ...
+    :param torch_threads: torch's CPU threads in this process (None: torch's default, every
+        usable core). Set it per process when several share the cores.
     """
 
     name = "transformers"
 
-    def __init__(self, model_path: str | Path, dtype: str = "auto", device: str = "auto"):
+    def __init__(self, model_path: str | Path, dtype: str = "auto", device: str = "auto",
+                 torch_threads: int | None = None):
         start = time.perf_counter()
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if torch_threads is not None:
+            torch.set_num_threads(int(torch_threads))
 
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -103,8 +109,8 @@ class TransformersEngine:
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model.to(device).eval()
         self._adopt(self.model, self.tokenizer, device, dtype)
-        logger.info(f"transformers engine: {model_path} on {device} in {dtype} "
-                    f"(loaded in {time.perf_counter() - start:.1f} s)")
+        logger.info(f"transformers engine: {model_path} on {device} in {dtype}, {torch.get_num_threads()} torch "
+                    f"thread(s) (loaded in {time.perf_counter() - start:.1f} s)")
 
     def _adopt(self, model, tokenizer, device, dtype: str) -> None:
         self.model, self.tokenizer, self.device, self.dtype = model, tokenizer, device, dtype
