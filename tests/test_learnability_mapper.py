@@ -144,3 +144,18 @@ def test_window_names_link_the_endpoint_and_learnability_mappers():
     assert mapper.early_window_keys == ["trajval_r_early_0", "trajval_r_early_1"]
     assert mapper.late_window_keys == fields.window_keys("late", 2)
     assert TrajvalLearnabilityMapper().early_window_keys is None  # K = 1 reads trajval_r_early
+
+
+def test_run_follows_data_juicers_contract_with_a_tracer(tmp_path, caplog_loguru):
+    """The whole-pool path takes the tracer and Data-Juicer's column preparation like a mapper's
+    run: a real Tracer asked to trace this operator is told there is no text change to record,
+    and an index_key column is added by Data-Juicer's preparation."""
+    from data_juicer.core.tracer import Tracer
+
+    rows = [{"id": f"t{i}", "trajval_r_early": 0.25, "trajval_r_late": 0.75} for i in range(4)]
+    op = TrajvalLearnabilityMapper(index_key="row_index")
+    tracer = Tracer(str(tmp_path), op_list_to_trace=[op._name])
+    out = op.run(NestedDataset(Dataset.from_list(rows)), tracer=tracer)
+    assert "nothing to trace" in caplog_loguru.text
+    assert out["row_index"] == [0, 1, 2, 3]
+    assert out["trajval_score"] == pytest.approx([0.75 * 0.5] * 4)

@@ -117,6 +117,26 @@ def _ray_data_class():
     return ray.data.Dataset
 
 
+def run_whole_pool(op, dataset, transform, *, exporter=None, tracer=None):
+    """Data-Juicer's ``run`` contract for an operator that needs the whole pool at once.
+
+    ``transform(pyarrow.Table) -> pyarrow.Table`` gets every row in pool order, under either
+    executor. As Data-Juicer's own ``run`` does, this adopts the run's exporter, prepares the
+    dataset's columns (``OP.run``) and honours the tracer: Data-Juicer's mapper tracer records
+    changes of the text field, which trajval operators never change, so it is told so instead
+    of being handed an empty trace.
+    """
+    from data_juicer.ops.base_op import OP
+
+    start_run(exporter)
+    if tracer is not None and getattr(tracer, "should_trace_op", lambda name: False)(op._name):
+        logger.info(f"tracer: {op._name} adds columns and changes no text field; nothing to trace")
+    ray_data = _ray_data_class()
+    if ray_data is None or not isinstance(dataset, ray_data):
+        dataset = OP.run(op, dataset)  # Data-Juicer's column preparation (meta / stats / index)
+    return transform_whole_pool(dataset, transform)
+
+
 def transform_whole_pool(dataset, transform):
     """Apply ``transform(pyarrow.Table) -> pyarrow.Table`` to the whole pool, on either executor.
 

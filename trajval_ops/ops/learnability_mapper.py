@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import List, Optional
 
 import numpy as np
-from data_juicer.ops.base_op import OP, OPERATORS, Mapper
+from data_juicer.ops.base_op import OPERATORS, Mapper
 from loguru import logger
 from pydantic import Field, PositiveFloat, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import __version__, core, fields
 from trajval_ops.ops.dj_adapter import (
-    TableMapper, append_columns, dataset_table, safe_op_kwargs, start_run, table_to_dataset,
+    TableMapper, append_columns, run_whole_pool, safe_op_kwargs,
 )
 from trajval_ops.summary import log_rollout_noise, log_weight_summary, rollout_noise
 from trajval_ops.table_checks import arrow_numeric_column, check_unique_ids
@@ -159,11 +159,12 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         columns (prompts, ground truths) untouched and uncopied; a row-wise map would convert
         every column to Python and back (measured: ~1000x the numpy time, tools/bench).
         """
-        start_run(exporter)
-        if len(dataset) == 0:
+        return run_whole_pool(self, dataset, self.score_pool, exporter=exporter, tracer=tracer)
+
+    def score_pool(self, table):
+        """The whole pool scored at once, with the end-of-run summary and noise report."""
+        if table.num_rows == 0:
             raise TrajvalInputError(f"{OP_NAME}: the pool is empty (0 rows): nothing to score")
-        dataset = OP.run(self, dataset)  # Data-Juicer's column preparation
-        table = dataset_table(dataset)
         check_unique_ids(table, self.id_key, what=OP_NAME)
         logger.info(f"{OP_NAME}: scoring {table.num_rows} rows (alpha={self.alpha}, eps={self.eps})")
         table = self.transform_table(table, 0)
@@ -173,7 +174,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         counts = self._rollout_counts(table)
         if counts is not None:
             log_rollout_noise(OP_NAME, rollout_noise(r_early, r_late, *counts, columns[self.score_key]))
-        return table_to_dataset(table)
+        return table
 
     def _rollout_counts(self, table) -> tuple[np.ndarray, np.ndarray] | None:
         """Rollouts behind r_early and r_late (the endpoint mapper's ``<key>_n`` columns; a

@@ -12,7 +12,7 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import fields
-from trajval_ops.ops.dj_adapter import append_columns, safe_op_kwargs, start_run, transform_whole_pool
+from trajval_ops.ops.dj_adapter import append_columns, run_whole_pool, safe_op_kwargs
 from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.probe.sampling import (
     DEFAULT_PROBE_FRACTION,
@@ -213,5 +213,4 @@ class TrajvalProbeTrainer(Pipeline):
         return append_columns(table, {self.in_probe_key: pa.array(mask, type=pa.bool_())})
 
     def run(self, dataset, *, exporter=None, tracer=None):
-        start_run(exporter)
-        return transform_whole_pool(dataset, self.process_table)
+        return run_whole_pool(self, dataset, self.process_table, exporter=exporter, tracer=tracer)

@@ -11,7 +11,7 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import __version__, core, fields
-from trajval_ops.ops.dj_adapter import append_columns, safe_op_kwargs, start_run, transform_whole_pool
+from trajval_ops.ops.dj_adapter import append_columns, run_whole_pool, safe_op_kwargs
 from trajval_ops.summary import log_weight_summary
 from trajval_ops.table_checks import arrow_numeric_column
 from trajval_ops.validation import TrajvalInputError
@@ -177,5 +177,4 @@ class TrajvalWeightedResampler(Pipeline):
         return out
 
     def run(self, dataset, *, exporter=None, tracer=None):
-        start_run(exporter)
-        return transform_whole_pool(dataset, self.resample_table)
+        return run_whole_pool(self, dataset, self.resample_table, exporter=exporter, tracer=tracer)
