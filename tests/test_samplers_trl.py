@@ -123,3 +123,72 @@ def test_grpo_run_feeds_the_online_scheduler(tmp_path):
         assert greso.easy_streak[task] >= 1
     assert all(greso.easy_streak[t] == 0 for t in drawn if t not in HEAVY)
     assert greso.online_weights()[sorted(HEAVY & set(drawn))].max() < 1.0
+
+
+def _weighted_pool(weights):
+    from datasets import Dataset
+
+    return Dataset.from_dict({
+        "prompt": [[{"role": "user", "content": f"What is {i} + {i}?"}] for i in range(len(weights))],
+        "task_id": list(range(len(weights))),
+        "trajval_weight": list(weights),
+    })
+
+
+def test_weighted_iterable_streams_rows_by_weight():
+    from datasets import IterableDataset
+    from scipy.stats import chisquare
+
+    from trajval_ops.samplers.trl import weighted_iterable_dataset
+
+    weights = [0.0, 1.0, 3.0, 0.5]
+    pool = _weighted_pool(weights)
+    stream = weighted_iterable_dataset(pool, seed=5, draws_per_epoch=4000, epochs=1)
+    assert isinstance(stream, IterableDataset)
+    rows = list(stream)
+    assert len(rows) == 4000 and rows[0].keys() == pool[0].keys()
+    counts = np.bincount([row["task_id"] for row in rows], minlength=4)
+    assert counts[0] == 0  # weight 0: never drawn
+    expected = 4000 * np.array(weights[1:]) / sum(weights)
+    assert chisquare(counts[1:], expected).pvalue > 1e-3
+    again = [row["task_id"] for row in weighted_iterable_dataset(pool, seed=5, draws_per_epoch=4000, epochs=1)]
+    assert again == [row["task_id"] for row in rows]  # every process streams the same rows
+    other = [row["task_id"] for row in weighted_iterable_dataset(pool, seed=6, draws_per_epoch=4000, epochs=1)]
+    assert other != again
+    two = [row["task_id"] for row in weighted_iterable_dataset(pool, seed=5, draws_per_epoch=100, epochs=2)]
+    assert len(two) == 200 and two[:100] != two[100:]  # each epoch its own draw
+
+
+def test_weighted_iterable_refuses_bad_weights_naming_the_row():
+    from trajval_ops.samplers.trl import weighted_iterable_dataset
+    from trajval_ops.validation import TrajvalInputError
+
+    with pytest.raises(TrajvalInputError, match=r"row 1.*trajval_weight"):
+        weighted_iterable_dataset(_weighted_pool([1.0, float("nan")]))
+
+
+def test_weighted_iterable_through_grpo_trainers_iterable_path(tmp_path):
+    """TRL's GRPOTrainer takes the stream as it is (no sampler): its dataloader rebuilds the
+    num_generations groups on the weighted draws."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trajval_ops.models import resolve_model
+    from trajval_ops.samplers.trl import weighted_iterable_dataset
+
+    model_dir = resolve_model("tiny-random-llama")
+    weights = [1.0 if i in HEAVY else 0.0 for i in range(N_TASKS)]
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, use_vllm=False, report_to="none",
+                      num_generations=2, per_device_train_batch_size=8, max_completion_length=8,
+                      gradient_checkpointing=False, max_steps=4, save_strategy="no", seed=11,
+                      shuffle_dataset=False)
+    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir),
+                          reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
+                          train_dataset=weighted_iterable_dataset(_weighted_pool(weights), seed=3),
+                          processing_class=AutoTokenizer.from_pretrained(model_dir))
+    batches = iter(trainer.get_train_dataloader())
+    for _ in range(3):
+        ids = [example["task_id"] for example in next(batches)]
+        assert ids and set(ids) <= HEAVY  # only rows with weight are drawn
+        assert all(ids[i] == ids[i + 1] for i in range(0, len(ids), 2))  # groups of num_generations

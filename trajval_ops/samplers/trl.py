@@ -112,3 +112,45 @@ class TrajvalSamplerMixin:
 
 class TrajvalGRPOTrainer(TrajvalSamplerMixin, GRPOTrainer):
     """``GRPOTrainer`` whose training prompts are drawn by the ``trajval_weight`` column."""
+
+
+def weighted_iterable_dataset(dataset, *, weight_column: str = WEIGHT, seed: int = 0,
+                              draws_per_epoch: int | None = None, epochs: int | None = None):
+    """A ``datasets.IterableDataset`` that streams ``dataset``'s rows drawn by weight.
+
+    For trainers that take an iterable training set, where no sampler applies (TRL's
+    ``GRPOTrainer`` accepts one and rebuilds its prompt grouping on the stream; set
+    ``max_steps``, and ``shuffle_dataset=False`` since the draws are already random). Each
+    epoch draws ``draws_per_epoch`` rows (default: the pool size) with replacement in
+    proportion to ``weight_column``, from the stream ``(seed, epoch)`` of
+    :class:`~trajval_ops.samplers.weighted.WeightedIndexSampler`: every process yields the same
+    rows in the same order, as TRL's iterable path expects. ``epochs=None`` streams without end.
+    Online composition (GRESO, BOTS) needs feedback into a sampler: use
+    :class:`TrajvalGRPOTrainer` on the map-style dataset for that.
+    """
+    from datasets import IterableDataset
+
+    weights = weights_from_dataset(dataset, weight_column)  # errors name the row and the field
+    draws = len(dataset) if draws_per_epoch is None else int(draws_per_epoch)
+    if draws < 1:
+        raise ValueError(f"draws_per_epoch must be >= 1, got {draws}")
+    if epochs is not None and int(epochs) < 1:
+        raise ValueError(f"epochs must be >= 1 or None, got {epochs}")
+    return IterableDataset.from_generator(
+        _weighted_rows, gen_kwargs={"dataset": dataset, "weights": weights, "seed": int(seed),
+                                    "draws": draws, "epochs": epochs},
+        features=dataset.features,
+    )
+
+
+def _weighted_rows(dataset, weights, seed: int, draws: int, epochs: int | None):
+    from itertools import count
+
+    from trajval_ops.samplers.weighted import WeightedIndexSampler
+
+    sampler = WeightedIndexSampler(weights, seed=seed)
+    for epoch in count() if epochs is None else range(epochs):
+        sampler.set_epoch(epoch)
+        for first in range(0, draws, 1024):  # draw in blocks: rows are read one at a time
+            for index in sampler.draw(min(1024, draws - first)):
+                yield dataset[int(index)]
