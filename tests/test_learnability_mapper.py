@@ -159,3 +159,48 @@ def test_run_follows_data_juicers_contract_with_a_tracer(tmp_path, caplog_loguru
     assert "nothing to trace" in caplog_loguru.text
     assert out["row_index"] == [0, 1, 2, 3]
     assert out["trajval_score"] == pytest.approx([0.75 * 0.5] * 4)
+
+
+def test_group_noise_hand_computed():
+    from trajval_ops.summary import group_noise, pass_rate_se
+
+    groups = ["a", "a", "b", "b"]
+    r_early, r_late = np.array([0.0, 0.5, 0.5, 0.5]), np.array([0.5, 1.0, 0.5, 0.5])
+    n = np.full(4, 16)
+    out = group_noise(groups, r_early, r_late, n, n, np.array([1.0, 0.5, 0.05, 0.05]))
+    se = np.sqrt(pass_rate_se(r_early, n) ** 2 + pass_rate_se(r_late, n) ** 2)
+    se_a, se_b = np.sqrt(se[0] ** 2 + se[1] ** 2) / 2, np.sqrt(se[2] ** 2 + se[3] ** 2) / 2
+    pooled = (0.5 / se_a ** 2 + 0.0 / se_b ** 2) / (1 / se_a ** 2 + 1 / se_b ** 2)
+    assert out["groups"]["a"]["delta"] == 0.5 and out["groups"]["b"]["delta"] == 0.0
+    assert out["groups"]["a"]["se_delta"] == pytest.approx(se_a, abs=1e-4)
+    assert out["pooled_delta"] == pytest.approx(pooled, abs=1e-4)
+    q = ((0.5 - pooled) / se_a) ** 2 + ((0.0 - pooled) / se_b) ** 2
+    assert out["cochran_q"] == pytest.approx(q, abs=0.01) and out["df"] == 1
+    expected_beyond = int(abs(0.5 - pooled) / se_a > 2) + int(abs(pooled) / se_b > 2)
+    assert out["groups_beyond_noise"] == expected_beyond and out["groups"]["a"]["weight"] == 0.75
+
+
+def test_group_noise_finds_no_difference_in_pure_noise():
+    """Every group with the same true pass rates: Q stays near its degrees of freedom."""
+    from trajval_ops.summary import group_noise
+
+    rng = np.random.default_rng(0)
+    rows, n = 1200, 16
+    early = rng.binomial(n, 0.4, rows) / n
+    late = rng.binomial(n, 0.4, rows) / n
+    out = group_noise([f"g{i % 12}" for i in range(rows)], early, late, np.full(rows, n), np.full(rows, n),
+                      np.ones(rows))
+    assert out["df"] == 11 and out["cochran_q"] < 2 * 11
+    assert out["groups_beyond_noise"] <= 2
+
+
+def test_group_key_reports_groups_in_the_log(caplog_loguru):
+    rows = []
+    for i in range(40):
+        family = "gains" if i % 2 else "flat"
+        rows.append({"id": f"t{i}", "extra_info": {"family": family},
+                     "trajval_r_early": 0.25, "trajval_r_late": 0.75 if family == "gains" else 0.25,
+                     "trajval_r_early_n": 16, "trajval_r_late_n": 16})
+    TrajvalLearnabilityMapper(group_key="extra_info.family").run(NestedDataset(Dataset.from_list(rows)))
+    assert "mean delta by extra_info.family" in caplog_loguru.text
+    assert "gain differs between values of extra_info.family beyond the rollout noise" in caplog_loguru.text

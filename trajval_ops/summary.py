@@ -56,21 +56,23 @@ def log_weight_summary(stage: str, weight: np.ndarray, eps: float, profiles=None
 NOISE_Z = 2.0
 
 
+def pass_rate_se(r, n) -> np.ndarray:
+    """SE of pass rates estimated from n Bernoulli rollouts: ``sqrt(p (1 - p) / n)`` with ``p``
+    taken as ``(k + 1) / (n + 2)`` (k = successes), so that 0/n and n/n rows are not given a
+    zero SE."""
+    n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)  # rows not sampled (bad truth) have n = 0
+    p = (np.asarray(r, dtype=np.float64) * n + 1.0) / (n + 2.0)
+    return np.sqrt(p * (1.0 - p) / n)
+
+
 def rollout_noise(r_early, r_late, n_early, n_late, score) -> dict:
     """Standard errors implied by ``n`` rollouts, and how many positive scores they could explain.
 
-    The SE of a pass rate estimated from n Bernoulli rollouts is ``sqrt(p (1 - p) / n)``; with
-    ``p`` taken as ``(k + 1) / (n + 2)`` (k = successes), so that 0/n and n/n rows are not given
-    a zero SE. ``SE(delta) = sqrt(SE_early^2 + SE_late^2)`` (independent passes). A row with a
+    SEs by :func:`pass_rate_se`; ``SE(delta) = sqrt(SE_early^2 + SE_late^2)`` (independent passes). A row with a
     positive score whose delta is below ``NOISE_Z`` x SE(delta) is *within noise*: the sampling
     noise of the two passes alone could have produced its gain.
     """
-    def se(r, n):
-        n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)  # rows not sampled (bad truth) have n = 0
-        p = (np.asarray(r, dtype=np.float64) * n + 1.0) / (n + 2.0)
-        return np.sqrt(p * (1.0 - p) / n)
-
-    se_early, se_late = se(r_early, n_early), se(r_late, n_late)
+    se_early, se_late = pass_rate_se(r_early, n_early), pass_rate_se(r_late, n_late)
     se_delta = np.sqrt(se_early ** 2 + se_late ** 2)
     delta = np.asarray(r_late, dtype=np.float64) - np.asarray(r_early, dtype=np.float64)
     positive = np.asarray(score, dtype=np.float64) > 0
@@ -95,3 +97,59 @@ def log_rollout_noise(stage: str, noise: dict) -> None:
             f"{noise['z']:g} standard errors of delta (median SE {noise['se_delta_median']}): most of the prior is "
             "within the rollout noise of n. Raise n (the endpoint mapper's rollouts) or the probe's training."
         )
+
+
+def group_noise(groups, r_early, r_late, n_early, n_late, weight) -> dict:
+    """Does the prior differ between groups of tasks (families, sources) beyond rollout noise?
+
+    Per group: rows, mean r_early, r_late, delta and weight, and the SE of the mean delta from
+    the rows' rollout SEs (``sqrt(sum SE(delta_i)^2) / rows``). Between groups: Cochran's Q =
+    sum over groups of ``((mean delta_g - pooled) / SE_g)^2`` with ``groups - 1`` degrees of
+    freedom (the pooled mean weighted by ``1 / SE_g^2``), and the groups whose mean delta lies
+    more than ``NOISE_Z`` SE from the pooled mean. Under pure rollout noise Q is about its
+    degrees of freedom.
+    """
+    groups = np.asarray([str(g) for g in groups], dtype=object)
+    delta = np.asarray(r_late, dtype=np.float64) - np.asarray(r_early, dtype=np.float64)
+    se_delta = np.sqrt(pass_rate_se(r_early, n_early) ** 2 + pass_rate_se(r_late, n_late) ** 2)
+    per_group, means, ses = {}, [], []
+    for name in sorted(set(groups.tolist())):
+        rows = groups == name
+        count = int(rows.sum())
+        mean_delta = float(delta[rows].mean())
+        se = float(np.sqrt((se_delta[rows] ** 2).sum()) / count)
+        means.append(mean_delta)
+        ses.append(se)
+        per_group[name] = {
+            "rows": count, "r_early": round(float(np.mean(np.asarray(r_early)[rows])), 4),
+            "r_late": round(float(np.mean(np.asarray(r_late)[rows])), 4), "delta": round(mean_delta, 4),
+            "se_delta": round(se, 4), "weight": round(float(np.mean(np.asarray(weight)[rows])), 4),
+        }
+    means, ses = np.asarray(means), np.maximum(np.asarray(ses), 1e-12)
+    pooled = float((means / ses ** 2).sum() / (1.0 / ses ** 2).sum())
+    z = (means - pooled) / ses
+    for name, value in zip(per_group, z):
+        per_group[name]["z_vs_pooled"] = round(float(value), 2)
+    return {
+        "groups": per_group,
+        "pooled_delta": round(pooled, 4),
+        "cochran_q": round(float((z ** 2).sum()), 2),
+        "df": len(per_group) - 1,
+        "groups_beyond_noise": int((np.abs(z) > NOISE_Z).sum()),
+        "z": NOISE_Z,
+    }
+
+
+def log_group_noise(stage: str, key: str, noise: dict) -> None:
+    """Log :func:`group_noise` as a table, then one plain sentence on whether groups differ."""
+    lines = [f"{'group':<16} {'rows':>5} {'r_early':>8} {'r_late':>8} {'delta':>8} {'SE':>7} {'z':>6} {'weight':>7}"]
+    for name, g in noise["groups"].items():
+        lines.append(f"{name[:16]:<16} {g['rows']:>5} {g['r_early']:>8.3f} {g['r_late']:>8.3f} {g['delta']:>+8.3f} "
+                     f"{g['se_delta']:>7.3f} {g['z_vs_pooled']:>+6.1f} {g['weight']:>7.3f}")
+    logger.info(f"{stage}: mean delta by {key} (SE from the rollouts; z against the pooled delta "
+                f"{noise['pooled_delta']:+.4f}):\n" + "\n".join(lines))
+    beyond, total, q, df = noise["groups_beyond_noise"], len(noise["groups"]), noise["cochran_q"], noise["df"]
+    verdict = "differs" if beyond and q > 2 * max(df, 1) else "does not clearly differ"
+    logger.info(f"{stage}: the probe's gain {verdict} between values of {key} beyond the rollout noise: "
+                f"{beyond} of {total} groups more than {noise['z']:g} SE from the pooled delta "
+                f"(Cochran's Q {q} on {df} degrees of freedom; about {df} under noise alone)")

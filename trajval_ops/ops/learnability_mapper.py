@@ -14,7 +14,7 @@ from trajval_ops import __version__, core, fields
 from trajval_ops.ops.dj_adapter import (
     TableMapper, append_columns, run_whole_pool, safe_op_kwargs,
 )
-from trajval_ops.summary import log_rollout_noise, log_weight_summary, rollout_noise
+from trajval_ops.summary import group_noise, log_group_noise, log_rollout_noise, log_weight_summary, rollout_noise
 from trajval_ops.table_checks import arrow_numeric_column, check_unique_ids
 from trajval_ops.validation import TrajvalInputError
 
@@ -53,6 +53,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         profile_key: str = fields.PROFILE,
         provenance_key: str = fields.SCORE_PROVENANCE,
         id_key: Optional[str] = None,
+        group_key: Optional[str] = None,
         *args,
         **kwargs,
     ):
@@ -80,6 +81,11 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         :param provenance_key: output field recording how the weight was made.
         :param id_key: dotted path of the row id used in error messages; None tries common id
             fields (``id``, ``extra_info.index``, ...) and always gives the row position.
+        :param group_key: dotted path of a task group (a family, ``data_source``): the end-of-run
+            log then shows the mean pass rates, delta (with its SE from the rollouts) and weight
+            per group, and says whether the gain differs between groups beyond the rollout
+            noise (needs the endpoint mapper's ``<key>_n`` columns). Rows without it form the
+            group ``None``.
         """
         super().__init__(*args, **safe_op_kwargs(kwargs))
         core.check_alpha_eps(alpha, eps)
@@ -101,6 +107,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         self.profile_key = profile_key
         self.provenance_key = provenance_key
         self.id_key = id_key
+        self.group_key = group_key
         self.provenance = {
             "alpha": self.alpha,
             "eps": self.eps,
@@ -174,6 +181,15 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         counts = self._rollout_counts(table)
         if counts is not None:
             log_rollout_noise(OP_NAME, rollout_noise(r_early, r_late, *counts, columns[self.score_key]))
+            if self.group_key:
+                from trajval_ops.jsontable import table_path_values
+
+                groups = table_path_values(table, self.group_key) or [None] * table.num_rows
+                log_group_noise(OP_NAME, self.group_key,
+                                group_noise(groups, r_early, r_late, *counts, columns[self.weight_key]))
+        elif self.group_key:
+            logger.warning(f"{OP_NAME}: group_key {self.group_key!r} is set but the pool has no rollout counts "
+                           "(<key>_n columns of the endpoint mapper): no per-group noise report")
         return table
 
     def _rollout_counts(self, table) -> tuple[np.ndarray, np.ndarray] | None:
