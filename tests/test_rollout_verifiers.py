@@ -86,6 +86,19 @@ def test_answer_tag_verifier(normalize, completion, truth, expected):
     assert verifier(completion, truth) == expected
 
 
+@pytest.mark.parametrize("options, completion, truth, expected", [
+    # GURU's ordering rows: a list ground truth, the model answering with other quotes and case
+    ({"normalize": True, "ignore_case": True}, '<answer>["Pigeon", "sparrow"]</answer>', ["pigeon", "sparrow"], 1.0),
+    ({"normalize": True}, '<answer>["Pigeon", "sparrow"]</answer>', ["pigeon", "sparrow"], 0.0),
+    ({"normalize": True, "ignore_case": True}, "<answer>['sparrow', 'pigeon']</answer>", ["pigeon", "sparrow"], 0.0),
+    # GURU's graph rows: a trait string compared case-insensitively
+    ({"ignore_case": True}, "<answer> FDEBME </answer>", "fdebme", 1.0),
+    ({}, "<answer> FDEBME </answer>", "fdebme", 0.0),
+])
+def test_answer_tag_ignore_case_matches_gurus_own_comparison(options, completion, truth, expected):
+    assert build_verifier("answer_tag", **options)(completion, truth) == expected
+
+
 def test_canonical_answer_quotes_and_whitespace():
     assert canonical_answer("['a',  'b']") == canonical_answer('["a","b"]') == ("a", "b")
 

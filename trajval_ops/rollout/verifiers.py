@@ -337,16 +337,19 @@ class AnswerTagVerifier(Verifier):
     :param normalize: compare lists and grids by structure, ignoring whitespace and the quote
         style (``['a', 'b']`` == ``["a","b"]``; ``[[1,2],[3,4]]`` == ``"1 2\\n3 4"``). Off: the
         stripped text must equal the ground truth (non-string ground truths as Python repr).
+    :param ignore_case: compare letters case-insensitively (GURU's own ordering and graph
+        rewards lowercase the answer).
     """
 
     name = "answer_tag"
 
-    def __init__(self, normalize: bool = False, **limits):
+    def __init__(self, normalize: bool = False, ignore_case: bool = False, **limits):
         super().__init__(**limits)
         self.normalize = bool(normalize)
+        self.ignore_case = bool(ignore_case)
 
     def _options(self) -> dict:
-        return {"normalize": self.normalize}
+        return {"normalize": self.normalize, "ignore_case": self.ignore_case}
 
     def _check(self, completion, ground_truth, row) -> CheckResult:
         answer = last_answer_tag(completion)
@@ -357,24 +360,25 @@ class AnswerTagVerifier(Verifier):
         if self.normalize:
             if max_nesting(answer) > MAX_NESTING:
                 return CheckResult(0.0, "tag", f"answer nested deeper than {MAX_NESTING}")
-            equal = canonical_answer(answer) == canonical_answer(ground_truth)
+            equal = canonical_answer(answer, self.ignore_case) == canonical_answer(ground_truth, self.ignore_case)
         else:
-            gold = ground_truth if isinstance(ground_truth, str) else repr(ground_truth)
-            equal = answer.strip() == gold.strip()
+            gold = (ground_truth if isinstance(ground_truth, str) else repr(ground_truth)).strip()
+            answer = answer.strip()
+            equal = answer.lower() == gold.lower() if self.ignore_case else answer == gold
         return CheckResult(1.0 if equal else 0.0, "tag")
 
 
-def canonical_answer(value: Any) -> Any:
-    """Whitespace- and quote-insensitive form of a list, grid or plain answer."""
+def canonical_answer(value: Any, ignore_case: bool = False) -> Any:
+    """Whitespace- and quote-insensitive form of a list, grid or plain answer (and
+    case-insensitive with ``ignore_case``)."""
     if isinstance(value, str):
         value = _parse_structure(value.strip())
     if isinstance(value, dict):
-        return tuple(sorted((str(k).strip(), canonical_answer(v)) for k, v in value.items()))
+        return tuple(sorted((str(k).strip(), canonical_answer(v, ignore_case)) for k, v in value.items()))
     if isinstance(value, (list, tuple)):
-        return tuple(canonical_answer(v) for v in value)
-    if isinstance(value, str):
-        return " ".join(value.strip().strip("'\"").split())
-    return str(value)
+        return tuple(canonical_answer(v, ignore_case) for v in value)
+    text = " ".join(value.strip().strip("'\"").split()) if isinstance(value, str) else str(value)
+    return text.lower() if ignore_case else text
 
 
 def _parse_structure(text: str) -> Any:
