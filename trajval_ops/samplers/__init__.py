@@ -2,7 +2,7 @@
 
 This package imports numpy only. Trainer adapters live in their own modules and import their
 library on import: ``torch_sampler`` (PyTorch), ``trl`` (TRL GRPOTrainer), ``verl`` (verl 0.7.1
-``data.sampler``), ``trinity`` (Trinity-RFT 0.6.0 selector), ``openrlhf`` (OpenRLHF prompts
+``data.sampler``), ``verl_dataset`` (verl 0.9+ ``data.custom_cls``), ``trinity`` (Trinity-RFT 0.6.0 selector), ``openrlhf`` (OpenRLHF prompts
 dataloader). None imports Data-Juicer.
 """
 
