@@ -183,3 +183,21 @@ def test_custom_verifier_time_limit():
 def test_bad_verifier_configs(name, options, fragment):
     with pytest.raises(ValueError, match=fragment):
         build_verifier(name, **options)
+
+
+def test_check_many_checks_each_distinct_completion_once():
+    verifier = build_verifier("math", fallback_last_number=True)
+    calls = []
+    original = verifier.check
+
+    def counting(completion, ground_truth, row=None):
+        calls.append(completion)
+        return original(completion, ground_truth, row)
+
+    verifier.check = counting
+    long_text = "9" * (verifier.max_completion_chars + 1)
+    results = verifier.check_many(["42", "41", "42", "42", long_text, long_text], "42")
+    assert [r.score for r in results] == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    assert calls == ["42", "41", long_text]
+    assert sum(verifier.rejections.values()) == 2  # each rejected completion counts
+    verifier.close()

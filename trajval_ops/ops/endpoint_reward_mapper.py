@@ -413,14 +413,12 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         self._stats["completions"] += sum(len(c) for c in completions)
         results = []
         for task, row, texts, (_, status) in zip(tasks, rows, completions, fitted):
-            checks = []
-            for text in texts:
-                try:
-                    checks.append(self.verifier.check(text, task["ground_truth"], row))
-                except ValueError as exc:  # a ground truth the verifier cannot read
-                    raise TrajvalInputError(
-                        f"{OP_NAME}: {task['label']}: field '{self.ground_truth_key}': {exc}"
-                    ) from None
+            try:
+                checks = self.verifier.check_many(texts, task["ground_truth"], row)
+            except ValueError as exc:  # a ground truth the verifier cannot read
+                raise TrajvalInputError(
+                    f"{OP_NAME}: {task['label']}: field '{self.ground_truth_key}': {exc}"
+                ) from None
             result = {"scores": [c.score for c in checks], "methods": [c.method for c in checks],
                       "engine": session.name, "dtype": session.dtype, "status": status}
             if self.keep_completions:
