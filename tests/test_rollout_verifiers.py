@@ -201,3 +201,28 @@ def test_check_many_checks_each_distinct_completion_once():
     assert calls == ["42", "41", long_text]
     assert sum(verifier.rejections.values()) == 2  # each rejected completion counts
     verifier.close()
+
+
+def test_integer_answers_are_decided_as_math_verify_decides_them():
+    """The integer fast path (no checking child) agrees with math-verify on integer pairs,
+    edge cases included; anything else still goes to math-verify."""
+    import random
+
+    verifier = build_verifier("math", fallback_last_number=True)
+    rng = random.Random(0)
+    golds = ["0", "7", "-5", "42", "1000", "123456789012345678901234567890", "007"]
+    answers = ["0", "-0", "7", "07", "007", "-5", "5", "42", "042", "1000", "1,000",
+               "123456789012345678901234567890", "123456789012345678901234567891"]
+    answers += [str(rng.randint(-2000, 2000)) for _ in range(60)]
+    completions = [f"the answer is {a}" for a in answers] + [f"so \\boxed{{{a}}}" for a in answers]
+    for gold in golds + [str(rng.randint(-2000, 2000)) for _ in range(20)]:
+        for completion in completions:
+            fast = verifier._run_limited(completion, gold, None)
+            slow = verifier._check(completion, gold, None)  # math-verify, in this process
+            assert (fast.score, fast.method) == (slow.score, slow.method), (completion, gold)
+    calls = []
+    verifier._call_limited = lambda method, *args: calls.append(args) or None
+    verifier._run_limited("so \\boxed{\\frac{1}{2}}", "7", None)   # not an integer answer
+    verifier._run_limited("so \\boxed{3}", "\\frac{1}{2}", None)    # not an integer truth
+    assert len(calls) == 2
+    verifier.close()

@@ -237,6 +237,7 @@ def _serve_checks(conn, verifier: "Verifier") -> None:
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _NUMBER_RE = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+_SHORT_INTEGER_RE = re.compile(r"-?\d{1,100}")
 
 
 def last_boxed(text: str) -> str | None:
@@ -296,6 +297,27 @@ class MathVerifier(Verifier):
     def _options(self) -> dict:
         return {"fallback_last_number": self.fallback_last_number}
 
+    def _answer(self, completion: str) -> tuple[str | None, str]:
+        """The answer to check and how it was found (the last box, else the last number)."""
+        answer, method = last_boxed(completion), "boxed"
+        if answer is None and self.fallback_last_number:
+            answer, method = last_number(completion), "last_number"
+        return answer, method
+
+    def _run_limited(self, completion, ground_truth, row) -> CheckResult:
+        # An integer answer against an integer ground truth (every DAPO-Math-17k task, the tiny
+        # regime) is decided here, without the checking child: math-verify's verdict on two
+        # integers is their equality (tests/test_rollout_verifiers.py checks the agreement).
+        # Linear regexes on a length-capped completion: no time limit needed.
+        gold = str(ground_truth).strip()
+        if _SHORT_INTEGER_RE.fullmatch(gold):
+            answer, method = self._answer(completion)
+            if answer is None:
+                return CheckResult(0.0, None)
+            if _SHORT_INTEGER_RE.fullmatch(answer):
+                return CheckResult(1.0 if int(answer) == int(gold) else 0.0, method)
+        return super()._run_limited(completion, ground_truth, row)
+
     def _truth_problem(self, ground_truth) -> str | None:
         if not _comparable(_parse_gold(str(ground_truth).strip())):
             return f"math-verify cannot read the ground truth {ground_truth!r} as a math answer"
@@ -308,9 +330,7 @@ class MathVerifier(Verifier):
         gold = _parse_gold(str(ground_truth).strip())
         if not _comparable(gold):
             raise ValueError(f"math-verify cannot read the ground truth {ground_truth!r} as a math answer")
-        answer, method = last_boxed(completion), "boxed"
-        if answer is None and self.fallback_last_number:
-            answer, method = last_number(completion), "last_number"
+        answer, method = self._answer(completion)
         if answer is None:
             return CheckResult(0.0, None)
         if len(answer) > MAX_ANSWER_CHARS:
