@@ -38,3 +38,27 @@ def test_only_recipes_with_trajval_operators_use_them():
     assert dj_adapter.uses_trajval_operators(SimpleNamespace(process=[{"trajval_learnability_mapper": {}}]))
     assert not dj_adapter.uses_trajval_operators(SimpleNamespace(process=[{"text_length_filter": {"min_len": 1}}]))
     assert not dj_adapter.uses_trajval_operators(SimpleNamespace())
+
+
+def test_ray_blocks_are_one_batch_of_the_smallest_batch_size():
+    import pyarrow as pa
+
+    cfg = SimpleNamespace(process=[{"trajval_endpoint_reward_mapper": {"batch_size": 32}},
+                                   {"trajval_learnability_mapper": {"batch_size": 1000}}])
+    assert dj_adapter.ray_block_rows(cfg) == 32
+    assert dj_adapter.ray_block_rows(SimpleNamespace(process=[{"x": {}}])) == 1000  # Data-Juicer's default
+    table = pa.table({"i": list(range(70))})
+    blocks = dj_adapter.table_blocks(table, 32)
+    assert [b.num_rows for b in blocks] == [32, 32, 6]
+    assert pa.concat_tables(blocks).equals(table)
+    assert dj_adapter.table_blocks(table.slice(0, 0), 32)[0].num_rows == 0  # the schema survives
+
+
+@pytest.mark.parametrize("pool_size, num_gpus, per_engine, message", [
+    (2, 1, 2, "tensor_parallel_size 2 needs num_gpus: 2 per actor; the recipe reserves 1"),
+    (2, None, 2, "tensor_parallel_size 2 needs num_gpus: 2"),
+])
+def test_actor_pool_resources_are_checked_before_any_model_loads(pool_size, num_gpus, per_engine, message):
+    with pytest.raises(ValueError, match=message):
+        dj_adapter.check_ray_actor_resources("op", pool_size, num_gpus, per_engine)
+    dj_adapter.check_ray_actor_resources("op", [1, 4], None)  # a CPU pool: nothing to check

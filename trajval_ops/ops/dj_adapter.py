@@ -77,6 +77,36 @@ def safe_op_kwargs(kwargs: dict) -> dict:
     return kwargs
 
 
+def is_ray_mode() -> bool:
+    """Whether this process belongs to a Data-Juicer run on the Ray executor."""
+    from data_juicer.utils.ray_utils import is_ray_mode as data_juicer_ray_mode
+
+    return data_juicer_ray_mode()
+
+
+def check_ray_actor_resources(op_name: str, pool_size, num_gpus, gpus_per_engine: int = 1) -> None:
+    """Stop a Ray run whose actor pool cannot be placed, before any model loads.
+
+    :param pool_size: the operator's ``num_proc`` under Ray: actors in the pool (an int, or a
+        ``[min, max]`` range of which the minimum must fit).
+    :param num_gpus: GPUs reserved per actor (None or 0: a CPU pool).
+    :param gpus_per_engine: GPUs one engine needs (vLLM's tensor parallel size).
+    """
+    import ray
+
+    actors = min(pool_size) if isinstance(pool_size, (list, tuple)) else int(pool_size or 1)
+    gpus = float(num_gpus or 0)
+    if gpus_per_engine > 1 and gpus < gpus_per_engine:
+        raise ValueError(f"{op_name}: tensor_parallel_size {gpus_per_engine} needs num_gpus: {gpus_per_engine} "
+                         f"per actor; the recipe reserves {gpus:g}")
+    if gpus <= 0 or not ray.is_initialized():
+        return
+    available = float(ray.cluster_resources().get("GPU", 0))
+    if actors * gpus > available:
+        raise ValueError(f"{op_name}: {actors} actors x num_gpus {gpus:g} = {actors * gpus:g} GPUs, but the Ray "
+                         f"cluster has {available:g}; lower num_proc (the actor count) or num_gpus")
+
+
 def uses_trajval_operators(cfg) -> bool:
     """Whether a parsed recipe lists a trajval operator."""
     for entry in getattr(cfg, "process", None) or []:
@@ -268,11 +298,36 @@ def _register_load_strategies() -> None:
             path = self.ds_config["path"]
             table = read_table(path)
             logger.info(f"trajval_ops: loaded {table.num_rows} rows from {path} ({_describe_columns(table)})")
+            # output rows in input order whatever actor finished first
+            ray.data.DataContext.get_current().execution_options.preserve_order = True
             # no dataset_path: Data-Juicer would rewrite media path columns to absolute paths
-            return _ray_dataset_class()(ray.data.from_arrow(table), cfg=self.cfg)
+            return _ray_dataset_class()(ray.data.from_arrow(table_blocks(table, ray_block_rows(self.cfg))), cfg=self.cfg)
 
     DataLoadStrategyRegistry.register("default", "local", "*")(TrajvalLocalLoadStrategy)
     DataLoadStrategyRegistry.register("ray", "local", "*")(TrajvalRayLocalLoadStrategy)
+
+
+def ray_block_rows(cfg) -> int:
+    """Rows per Ray block: the smallest ``batch_size`` of the recipe's operators.
+
+    Ray hands a whole block to one task or actor, so a pool read as one block runs on one actor
+    however large the pool is. Blocks of one batch each let every actor of a pool take batches
+    as it frees up, and put the batch boundaries where the default executor puts them (the
+    transformers engine seeds each generate call from its prompts, so equal boundaries give
+    equal completions).
+    """
+    from data_juicer.ops.base_op import DEFAULT_BATCH_SIZE
+
+    sizes = [int(args["batch_size"]) for entry in getattr(cfg, "process", None) or [] if isinstance(entry, dict)
+             for args in entry.values() if isinstance(args, dict) and args.get("batch_size")]
+    return max(1, min(sizes, default=DEFAULT_BATCH_SIZE))
+
+
+def table_blocks(table, rows_per_block: int) -> list:
+    """``table`` as zero-copy slices of ``rows_per_block`` rows (one at least, for the schema)."""
+    if table.num_rows == 0:
+        return [table]
+    return [table.slice(start, rows_per_block) for start in range(0, table.num_rows, rows_per_block)]
 
 
 def _describe_columns(table) -> str:

@@ -13,7 +13,9 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import __version__, fields
-from trajval_ops.ops.dj_adapter import TableMapper, dataset_table, safe_op_kwargs, start_run
+from trajval_ops.ops.dj_adapter import (
+    TableMapper, check_ray_actor_resources, dataset_table, is_ray_mode, safe_op_kwargs, start_run,
+)
 from trajval_ops.rollout.prompts import (
     DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY, TEMPLATES, build_messages,
 )
@@ -122,8 +124,9 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         :param prompts_per_generate: rows sampled together in one generate call (each with n
             completions); also the granularity at which results reach the cache.
         :param dtype: "auto" (bf16 when the CPU/GPU supports it, else fp32), "bfloat16", "float32".
-        :param torch_threads: (transformers) torch CPU threads per worker process; None: the
-            usable cores divided by ``num_proc``, so workers do not oversubscribe the cores
+        :param torch_threads: (transformers) torch CPU threads per worker process; None: under
+            Ray the actor's ``num_cpus``, else the usable cores divided by ``num_proc``, so
+            workers do not oversubscribe the cores
             (measured in tools/bench/bench_endpoint_rewards.py; README, Speed).
         :param max_model_len: (vllm) context length reserved per sequence.
         :param enforce_eager: (vllm) skip graph compilation: faster start, slower generation.
@@ -165,8 +168,8 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
             raise ValueError(f"{OP_NAME}: {exc}") from None
         if use_cache is False and keep_completions:
             raise ValueError(f"{OP_NAME}: keep_completions stores completions in the cache; set use_cache: true")
-        if engine != "transformers":
-            self.num_proc = 1  # vLLM owns its worker processes
+        if engine != "transformers" and not is_ray_mode():
+            self.num_proc = 1  # vLLM owns its worker processes; under Ray num_proc is the actor count
         self.model = model
         self.output_key = output_key
         self.engine_kind = engine
@@ -204,6 +207,14 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         # tags the processes of this operator's engines, in whichever process they run
         self._token = uuid.uuid4().hex
         self.bind_table_process()
+        if is_ray_mode():
+            check_ray_actor_resources(OP_NAME, self.num_proc, self.num_gpus,
+                                      tensor_parallel_size if engine == "vllm" else 1)
+
+    def use_ray_actor(self) -> bool:
+        """Under Ray, an actor pool by default (``ray_execution_mode: task`` opts out): an actor
+        keeps its engine across batches, where a task would load the model for every batch."""
+        return self.ray_execution_mode != "task"
 
     # ------------------------------------------------------------------ per worker set-up
 
@@ -241,7 +252,12 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
 
             from trajval_ops.hardware import usable_cpus
 
-            threads = self.torch_threads or max(1, usable_cpus() // max(1, int(self.num_proc or 1)))
+            if self.torch_threads:
+                threads = self.torch_threads
+            elif is_ray_mode() and self.num_cpus:
+                threads = max(1, int(self.num_cpus))  # the CPUs Ray reserved for this actor
+            else:
+                threads = max(1, usable_cpus() // max(1, int(self.num_proc or 1)))
             self._session = EngineSession(self.engine_kind, self._model_path, tag=self._token,
                                           torch_threads=threads, **self.engine_options).start()
             self._stats["engine_start_s"] += self._session.startup_s  # imports included
@@ -375,6 +391,8 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
     def _cached_results(self, tasks: list[dict]) -> list[dict | None]:
         if self._cache is None:
             return [None] * len(tasks)
+        if any(self._cache.get(task["hash"]) is None for task in tasks):
+            self._cache.reload()  # rows another worker or actor sampled since (a retried batch)
         results = []
         for task in tasks:
             record = self._cache.get(task["hash"])

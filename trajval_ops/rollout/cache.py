@@ -2,7 +2,8 @@
 
 One folder per *run key* (hash of model fingerprint, sampling settings, verifier spec, prompt
 settings) under the cache root; inside it, append-only JSON-lines logs, one per writing process
-(``results-<pid>.jsonl``), one record per row: ``{"row": <row hash>, "scores": [...], ...}``.
+(``results-<host>-<pid>.jsonl``: Ray actors on several nodes may share the folder over a
+network file system), one record per row: ``{"row": <row hash>, "scores": [...], ...}``.
 Each record is written with a single ``write`` and flushed + fsynced; a line cut short by a kill
 is ignored when the cache is read back. The row hash covers what decides the result (the chat
 messages and the ground truth), not the whole row, so fields added by other operators do not
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 from loguru import logger
@@ -46,27 +48,33 @@ class RolloutCache:
             with atomic_open(key_file) as handle:
                 handle.write(json.dumps(run_key, indent=2, sort_keys=True, default=str))
         self._records: dict[str, dict] = {}
+        self._offsets: dict[str, int] = {}  # log name -> bytes read
+        self._read_once = False
         self._handle = None
         self._handle_pid: int | None = None
         self.reload()
 
     def reload(self) -> None:
-        """Read every process's log (complete lines only)."""
-        truncated = 0
+        """Read what every process's log gained since the last read (complete lines only):
+        another worker or actor sharing the folder may have sampled rows meanwhile."""
+        truncated, first_read = 0, not self._read_once
         for log in sorted(self.directory.glob("results-*.jsonl")):
-            with open(log, encoding="utf-8") as handle:
-                for line in handle:
-                    if not line.strip():
-                        continue
-                    if not line.endswith("\n"):
-                        truncated += 1  # cut short by a kill: recompute that row
-                        continue
-                    try:
-                        record = json.loads(line)
-                    except ValueError:
-                        truncated += 1
-                        continue
-                    self._records[record["row"]] = record
+            with open(log, "rb") as handle:
+                handle.seek(self._offsets.get(log.name, 0))
+                data = handle.read()
+            end = data.rfind(b"\n") + 1  # a last line without newline is being written or was cut
+            truncated += first_read and end < len(data)
+            self._offsets[log.name] = self._offsets.get(log.name, 0) + end
+            for line in data[:end].splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    truncated += 1  # cut short by a kill and continued by a later process: recompute
+                    continue
+                self._records[record["row"]] = record
+        self._read_once = True
         if truncated:
             logger.warning(f"rollout cache {self.directory}: ignored {truncated} incomplete record(s)")
 
@@ -88,7 +96,7 @@ class RolloutCache:
     def _log_handle(self):
         # one log per process: forked Data-Juicer workers never interleave their lines
         if self._handle is None or self._handle_pid != os.getpid():
-            path = self.directory / f"results-{os.getpid()}.jsonl"
+            path = self.directory / f"results-{socket.gethostname()}-{os.getpid()}.jsonl"
             cut_short = path.is_file() and path.stat().st_size > 0 and not _ends_with_newline(path)
             self._handle = open(path, "a", encoding="utf-8")
             self._handle_pid = os.getpid()

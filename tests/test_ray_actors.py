@@ -1,0 +1,138 @@
+"""The endpoint-reward mapper as a Ray actor pool: the default executor's bytes, both actors at
+work, a killed actor's rows recomputed only when missing, and pools that cannot be placed
+stopped before any model loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, dj_process
+
+pytestmark = pytest.mark.slow
+
+POOL = REPO / "trajval_ops" / "data" / "demo_arith_pool.jsonl"
+
+
+def endpoint_recipe(tmp_path: Path, name: str, executor: str, **step) -> dict:
+    """One endpoint pass of tiny-arith over the demo pool, with its own cache and output."""
+    settings = {"model": "tiny-arith", "window": "early", "engine": "transformers", "n": 16,
+                "max_new_tokens": 8, "prompts_per_generate": 8, "batch_size": 32, "seed": 0,
+                "verifier": "math", "verifier_options": {"fallback_last_number": True},
+                "cache_dir": str(tmp_path / f"cache_{name}")}
+    top = {"executor_type": "ray", "ray_address": "local"} if executor == "ray" else {}
+    if executor == "ray":
+        settings.update(num_proc=2, num_cpus=1)
+    settings.update(step)
+    return {"project_name": f"ray_actors_{name}", "dataset_path": str(POOL),
+            "export_path": str(tmp_path / f"{name}.jsonl"), "np": 1, "text_keys": None,
+            "skip_op_error": False, "open_tracer": False, "op_fusion": False, **top,
+            "process": [{"trajval_endpoint_reward_mapper": settings}]}
+
+
+def cache_logs(cache: Path) -> list[Path]:
+    return sorted(cache.rglob("results-*.jsonl"))
+
+
+def cached_rows(cache: Path) -> list[str]:
+    return [json.loads(line)["row"] for log in cache_logs(cache)
+            for line in log.read_text().splitlines() if line.strip()]
+
+
+def log_pid(log: Path) -> int:
+    return int(log.stem.rsplit("-", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def default_output(tmp_path_factory) -> bytes:
+    tmp_path = tmp_path_factory.mktemp("default")
+    result = dj_process(endpoint_recipe(tmp_path, "default", "default"), tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return (tmp_path / "default.jsonl").read_bytes()
+
+
+def test_actor_pool_writes_the_default_executors_bytes(tmp_path, default_output):
+    result = dj_process(endpoint_recipe(tmp_path, "ray", "ray"), tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ActorPoolMapOperator" in result.stderr + result.stdout
+    assert (tmp_path / "ray.jsonl").read_bytes() == default_output
+    # both actors sampled: one cache log per actor process, no row twice
+    logs = cache_logs(tmp_path / "cache_ray")
+    assert len({log_pid(log) for log in logs}) == 2
+    rows = cached_rows(tmp_path / "cache_ray")
+    assert len(rows) == len(set(rows)) == len(default_output.splitlines())
+
+
+def test_killed_actor_rows_are_recomputed_only_when_missing(tmp_path, default_output):
+    recipe = endpoint_recipe(tmp_path, "killed", "ray")
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    cache = tmp_path / "cache_killed"
+    with open(tmp_path / "dj.log", "w") as log:
+        process = subprocess.Popen([str(Path(sys.executable).with_name("dj-process")), "--config", str(path)],
+                                   cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not [f for f in cache_logs(cache) if f.stat().st_size]:
+            assert process.poll() is None, (tmp_path / "dj.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no actor wrote a result"
+            time.sleep(0.05)
+        victim = log_pid(cache_logs(cache)[0])
+        done_before = len(cached_rows(cache))
+        os.kill(victim, signal.SIGKILL)
+        assert process.wait(timeout=300) == 0, (tmp_path / "dj.log").read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    pool_rows = len(default_output.splitlines())
+    assert done_before < pool_rows, "the run ended before the kill"
+    rows = cached_rows(cache)
+    # Ray restarted the actor and retried its batch: what the dead actor had written was read
+    # back from the cache, only the rest was sampled, and nothing was sampled twice
+    assert len(rows) == len(set(rows)) == pool_rows
+    assert (tmp_path / "killed.jsonl").read_bytes() == default_output
+    # a rerun samples nothing and writes the same bytes
+    (tmp_path / "killed.jsonl").unlink()
+    result = dj_process(path, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(cached_rows(cache)) == pool_rows
+    assert (tmp_path / "killed.jsonl").read_bytes() == default_output
+
+
+@pytest.mark.parametrize("step, message", [
+    ({"num_gpus": 1}, "2 actors x num_gpus 1 = 2 GPUs, but the Ray cluster has 0"),
+    ({"engine": "vllm", "tensor_parallel_size": 2, "num_gpus": 1},
+     "tensor_parallel_size 2 needs num_gpus: 2 per actor"),
+])
+def test_a_pool_that_cannot_be_placed_stops_before_any_model_loads(tmp_path, step, message):
+    result = dj_process(endpoint_recipe(tmp_path, "gpu", "ray", **step), tmp_path)
+    assert result.returncode != 0
+    assert message in result.stderr + result.stdout
+    assert not cache_logs(tmp_path / "cache_gpu")  # no row was sampled
+    assert "rollout cache" not in result.stderr + result.stdout  # no worker started
+
+
+def test_cpu_ray_recipe_matches_the_default_demo(tmp_path):
+    """recipes/demo_trajval_ray.yaml (2 actors per pass, local Ray) writes the bytes that
+    recipes/demo_trajval.yaml writes, each with its own rollout cache."""
+    outputs = {}
+    for name in ("demo_trajval.yaml", "demo_trajval_ray.yaml"):
+        config = yaml.safe_load((REPO / "recipes" / name).read_text())
+        config["process"][0]["trajval_probe_trainer"]["output_dir"] = str(tmp_path / "probe")
+        for step in config["process"][1:3]:
+            settings = step["trajval_endpoint_reward_mapper"]
+            settings.update(model=settings["model"].replace("outputs/demo/probe", str(tmp_path / "probe")),
+                            cache_dir=str(tmp_path / f"cache_{name}"))
+        config.update(dataset_path=str(POOL), export_path=str(tmp_path / f"{name}.jsonl"))
+        result = dj_process(config, tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs[name] = (tmp_path / f"{name}.jsonl").read_bytes()
+    assert outputs["demo_trajval_ray.yaml"] == outputs["demo_trajval.yaml"]

@@ -1,0 +1,120 @@
+"""Benchmark: the endpoint pass as a Ray actor pool, 1 actor against 2, in the same run.
+
+Each configuration runs ``dj-process`` on the Ray executor (a local Ray started for the job),
+one after the other, on the same rows with a fresh rollout cache: the endpoint-reward mapper
+with ``num_proc`` actors, ``num_cpus: 1`` and one torch thread each. Figures per run:
+
+- ``pass_s``: from Ray starting the dataset's execution to the export of the last row (the
+  pass itself: actor start-up and model loads included, Ray's own start-up not);
+- ``wall_s``: the whole ``dj-process`` command;
+- ``completions_per_s``: completions / ``pass_s``;
+- ``busiest_actor_operator_s``: the largest time one actor spent in the operator (sampling,
+  verifying, caching; its start-up and model load excluded), from the actors' logs.
+
+Two ratios against 1 actor: ``speedup_pass`` (``pass_s``) and ``speedup_operator``
+(``busiest_actor_operator_s``): the first includes each actor's fixed start-up (about 10 s on
+2 cores: a fresh interpreter importing torch, transformers and Data-Juicer), the second is the
+sampling throughput the pool scales.
+
+    python tools/bench/bench_ray_actors.py                     # demo pool, 600 rows x n 128
+    python tools/bench/bench_ray_actors.py --actors 1 2 --n 16 --rows 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_POOL = REPO / "trajval_ops" / "data" / "demo_arith_pool.jsonl"
+
+# Ray's and loguru's timestamps at the start of a log line
+_TIMESTAMP = r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[.,]\d{3})"
+
+
+def _time_of(pattern: str, log: str) -> float:
+    match = re.search(_TIMESTAMP + r"[^\n]*" + pattern, log)
+    if match is None:
+        raise SystemExit(f"no line matching {pattern!r} in dj-process's log:\n{log[-3000:]}")
+    return datetime.strptime(match.group(1).replace(",", "."), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+
+
+def measure(args, pool: Path, workdir: Path, actors: int) -> dict:
+    import yaml
+
+    run = workdir / f"actors{actors}"
+    run.mkdir(parents=True)
+    recipe = {
+        "project_name": "bench_ray_actors", "dataset_path": str(pool),
+        "export_path": str(run / "scored.jsonl"), "executor_type": "ray", "ray_address": "local",
+        "np": 1, "text_keys": None, "skip_op_error": False, "open_tracer": False, "op_fusion": False,
+        "process": [{"trajval_endpoint_reward_mapper": {
+            "model": args.model, "output_key": "acc", "engine": "transformers", "n": args.n,
+            "max_new_tokens": args.max_new_tokens, "prompts_per_generate": args.prompts_per_generate,
+            "batch_size": args.batch_size, "verifier_options": {"fallback_last_number": True},
+            "cache_dir": str(run / "rollouts"), "num_proc": actors, "num_cpus": 1, "torch_threads": 1,
+        }}],
+    }
+    path = run / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    start = time.perf_counter()
+    result = subprocess.run([str(Path(sys.executable).with_name("dj-process")), "--config", str(path)],
+                            capture_output=True, text=True, cwd=REPO, env={**os.environ, "RAY_DEDUP_LOGS": "0"})
+    wall = time.perf_counter() - start
+    log = result.stdout + result.stderr
+    if result.returncode != 0:
+        raise SystemExit(f"dj-process failed:\n{log[-3000:]}")
+    pass_s = _time_of(r"trajval_ops: wrote \d+ rows", log) - _time_of("Execution plan of Dataset", log)
+    # each actor's last batch line: seconds in the operator, engine start excluded
+    operator_s: dict[str, float] = {}
+    for worker, seconds in re.findall(r"so far in worker (\d+) \d+ completions, [\d.]+ s in generate, "
+                                      r"([\d.]+) s in the operator", log):
+        operator_s[worker] = float(seconds)
+    completions = args.rows * args.n
+    busiest = max(operator_s.values())  # actors work side by side: the busiest bounds the pass
+    return {"actors": actors, "workers_seen": len(operator_s), "pass_s": round(pass_s, 2), "wall_s": round(wall, 1),
+            "completions_per_s": round(completions / pass_s, 1), "busiest_actor_operator_s": round(busiest, 2),
+            "operator_completions_per_s": round(completions / busiest, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="tiny-arith")
+    parser.add_argument("--pool", default=str(DEFAULT_POOL))
+    parser.add_argument("--rows", type=int, default=600)
+    parser.add_argument("--n", type=int, default=128)
+    parser.add_argument("--max-new-tokens", type=int, default=8)
+    parser.add_argument("--prompts-per-generate", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=32, help="rows per Ray block (the unit an actor takes)")
+    parser.add_argument("--actors", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench_ray_actors_"))
+    lines = Path(args.pool).read_text().splitlines()[:args.rows]
+    if len(lines) < args.rows:
+        raise SystemExit(f"{args.pool} has {len(lines)} rows, fewer than --rows {args.rows}")
+    pool = workdir / "pool.jsonl"
+    pool.write_text("\n".join(lines) + "\n")
+    figures = {"model": args.model, "rows": args.rows, "n": args.n, "completions": args.rows * args.n,
+               "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
+               "cpus": os.cpu_count(), "runs": []}
+    for actors in args.actors:
+        figures["runs"].append(measure(args, pool, workdir, actors))
+    base = next((r for r in figures["runs"] if r["actors"] == 1), None)
+    if base:
+        for run in figures["runs"]:
+            run["speedup_pass"] = round(base["pass_s"] / run["pass_s"], 2)
+            run["speedup_operator"] = round(base["busiest_actor_operator_s"] / run["busiest_actor_operator_s"], 2)
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
