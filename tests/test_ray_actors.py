@@ -63,6 +63,7 @@ def test_actor_pool_writes_the_default_executors_bytes(tmp_path, default_output)
     result = dj_process(endpoint_recipe(tmp_path, "ray", "ray"), tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ActorPoolMapOperator" in result.stderr + result.stdout
+    assert "done, 600 rows x n=16" in result.stderr + result.stdout  # the end-of-pass figures, on the driver
     assert (tmp_path / "ray.jsonl").read_bytes() == default_output
     # both actors sampled: one cache log per actor process, no row twice
     logs = cache_logs(tmp_path / "cache_ray")
@@ -136,3 +137,35 @@ def test_cpu_ray_recipe_matches_the_default_demo(tmp_path):
         assert result.returncode == 0, result.stderr[-3000:]
         outputs[name] = (tmp_path / f"{name}.jsonl").read_bytes()
     assert outputs["demo_trajval_ray.yaml"] == outputs["demo_trajval.yaml"]
+
+
+def small_pool(tmp_path: Path, rows: int = 40) -> tuple[Path, list[dict]]:
+    pool = [json.loads(line) for line in POOL.read_text().splitlines()[:rows]]
+    return tmp_path / "pool.jsonl", pool
+
+
+def write_pool(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.mark.parametrize("case", ["duplicate_id", "bad_truth_share"])
+def test_whole_pool_checks_hold_under_ray(tmp_path, case):
+    """The checks the mapper makes over the whole pool under the default executor stop a Ray run
+    too: a repeated task id before any batch, too many bad ground truths before the export."""
+    path, rows = small_pool(tmp_path)
+    step = {"batch_size": 8}
+    if case == "duplicate_id":
+        rows[17]["id"] = rows[3]["id"]
+        message = "repeats row 3"
+    else:
+        for i in (5, 6, 7):
+            rows[i]["reward_model"]["ground_truth"] = "\\frac{"
+        step["max_bad_truth_share"] = 0.05  # 3 of 40 = 7.5%
+        message = "3 of 40 rows (7.5%) have a ground truth the verifier cannot read"
+    recipe = endpoint_recipe(tmp_path, "checks", "ray", **step)
+    recipe["dataset_path"] = str(write_pool(path, rows))
+    result = dj_process(recipe, tmp_path)
+    assert result.returncode != 0
+    assert message in result.stderr + result.stdout
+    assert not (tmp_path / "checks.jsonl").exists()

@@ -207,6 +207,11 @@ class TableMapper:
         table's first row in the pool, for messages (None when unknown)."""
         raise NotImplementedError
 
+    # Optional whole-pool hooks, called on the driver under Ray (under the default executor a
+    # mapper makes the same checks in its ``run``):
+    #   check_pool(table): the pool as read, before any batch;
+    #   finish_pool(table, elapsed_s): the pool as it will be written; raising stops the export.
+
     def bind_table_process(self) -> None:
         """Call at the end of ``__init__``: replace the instance's ``process`` (Data-Juicer's
         dict conversion) by the Arrow-or-dict dispatch."""
@@ -301,7 +306,10 @@ def _register_load_strategies() -> None:
             # output rows in input order whatever actor finished first
             ray.data.DataContext.get_current().execution_options.preserve_order = True
             # no dataset_path: Data-Juicer would rewrite media path columns to absolute paths
-            return _ray_dataset_class()(ray.data.from_arrow(table_blocks(table, ray_block_rows(self.cfg))), cfg=self.cfg)
+            dataset = _ray_dataset_class()(ray.data.from_arrow(table_blocks(table, ray_block_rows(self.cfg))),
+                                           cfg=self.cfg)
+            dataset.source_table = table  # for the operators' whole-pool checks (TableMapper.check_pool)
+            return dataset
 
     DataLoadStrategyRegistry.register("default", "local", "*")(TrajvalLocalLoadStrategy)
     DataLoadStrategyRegistry.register("ray", "local", "*")(TrajvalRayLocalLoadStrategy)
@@ -361,6 +369,8 @@ def _ray_dataset_class():
         from data_juicer.core.data.ray_dataset import RayDataset
 
         class TrajvalRayDataset(RayDataset):
+            source_table = None
+
             @property
             def data(self):
                 return self._trajval_data
@@ -368,6 +378,26 @@ def _ray_dataset_class():
             @data.setter
             def data(self, dataset):
                 self._trajval_data = _exact_ray_writers(dataset)
+                # the executor replaces the data (materialize) after process: the checks go along
+                self._trajval_data._trajval_finishers = getattr(self, "_trajval_finishers", [])
+
+            def process(self, operators, *args, **kwargs):
+                # Ray calls a mapper batch by batch in actors: the whole-pool checks a mapper
+                # makes in ``run`` under the default executor are made here, on the driver,
+                # before the run (the pool as read) and at the export (the pool as written)
+                operators = operators if isinstance(operators, list) else [operators]
+                for op in operators:
+                    if self.source_table is not None and hasattr(op, "check_pool"):
+                        op.check_pool(self.source_table)
+                import time
+
+                started = time.perf_counter()
+                result = super().process(operators, *args, **kwargs)
+                self._trajval_finishers = [
+                    lambda table, finish=op.finish_pool: finish(table, time.perf_counter() - started)
+                    for op in operators if hasattr(op, "finish_pool")]
+                self._trajval_data._trajval_finishers = self._trajval_finishers
+                return result
 
         _RAY_DATASET_CLASS = TrajvalRayDataset
     return _RAY_DATASET_CLASS
@@ -396,7 +426,8 @@ def _exact_ray_writers(dataset):
 
 def _write_ray_dataset(dataset, path) -> None:
     """Gather a Ray dataset on the driver in order and write it as one file at ``path`` (the
-    exporter made ``path`` a folder for Ray's shards; an empty one is replaced by the file)."""
+    exporter made ``path`` a folder for Ray's shards; an empty one is replaced by the file).
+    The operators' end-of-run checks (``TableMapper.finish_pool``) see the table first."""
     import os
 
     import pyarrow as pa
@@ -409,6 +440,8 @@ def _write_ray_dataset(dataset, path) -> None:
     table = pa.concat_tables(tables, promote_options="default") if tables else dataset.schema().empty_table()
     if os.path.isdir(path) and not os.listdir(path):
         os.rmdir(path)
+    for finish in getattr(dataset, "_trajval_finishers", ()):
+        finish(table)  # raises for a run that must not be written
     write_table(table, path)
     logger.info(f"trajval_ops: wrote {table.num_rows} rows to {path}")
 

@@ -458,30 +458,39 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
     def run(self, dataset, *, exporter=None, tracer=None):
         """Log the settings and, at the end, the figures; free the model afterwards."""
         start_run(exporter)
-        check_unique_ids(dataset_table(dataset), self.id_key, what=OP_NAME)
-        logger.info(f"{OP_NAME} [{self.output_key}]: start on {len(dataset)} rows: model={self.model}, "
-                    f"engine={self.engine_kind}, n={self.sampling.n}, T={self.sampling.temperature}, "
-                    f"max_new_tokens={self.sampling.max_new_tokens}, seed={self.sampling.seed}, "
-                    f"verifier={self.verifier.spec}")
+        self.check_pool(dataset_table(dataset))
         start = time.perf_counter()
         try:
             result = super().run(dataset, exporter=exporter, tracer=tracer)
         finally:
             self.release()
-        elapsed = time.perf_counter() - start
-        rates = result[self.output_key] if len(result) else []
-        statuses = result[f"{self.output_key}_status"] if len(result) else []
+        self.finish_pool(dataset_table(result), time.perf_counter() - start)
+        return result
+
+    def check_pool(self, table) -> None:
+        """Before the first batch: unique ids; log the settings."""
+        check_unique_ids(table, self.id_key, what=OP_NAME)
+        logger.info(f"{OP_NAME} [{self.output_key}]: start on {table.num_rows} rows: model={self.model}, "
+                    f"engine={self.engine_kind}, n={self.sampling.n}, T={self.sampling.temperature}, "
+                    f"max_new_tokens={self.sampling.max_new_tokens}, seed={self.sampling.seed}, "
+                    f"verifier={self.verifier.spec}")
+
+    def finish_pool(self, table, elapsed_s: float) -> None:
+        """After the last batch: log the pass's figures; stop on too many bad ground truths."""
+        from trajval_ops.jsontable import table_path_values
+
+        rates = table_path_values(table, self.output_key) or []
+        statuses = table_path_values(table, f"{self.output_key}_status") or []
         mean = sum(rates) / len(rates) if rates else float("nan")
         between = sum(1 for r in rates if 0 < r < 1)
         counts = {status: statuses.count(status) for status in (STATUS_BAD_TRUTH, STATUS_TRUNCATED)}
         logger.info(
-            f"{OP_NAME} [{self.output_key}]: done, {len(rates)} rows x n={self.sampling.n} in {elapsed:.1f} s "
-            f"({len(rates) * self.sampling.n / max(elapsed, 1e-9):.1f} completions/s overall, cached rows "
+            f"{OP_NAME} [{self.output_key}]: done, {len(rates)} rows x n={self.sampling.n} in {elapsed_s:.1f} s "
+            f"({len(rates) * self.sampling.n / max(elapsed_s, 1e-9):.1f} completions/s overall, cached rows "
             f"included); mean pass rate {mean:.3f}, {between} rows strictly between 0 and 1; "
             f"{counts[STATUS_BAD_TRUTH]} rows with a bad ground truth, {counts[STATUS_TRUNCATED]} prompts truncated"
         )
         self.check_bad_truth_share(statuses)
-        return result
 
     def check_bad_truth_share(self, statuses: list[str]) -> None:
         """Stop the run when more rows than ``max_bad_truth_share`` have a bad ground truth."""
