@@ -81,6 +81,18 @@ def test_endpoint_mapper_divides_the_cores_among_its_workers(tiny_model_path, mo
         op._model_path = tiny_model_path
         op._ensure_session()
         assert started[-1] == expected, options
+    # a Ray actor takes the CPUs Ray reserved for it; an actor pool is the default there
+    monkeypatch.setenv("RAY_JOB", "1")
+    for options, expected in (({"num_proc": 4, "num_cpus": 2}, 2), ({"num_proc": 2, "num_cpus": 0.5}, 1),
+                              ({"num_proc": 4}, 2)):
+        op = TrajvalEndpointRewardMapper(model=tiny_model_path, engine="transformers", **options)
+        assert op.use_ray_actor()
+        op._model_path = tiny_model_path
+        op._ensure_session()
+        assert started[-1] == expected, options
+    vllm_pool = TrajvalEndpointRewardMapper(model=tiny_model_path, engine="vllm", num_proc=4)
+    assert vllm_pool.num_proc == 4  # under Ray num_proc counts actors, each with its own engine
+    assert not TrajvalEndpointRewardMapper(model=tiny_model_path, ray_execution_mode="task").use_ray_actor()
 
 
 def test_derive_seed_is_stable_and_content_dependent():
