@@ -11,6 +11,10 @@ with ``num_proc`` actors, ``num_cpus: 1`` and one torch thread each. Figures per
 - ``busiest_actor_operator_s``: the largest time one actor spent in the operator (sampling,
   verifying, caching; its start-up and model load excluded), from the actors' logs.
 
+The baseline, measured first in the same run: a bare ``model.generate`` loop (no Ray, no
+Data-Juicer, no verification) over the same rows in one process, then split over two processes
+running at once, one torch thread each: what this machine's cores give two processes at all.
+
 Two ratios against 1 actor: ``speedup_pass`` (``pass_s``) and ``speedup_operator``
 (``busiest_actor_operator_s``): the first includes each actor's fixed start-up (about 10 s on
 2 cores: a fresh interpreter importing torch, transformers and Data-Juicer), the second is the
@@ -85,6 +89,37 @@ def measure(args, pool: Path, workdir: Path, actors: int) -> dict:
             "operator_completions_per_s": round(completions / busiest, 1)}
 
 
+def bare_generate(args, pool: Path, rows: int, first: int = 0) -> subprocess.Popen:
+    """A bare ``model.generate`` loop over ``rows`` rows of the pool starting at ``first``, one
+    torch thread, in its own process (``bench_endpoint_rewards.py --measure bare``)."""
+    part = pool.with_name(f"bare-{first}-{rows}.jsonl")
+    part.write_text("".join(pool.read_text().splitlines(keepends=True)[first:first + rows]))
+    return subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("bench_endpoint_rewards.py")), "--model", args.model,
+         "--pool", str(part), "--rows", str(rows), "--n", str(args.n), "--max-new-tokens", str(args.max_new_tokens),
+         "--prompts-per-generate", str(args.prompts_per_generate), "--measure", "bare", "--threads", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+
+def bare_result(process: subprocess.Popen) -> dict:
+    out, err = process.communicate()
+    if process.returncode != 0:
+        raise SystemExit(f"bare generate failed:\n{err[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def machine_scaling(args, pool: Path) -> dict:
+    """The baseline: what running two single-thread generate loops at once gains over one on
+    this machine (the ceiling an actor pool of 2 can reach), same rows in total."""
+    one = bare_result(bare_generate(args, pool, args.rows))
+    half = args.rows // 2
+    pair = [bare_generate(args, pool, half), bare_generate(args, pool, args.rows - half, first=half)]
+    two = [bare_result(p) for p in pair]
+    together_s = max(r["generate_s"] for r in two)  # both run side by side; the slower bounds them
+    return {"one_process_generate_s": one["generate_s"], "two_processes_generate_s": together_s,
+            "speedup": round(one["generate_s"] / together_s, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="tiny-arith")
@@ -95,6 +130,7 @@ def main() -> None:
     parser.add_argument("--prompts-per-generate", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=32, help="rows per Ray block (the unit an actor takes)")
     parser.add_argument("--actors", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--no-baseline", action="store_true", help="skip the bare generate loops (1 vs 2 processes)")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="bench_ray_actors_"))
@@ -106,6 +142,8 @@ def main() -> None:
     figures = {"model": args.model, "rows": args.rows, "n": args.n, "completions": args.rows * args.n,
                "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
                "cpus": os.cpu_count(), "runs": []}
+    if not args.no_baseline:
+        figures["bare_generate_1_vs_2_processes"] = machine_scaling(args, pool)
     for actors in args.actors:
         figures["runs"].append(measure(args, pool, workdir, actors))
     base = next((r for r in figures["runs"] if r["actors"] == 1), None)
