@@ -227,3 +227,12 @@ def test_vllm_processes_end_with_a_killed_parent(tiny_model_path, monkeypatch):
         assert live_processes_tagged(tag) == []
     finally:
         parent.kill()
+
+
+def test_vllm_tensor_parallel_workers_stay_in_the_engine_process_group():
+    from trajval_ops.rollout.engines import vllm_llm_kwargs
+
+    assert "distributed_executor_backend" not in vllm_llm_kwargs(tensor_parallel_size=1, seed=0)
+    assert vllm_llm_kwargs(tensor_parallel_size=2, seed=0)["distributed_executor_backend"] == "mp"
+    chosen = vllm_llm_kwargs(tensor_parallel_size=2, engine_kwargs={"distributed_executor_backend": "ray"})
+    assert chosen["distributed_executor_backend"] == "ray"  # the user's choice wins

