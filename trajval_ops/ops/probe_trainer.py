@@ -87,6 +87,8 @@ class TrajvalProbeTrainer(Pipeline):
         vllm_gpu_memory_utilization: float = _DEFAULTS.vllm_gpu_memory_utilization,
         vllm_tensor_parallel_size: int = _DEFAULTS.vllm_tensor_parallel_size,
         overlong_prompt: str = _DEFAULTS.overlong_prompt,
+        num_processes: int = _DEFAULTS.num_processes,
+        distributed_config: Optional[str] = _DEFAULTS.distributed_config,
         show_progress: bool = True,
         *args,
         **kwargs,
@@ -146,6 +148,16 @@ class TrajvalProbeTrainer(Pipeline):
         :param overlong_prompt: a probe prompt longer than the model's context minus
             ``max_completion_length``: ``error`` (default, naming the row) or ``truncate_left``
             (keep its last tokens; counted and logged).
+        :param num_processes: training processes. 1: one child process (as always); N > 1:
+            data-parallel (DDP) ranks started by ``accelerate launch`` (gloo on CPU). The global
+            batch (``prompts_per_batch`` x ``num_generations``) is split over them and
+            ``micro_batch_size`` is per process, so micro_batch_size x num_processes must divide
+            it; steps per epoch do not change. Not part of the probe's identity: an interrupted
+            run may resume with another count.
+        :param distributed_config: path of an accelerate config file (e.g. FSDP or DeepSpeed ZeRO
+            for large models) passed to ``accelerate launch --config_file`` (num_processes > 1
+            only; num_processes overrides the file's). None: plain DDP. Only DDP on CPU is
+            tested; FSDP and ZeRO files are passed through untested.
         :param show_progress: show the trainer's progress bar.
         """
         given = dict(locals())
@@ -193,21 +205,25 @@ class TrajvalProbeTrainer(Pipeline):
         import numpy as np
         import pyarrow as pa
 
+        from trajval_ops.probe.launch import launch_probe
         from trajval_ops.probe.trainer import run_probe
 
         if table.num_rows == 0:
             raise ValueError(f"{OP_NAME}: the pool is empty (0 rows): nothing to probe")
         positions, ids = self.probe_positions(table)
         probe_rows = table.take(pa.array(positions, type=pa.int64())).to_pylist()
-        # Train in a spawned child: torch's thread pool must not start in this process, because
-        # later ops fork worker processes and a fork after OpenMP use deadlocks (observed with
-        # the endpoint-reward mapper). The child's memory is also returned when it ends.
-        from trajval_ops.lifetime import die_with_parent
+        # Train in a spawned child (or launched ranks): torch's thread pool must not start in this
+        # process, because later ops fork worker processes and a fork after OpenMP use deadlocks
+        # (observed with the endpoint-reward mapper). The child's memory is also returned when it ends.
+        if self.config.num_processes > 1:
+            launch_probe(probe_rows, ids, self.config, self.output_dir, show_progress=self.show_progress)
+        else:
+            from trajval_ops.lifetime import die_with_parent
 
-        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=die_with_parent) as pool:
-            pool.submit(run_probe, probe_rows, ids, self.config, self.output_dir,
-                        show_progress=self.show_progress).result()
+            with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                     initializer=die_with_parent) as pool:
+                pool.submit(run_probe, probe_rows, ids, self.config, self.output_dir,
+                            show_progress=self.show_progress).result()
         mask = np.zeros(table.num_rows, dtype=bool)
         mask[positions] = True
         return append_columns(table, {self.in_probe_key: pa.array(mask, type=pa.bool_())})

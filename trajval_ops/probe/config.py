@@ -1,7 +1,9 @@
 """Training configuration of the probe run: the paper's GRPO regime as defaults, TRL arguments.
 
-Every field of :class:`ProbeConfig` goes into the manifest and its hash (a changed value means
-a different probe); runtime-only switches (output directory, progress display) are not here.
+Every field of :class:`ProbeConfig` goes into the manifest; every field but the execution
+settings (:data:`EXECUTION_SETTINGS`: how many processes train, under which accelerate config) goes
+into its hash (a changed value means a different probe). Runtime-only switches (output directory,
+progress display) are not here.
 """
 
 from __future__ import annotations
@@ -32,7 +34,12 @@ _BOUNDS: dict[str, tuple[float, bool, float | None, bool]] = {
     "lora_dropout": (0, False, 1, True),
     "vllm_gpu_memory_utilization": (0, True, 1, False),
     "vllm_tensor_parallel_size": (1, False, None, False),
+    "num_processes": (1, False, None, False),
 }
+#: Settings that say how the probe is run, not what it is: left out of the identity hash, so an
+#: interrupted run may resume with another process count (the global batch, and so every
+#: optimizer step's prompts, is the same; only the rollouts' random draws differ).
+EXECUTION_SETTINGS = ("num_processes", "distributed_config")
 _CHOICES: dict[str, tuple[str, ...]] = {
     "overlong_prompt": ("error", "truncate_left"),
     "device": ("auto", "cpu", "cuda"),
@@ -45,8 +52,10 @@ class ProbeConfig:
     """GRPO probe settings. Defaults follow the paper (GRPO, lr 1e-6, weight decay 0.1, grad
     clip 1.0, 64 prompts per batch, n = 16, clip ratio 0.2, temperature 1.0, T = 20, K = 1).
 
-    One optimizer step consumes ``prompts_per_batch`` prompts x ``num_generations`` completions,
-    processed in micro-batches of ``micro_batch_size`` completions (gradient accumulation).
+    One optimizer step consumes ``prompts_per_batch`` prompts x ``num_generations`` completions
+    (the global batch, whatever the process count), split evenly over ``num_processes`` processes,
+    each processing its share in micro-batches of ``micro_batch_size`` completions (gradient
+    accumulation).
     """
 
     model: str = "smollm2-135m-instruct"
@@ -83,6 +92,8 @@ class ProbeConfig:
     vllm_gpu_memory_utilization: float = 0.3
     vllm_tensor_parallel_size: int = 1
     overlong_prompt: str = "error"
+    num_processes: int = 1
+    distributed_config: str | None = None
 
     def __post_init__(self):
         # lists from YAML recipes become tuples so the config stays hashable and canonical
@@ -103,10 +114,17 @@ class ProbeConfig:
                 raise ValueError(f"{name} must be in {interval}{why}, got {value}")
         if self.window_k > self.epochs:
             raise ValueError(f"window_k ({self.window_k}) must not exceed epochs ({self.epochs})")
-        if (self.prompts_per_batch * self.num_generations) % self.micro_batch_size:
+        if (self.prompts_per_batch * self.num_generations) % (self.micro_batch_size * self.num_processes):
+            per_process = "" if self.num_processes == 1 else \
+                f" x num_processes ({self.micro_batch_size} x {self.num_processes}; micro_batch_size is per process)"
             raise ValueError(
-                f"micro_batch_size ({self.micro_batch_size}) must divide prompts_per_batch x num_generations "
-                f"({self.prompts_per_batch} x {self.num_generations})"
+                f"micro_batch_size ({self.micro_batch_size}){per_process} must divide prompts_per_batch x "
+                f"num_generations ({self.prompts_per_batch} x {self.num_generations}, the global batch)"
+            )
+        if self.distributed_config is not None and self.num_processes == 1:
+            raise ValueError(
+                f"distributed_config ({self.distributed_config!r}) is used only with num_processes > 1 "
+                "(one process trains without accelerate launch)"
             )
         bad = [e for e in self.keep_epochs if not 0 <= e <= self.epochs]
         if bad:
@@ -127,9 +145,14 @@ class ProbeConfig:
             out["lora_target_modules"] = list(self.lora_target_modules)
         return out
 
+    def identity(self) -> dict[str, Any]:
+        """:meth:`to_dict` without :data:`EXECUTION_SETTINGS`: what the probe's hash covers."""
+        return {name: value for name, value in self.to_dict().items() if name not in EXECUTION_SETTINGS}
+
     @property
     def gradient_accumulation_steps(self) -> int:
-        return self.prompts_per_batch * self.num_generations // self.micro_batch_size
+        """Micro-batches per optimizer step in each process."""
+        return self.prompts_per_batch * self.num_generations // (self.micro_batch_size * self.num_processes)
 
     def early_epochs(self) -> list[int]:
         """Epochs of the early window: the first K checkpoints, epoch 0 being the base model."""
@@ -162,6 +185,9 @@ def grpo_arguments(config: ProbeConfig, output_dir: str, device: str, show_progr
     it), no gradient checkpointing unless asked (TRL turns it on by default; it only costs time
     for small models). GPU: vLLM generation through TRL's integration, bf16, checkpointing on.
     One optimizer step per generation batch (``steps_per_generation`` = accumulation steps).
+    Several processes: TRL's ``generation_batch_size`` is global and ``per_device_train_batch_size``
+    per process, so each process accumulates ``gradient_accumulation_steps`` micro-batches and the
+    global batch stays ``prompts_per_batch x num_generations``; gloo is the backend on CPU.
     """
     on_gpu = device == "cuda"
     checkpointing = config.gradient_checkpointing if config.gradient_checkpointing is not None else on_gpu
@@ -196,6 +222,8 @@ def grpo_arguments(config: ProbeConfig, output_dir: str, device: str, show_progr
         use_vllm=on_gpu,
         dataloader_num_workers=0,
     )
+    if config.num_processes > 1 and not on_gpu:
+        args["ddp_backend"] = "gloo"
     if on_gpu:
         args.update(
             vllm_mode=config.vllm_mode,

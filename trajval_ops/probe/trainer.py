@@ -2,7 +2,8 @@
 
 ``run_probe`` is idempotent per output directory: a finished run with the same config hash is
 reused (not repeated), an interrupted one resumes from its newest checkpoint, and a directory
-holding a different probe is refused.
+holding a different probe is refused. With ``num_processes`` > 1 every rank of an ``accelerate
+launch`` (:mod:`trajval_ops.probe.launch`) runs it; only the main process writes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Mapping, Sequence
 from loguru import logger
 
 from trajval_ops.probe.checkpoints import last_resumable, list_checkpoints, prune_checkpoints
-from trajval_ops.probe.config import ProbeConfig, grpo_arguments, lora_config, resolve_device
+from trajval_ops.probe.config import EXECUTION_SETTINGS, ProbeConfig, grpo_arguments, lora_config, resolve_device
 from trajval_ops.probe.manifest import (
     FORMAT,
     STATUS_COMPLETE,
@@ -54,9 +55,13 @@ def run_probe(
     :param extra_callbacks: more ``transformers.TrainerCallback`` objects (tests use one to
         interrupt a run).
     :raises ProbeDirectoryError: ``output_dir`` holds another probe or unrelated files.
+
+    In a launched run (``config.num_processes`` ranks) only the main process prunes checkpoints
+    and writes the manifest; the other ranks wait for it and return the manifest it wrote.
     """
     if len(rows) != len(probe_ids):
         raise ValueError(f"{len(rows)} probe rows but {len(probe_ids)} probe ids")
+    _check_world_size(int(os.environ.get("WORLD_SIZE", "1")), config)
     output_dir = Path(output_dir).resolve()
     examples = probe_examples(rows, config)
     steps_per_epoch = len(rows) // config.prompts_per_batch
@@ -71,7 +76,7 @@ def run_probe(
 
     device = resolve_device(config.device)
     versions = library_versions()
-    identity = {"config": config.to_dict(), "probe_ids": list(probe_ids), "device": device, "trl": versions["trl"]}
+    identity = {"config": config.identity(), "probe_ids": list(probe_ids), "device": device, "trl": versions["trl"]}
     digest = config_hash(identity)
     if previous is not None:
         _check_same_probe(output_dir, previous, identity, digest)
@@ -84,6 +89,14 @@ def run_probe(
     base_model = resolve_model(config.model).resolve()
     tokenizer = _load_tokenizer(base_model)
     dataset = training_dataset(examples, tokenizer, config, _max_context(base_model))
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    # Building the arguments sets up the process group of a launched run (every rank has read
+    # the directory by now: the main process may write from here on, after a barrier).
+    args = GRPOConfig(**grpo_arguments(config, str(output_dir), device, show_progress))
+    main = args.process_index == 0
+    barrier = args.distributed_state.wait_for_everyone
     manifest = {
         "format": FORMAT,
         "base_model": str(base_model),
@@ -108,18 +121,19 @@ def run_probe(
         manifest["wall_time_s"] = previous.get("wall_time_s", 0.0)
         manifest["resumed_from"] = previous.get("resumed_from", [])
     kept = set(config.kept_epochs())
-    prune_checkpoints(output_dir, kept)  # a kill may have left a save cut short
+    barrier()
+    if main:
+        prune_checkpoints(output_dir, kept)  # a kill may have left a save cut short
+    barrier()
     resume = last_resumable(output_dir)
-    if resume is not None:
-        logger.info(f"probe: resuming from {resume.path.name} (epoch {resume.epoch}) in {output_dir}")
-        manifest["resumed_from"].append(resume.path.name)
-    manifest["checkpoints"] += _checkpoint_entries(output_dir, kept, config)
-    write_manifest(output_dir, manifest)
+    if main:
+        if resume is not None:
+            logger.info(f"probe: resuming from {resume.path.name} (epoch {resume.epoch}) in {output_dir}")
+            manifest["resumed_from"].append(resume.path.name)
+        manifest["checkpoints"] += _checkpoint_entries(output_dir, kept, config)
+        write_manifest(output_dir, manifest)
 
     model = _load_policy(base_model, device)
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
     from trajval_ops.rollout.verifiers import build_verifier
 
     verifier = build_verifier(config.verifier, **config.verifier_options)
@@ -128,13 +142,14 @@ def run_probe(
     wall_before = manifest["wall_time_s"]
 
     class ProbeCallback(TrainerCallback):
-        """Progress log with time left; after each epoch's save: prune and update the manifest."""
+        """Progress log with time left; after each epoch's save: prune and update the manifest
+        (main process only: the trainer saves there too)."""
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.first_step = state.global_step
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if not logs or "reward" not in logs:
+            if not logs or "reward" not in logs or not state.is_world_process_zero:
                 return
             done = state.global_step - self.first_step
             elapsed = time.monotonic() - session_start
@@ -146,6 +161,8 @@ def run_probe(
             )
 
         def on_save(self, args, state, control, **kwargs):
+            if not state.is_world_process_zero:
+                return
             prune_checkpoints(output_dir, kept)
             manifest["checkpoints"] = [_base_entry(base_model)] + _checkpoint_entries(output_dir, kept, config)
             manifest["train_reward_per_epoch"] = reward_per_epoch(state.log_history, steps_per_epoch)
@@ -155,18 +172,24 @@ def run_probe(
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[verifier_reward(verifier)],
-        args=GRPOConfig(**grpo_arguments(config, str(output_dir), device, show_progress)),
+        args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=lora_config(config),
         callbacks=[ProbeCallback(), *extra_callbacks],
     )
-    logger.info(
-        f"probe: GRPO on {len(rows)} prompts x {config.num_generations} rollouts, {config.epochs} epochs of "
-        f"{steps_per_epoch} steps, {config.model} on {device} ({manifest['generation_engine']} generation)"
-    )
+    if main:
+        logger.info(
+            f"probe: GRPO on {len(rows)} prompts x {config.num_generations} rollouts, {config.epochs} epochs of "
+            f"{steps_per_epoch} steps, {config.model} on {device} ({manifest['generation_engine']} generation"
+            f"{f', {config.num_processes} processes' if config.num_processes > 1 else ''})"
+        )
     trainer.train(resume_from_checkpoint=str(resume.path) if resume else None)
 
+    barrier()  # every rank has written its part of the last checkpoint (its RNG state)
+    if not main:
+        barrier()  # the main process has finished the manifest
+        return read_manifest(output_dir)
     prune_checkpoints(output_dir, kept, keep_resume_state=False)
     if config.use_lora:
         merge_lora_checkpoints(output_dir, base_model, device)
@@ -184,6 +207,7 @@ def run_probe(
         f"probe: done in {manifest['wall_time_s']:.1f} s; reward per epoch "
         f"{[round(r, 4) for r in manifest['train_reward_per_epoch']]}; manifest {output_dir / 'manifest.json'}"
     )
+    barrier()
     return manifest
 
 
@@ -290,10 +314,22 @@ def merge_lora_checkpoints(output_dir: Path, base_model: Path, device: str) -> N
         logger.info(f"probe: merged LoRA adapter of {checkpoint.path.name} into {target}")
 
 
+def _check_world_size(world_size: int, config: ProbeConfig) -> None:
+    """The processes running the trainer (``WORLD_SIZE``, set by the launcher) must be the
+    ``num_processes`` the batch was split for."""
+    if world_size != config.num_processes:
+        raise RuntimeError(
+            f"num_processes is {config.num_processes} but the trainer runs in {world_size} process(es); a probe on "
+            "several processes is started by trajval_ops.probe.launch.launch_probe (the operator does), not by "
+            "calling run_probe directly"
+        )
+
+
 def _check_same_probe(output_dir: Path, previous: dict, identity: dict, digest: str) -> None:
     if previous.get("config_hash") == digest:
         return
-    before = {"config": previous.get("config", {}), "probe_ids": previous.get("probe_ids"),
+    recorded = {k: v for k, v in previous.get("config", {}).items() if k not in EXECUTION_SETTINGS}
+    before = {"config": recorded, "probe_ids": previous.get("probe_ids"),
               "device": previous.get("device"), "trl": previous.get("versions", {}).get("trl")}
     changed = sorted(
         [f"config.{k}" for k in set(before["config"]) | set(identity["config"])
