@@ -176,15 +176,21 @@ def transform_whole_pool(dataset, transform):
     """
     ray_data = _ray_data_class()
     if ray_data is not None and isinstance(dataset, ray_data):
-        import pyarrow as pa
-        import ray
         import ray.data
 
-        ray.data.DataContext.get_current().execution_options.preserve_order = True
-        tables = [t for t in ray.get(dataset.to_arrow_refs()) if t.num_rows]
-        table = pa.concat_tables(tables, promote_options="default") if tables else dataset.schema().empty_table()
-        return ray.data.from_arrow(transform(table))
+        return ray.data.from_arrow(transform(gather_ray_table(dataset)))
     return table_to_dataset(transform(dataset_table(dataset)))
+
+
+def gather_ray_table(dataset):
+    """A Ray dataset's rows as one ``pyarrow.Table`` on the driver, in dataset order."""
+    import pyarrow as pa
+    import ray
+    import ray.data
+
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    tables = [t for t in ray.get(dataset.to_arrow_refs()) if t.num_rows]
+    return pa.concat_tables(tables, promote_options="default") if tables else dataset.schema().empty_table()
 
 
 class TableMapper:
@@ -366,6 +372,8 @@ def _ray_dataset_class():
     """
     global _RAY_DATASET_CLASS
     if _RAY_DATASET_CLASS is None:
+        import time
+
         from data_juicer.core.data.ray_dataset import RayDataset
 
         class TrajvalRayDataset(RayDataset):
@@ -389,8 +397,6 @@ def _ray_dataset_class():
                 for op in operators:
                     if self.source_table is not None and hasattr(op, "check_pool"):
                         op.check_pool(self.source_table)
-                import time
-
                 started = time.perf_counter()
                 result = super().process(operators, *args, **kwargs)
                 self._trajval_finishers = [
@@ -430,14 +436,9 @@ def _write_ray_dataset(dataset, path) -> None:
     The operators' end-of-run checks (``TableMapper.finish_pool``) see the table first."""
     import os
 
-    import pyarrow as pa
-    import ray
-
     from trajval_ops.jsontable import write_table
 
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
-    tables = [t for t in ray.get(dataset.to_arrow_refs()) if t.num_rows]
-    table = pa.concat_tables(tables, promote_options="default") if tables else dataset.schema().empty_table()
+    table = gather_ray_table(dataset)
     if os.path.isdir(path) and not os.listdir(path):
         os.rmdir(path)
     for finish in getattr(dataset, "_trajval_finishers", ()):
