@@ -104,6 +104,37 @@ def test_interrupted_run_resumes_with_only_the_missing_rows(tmp_path):
     op.release()
 
 
+def test_a_run_killed_mid_call_resumes_to_the_uninterrupted_bytes(tmp_path):
+    """transformers samples a generate call as a whole: a kill after two of a call's four rows
+    reached the cache must not regroup the other two into a new call (other completions)."""
+    pool = REPO / "trajval_ops" / "data" / "demo_arith_pool.jsonl"
+    rows = [json.loads(line) for line in pool.read_text().splitlines()[:6]]
+    options = dict(model="tiny-arith", n=8, max_new_tokens=8, prompts_per_generate=4, keep_completions=True,
+                   verifier_options={"fallback_last_number": True})
+
+    def cache_records():
+        return {record["row"]: record for log in (tmp_path / "rollouts").rglob("results-*.jsonl")
+                for line in log.read_text().splitlines() if line.endswith("}")
+                for record in [json.loads(line)]}
+
+    full = _op(tmp_path, **options)
+    uninterrupted = full.process_batched(_batch(rows))
+    full.release()
+    sampled = cache_records()
+    [log] = list((tmp_path / "rollouts").rglob("results-*.jsonl"))
+    lines = log.read_text().splitlines(keepends=True)
+    assert len(lines) == 6
+    log.write_text("".join(lines[:2]) + lines[2][:40])  # the third record cut short by the kill
+
+    resumed_op = _op(tmp_path, **options)
+    resumed = resumed_op.process_batched(_batch(rows))
+    resumed_op.release()
+    assert cache_records() == sampled  # the same completions, each row once
+    assert json.dumps(resumed, sort_keys=True) == json.dumps(uninterrupted, sort_keys=True)
+    # the first call ran again whole (its two cached rows kept), the second call as before
+    assert resumed_op._stats["completions"] == 8 * 6
+
+
 @pytest.mark.parametrize("row, fragment", [
     ({"id": "bad1", "prompt": "1+1?"}, "row 1 (id='bad1'): field 'reward_model.ground_truth'"),
     ({"id": "bad2", "reward_model": {"ground_truth": "2"}}, "row 1 (id='bad2'): field 'prompt'"),

@@ -46,7 +46,9 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
     The model loads once per worker process, on its first batch. Results are appended to an
     on-disk cache as each generate call finishes, keyed by the model checkpoint, the row's
     prompt and ground truth, the sampling settings and the verifier: a killed run restarts and
-    only samples the rows that are missing. Rows keep their order and count; a row without a
+    only samples the rows that are missing (with the transformers engine, which samples a
+    generate call as a whole, it repeats each interrupted call so the output bytes match an
+    uninterrupted run). Rows keep their order and count; a row without a
     prompt or ground truth stops the run with an error naming the row and the field.
     """
 
@@ -305,21 +307,25 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         tasks = [self._task(row, None if first_row is None else first_row + i) for i, row in enumerate(rows)]
         self._prepare()
         results = self._cached_results(tasks)
+        unusable = set()
         for i, task in enumerate(tasks):
             if results[i] is None and self._bad_truth(task):
                 results[i] = {"scores": [], "methods": [], "engine": None, "dtype": None, "status": STATUS_BAD_TRUTH}
+                unusable.add(i)
         # a row repeated in the batch (raw DAPO repeats each problem) is sampled once
         first_of = {}
-        missing = [i for i, result in enumerate(results)
-                   if result is None and first_of.setdefault(tasks[i]["hash"], i) == i]
+        samplable = [i for i, task in enumerate(tasks)
+                     if first_of.setdefault(task["hash"], i) == i and i not in unusable]
+        missing = {i for i in samplable if results[i] is None}
         progress = self._progress_bar()
         progress.update(n_rows - len(missing))
-        for start in range(0, len(missing), self.prompts_per_generate):
-            chunk = missing[start:start + self.prompts_per_generate]
-            chunk_results = self._sample_and_score([tasks[i] for i in chunk], [rows[i] for i in chunk])
+        for chunk in self._generate_calls(samplable, missing):
+            chunk_results = self._sample_and_score([tasks[i] for i in chunk], [rows[i] for i in chunk],
+                                                   [i in missing for i in chunk])
             for i, result in zip(chunk, chunk_results):
-                results[i] = result
-            progress.update(len(chunk))
+                if i in missing:
+                    results[i] = result
+            progress.update(sum(i in missing for i in chunk))
             rate = self._stats["completions"] / max(self._stats["generate_s"], 1e-9)
             progress.set_postfix(completions_per_s=f"{rate:.1f}")
         results = [result if result is not None else results[first_of[tasks[i]["hash"]]]
@@ -340,6 +346,20 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
             f"{self.output_key}_status": [r.get("status", STATUS_OK) for r in results],
             f"{self.output_key}_provenance": [self._row_provenance(r) for r in results],
         }
+
+    def _generate_calls(self, samplable: list[int], missing: set[int]) -> list[list[int]]:
+        """The rows of each generate call. An engine that samples a call as a whole
+        (transformers) repeats the calls of an uninterrupted run: the batch's rows in groups of
+        ``prompts_per_generate``, every group with a missing row, cached rows included (their
+        cached result is kept), so a run resumed after a kill mid-call writes the same bytes."""
+        if not missing:
+            return []
+        rows = samplable
+        if self._ensure_session().seeds_each_prompt:
+            rows = [i for i in samplable if i in missing]
+        calls = [rows[start:start + self.prompts_per_generate]
+                 for start in range(0, len(rows), self.prompts_per_generate)]
+        return [call for call in calls if any(i in missing for i in call)]
 
     def _row_provenance(self, result: dict) -> dict:
         fallback_hits = sum(1 for s, m in zip(result["scores"], result["methods"]) if s > 0 and m == "last_number")
@@ -418,7 +438,9 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
                            f"{session.max_context - self.sampling.max_new_tokens}")
         return prompt, STATUS_TRUNCATED
 
-    def _sample_and_score(self, tasks: list[dict], rows: list[dict]) -> list[dict]:
+    def _sample_and_score(self, tasks: list[dict], rows: list[dict], to_cache: list[bool]) -> list[dict]:
+        """Sample the tasks in one generate call and verify; ``to_cache``: which results are new
+        to the rollout cache."""
         from trajval_ops.rollout.prompts import render_prompt
 
         session = self._ensure_session()
@@ -430,7 +452,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         self._stats["generate_s"] += time.perf_counter() - start
         self._stats["completions"] += sum(len(c) for c in completions)
         results = []
-        for task, row, texts, (_, status) in zip(tasks, rows, completions, fitted):
+        for task, row, texts, (_, status), new in zip(tasks, rows, completions, fitted, to_cache):
             try:
                 checks = self.verifier.check_many(texts, task["ground_truth"], row)
             except ValueError as exc:  # a ground truth the verifier cannot read
@@ -441,7 +463,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
                       "engine": session.name, "dtype": session.dtype, "status": status}
             if self.keep_completions:
                 result["completions"] = texts
-            if self._cache is not None:
+            if self._cache is not None and new:
                 self._cache.put(task["hash"], result)
             results.append(result)
         return results

@@ -63,6 +63,9 @@ class RolloutEngine(Protocol):
     tokenizer: object  # a Hugging Face tokenizer with the model's chat template
     max_context: int  # tokens of prompt plus completion the model takes
     generated_tokens: int  # completion tokens produced so far (for throughput figures)
+    # True when a prompt's samples do not depend on the other prompts of the call (per-prompt
+    # seeds); False when a call is sampled as a whole, so resuming must repeat the same calls
+    seeds_each_prompt: bool
 
     def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:
         """``sampling.n`` completions for each rendered prompt, in prompt order."""
@@ -88,6 +91,7 @@ class TransformersEngine:
     """
 
     name = "transformers"
+    seeds_each_prompt = False  # one generator per call (see the module docstring)
 
     def __init__(self, model_path: str | Path, dtype: str = "auto", device: str = "auto",
                  torch_threads: int | None = None):
@@ -207,6 +211,7 @@ class VllmEngine:
     """
 
     name = "vllm"
+    seeds_each_prompt = True
 
     def __init__(self, model_path: str | Path, dtype: str = "auto", max_model_len: int = 2048,
                  enforce_eager: bool = False, kv_cache_space_gb: float = 2.0,

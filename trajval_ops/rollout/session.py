@@ -57,6 +57,10 @@ class EngineSession:
         return self.start().engine.max_context
 
     @property
+    def seeds_each_prompt(self) -> bool:
+        return self.start().engine.seeds_each_prompt
+
+    @property
     def dtype(self):
         return getattr(self.start().engine, "dtype", None)
 
