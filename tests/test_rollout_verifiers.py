@@ -220,9 +220,14 @@ def test_integer_answers_are_decided_as_math_verify_decides_them():
             fast = verifier._run_limited(completion, gold, None)
             slow = verifier._check(completion, gold, None)  # math-verify, in this process
             assert (fast.score, fast.method) == (slow.score, slow.method), (completion, gold)
+    for gold in golds + [" 12 ", 3, -4, "9" * 100]:  # the truth check's fast path agrees too
+        assert verifier.truth_problem(gold) is None and verifier._truth_problem(gold) is None
     calls = []
     verifier._call_limited = lambda method, *args: calls.append(args) or None
     verifier._run_limited("so \\boxed{\\frac{1}{2}}", "7", None)   # not an integer answer
     verifier._run_limited("so \\boxed{3}", "\\frac{1}{2}", None)    # not an integer truth
     assert len(calls) == 2
+    verifier.truth_problem("7")
+    verifier.truth_problem("\\frac{")  # not an integer: read by math-verify in the child
+    assert len(calls) == 3
     verifier.close()

@@ -13,7 +13,12 @@ sampling settings:
 3. ``--dj-process``: the operator through ``dj-process`` on the same rows, for each
    ``--dj-configs`` entry ``NP:THREADS`` (Data-Juicer worker processes x torch threads each):
    wall time, and from the worker log the operator's completions/s (without engine start-up),
-   printed as a ratio against the bare loop at the same per-process thread count.
+   printed as a ratio against the bare loop with as many torch threads as the workers have in
+   all (the same cores).
+
+``--repeats`` rounds (default 3) run every measurement once each, interleaved; the figures are
+medians with their range, the ratios medians over medians (one process against another moved
+by 15% on shared cores).
 
     python tools/bench/bench_endpoint_rewards.py --model tiny-arith \\
         --pool trajval_ops/data/demo_arith_pool.jsonl --rows 600 --n 16 --max-new-tokens 8 \\
@@ -201,6 +206,8 @@ def main() -> None:
     parser.add_argument("--dj-process", action="store_true", help="also time the operator under dj-process")
     parser.add_argument("--dj-configs", nargs="+", default=["1:1", "1:2", "2:1"],
                         help="NP:THREADS per dj-process run (worker processes x torch threads each)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="rounds of every measurement; medians and ranges are reported")
     parser.add_argument("--measure", choices=["bare", "engine"], help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -213,28 +220,62 @@ def main() -> None:
         return
 
     passthrough = [a for a in sys.argv[1:] if a not in ("--dj-process",)]
-    passthrough = _without_option(_without_option(passthrough, "--threads"), "--dj-configs")
+    passthrough = _without_option(_without_option(_without_option(passthrough, "--threads"), "--dj-configs"),
+                                  "--repeats")
     completions = args.rows * args.n
+    dj_configs = [tuple(int(x) for x in spec.split(":")) for spec in args.dj_configs] if args.dj_process else []
+    # Round after round, every measurement once per round, each in its own process: a single
+    # process-to-process comparison moved by 15% on these shared cores, the medians do not.
+    rounds: dict[str, list[dict]] = {}
+    workdir = Path(tempfile.mkdtemp(prefix="bench_endpoint_dj_"))
+    for round_index in range(args.repeats):
+        for threads in args.threads:
+            if args.engine == "transformers":
+                rounds.setdefault(f"bare/{threads}", []).append(
+                    in_subprocess([*passthrough, "--measure", "bare", "--threads", str(threads)]))
+            rounds.setdefault(f"engine/{threads}", []).append(
+                in_subprocess([*passthrough, "--measure", "engine", "--threads", str(threads)]))
+        for num_proc, threads in dj_configs:
+            rounds.setdefault(f"dj/{num_proc}:{threads}", []).append(
+                measure_dj_process(args, rows, workdir / f"round{round_index}", num_proc, threads))
     figures: dict = {"model": args.model, "engine": args.engine, "rows": args.rows, "n": args.n,
                      "completions": completions, "max_new_tokens": args.max_new_tokens,
-                     "prompts_per_generate": args.prompts_per_generate, "bare": {}, "engine_in_process": {}}
-    for threads in args.threads:
-        if args.engine == "transformers":
-            figures["bare"][threads] = in_subprocess([*passthrough, "--measure", "bare", "--threads", str(threads)])
-        figures["engine_in_process"][threads] = in_subprocess(
-            [*passthrough, "--measure", "engine", "--threads", str(threads)])
-    if args.dj_process:
-        workdir = Path(tempfile.mkdtemp(prefix="bench_endpoint_dj_"))
-        figures["dj_process"] = []
-        for spec in args.dj_configs:
-            num_proc, threads = (int(x) for x in spec.split(":"))
-            run = measure_dj_process(args, rows, workdir, num_proc, threads)
-            bare = figures["bare"].get(threads)
-            if bare:
-                run["operator_vs_bare_same_threads"] = round(run["operator_completions_per_s"]
-                                                             / bare["completions_per_s"], 3)
-            figures["dj_process"].append(run)
+                     "prompts_per_generate": args.prompts_per_generate, "repeats": args.repeats,
+                     "bare": {}, "engine_in_process": {}, "dj_process": []}
+    rate = {"bare": "completions_per_s", "engine": "operator_completions_per_s",
+            "dj": "operator_completions_per_s"}
+    for name, runs in rounds.items():
+        kind, config = name.split("/")
+        summary = {"median_" + rate[kind]: _median([run[rate[kind]] for run in runs]),
+                   "range": [min(run[rate[kind]] for run in runs), max(run[rate[kind]] for run in runs)],
+                   "runs": runs}
+        if kind == "engine":
+            summary["median_engine_completions_per_s"] = _median([run["engine_completions_per_s"] for run in runs])
+            summary["median_operator_overhead_vs_its_generate"] = _median(
+                [run["operator_overhead_vs_its_generate"] for run in runs])
+        if kind == "dj":
+            num_proc, threads = (int(x) for x in config.split(":"))
+            summary.update(np=num_proc, threads=threads,
+                           median_completions_per_s_wall=_median([run["completions_per_s_wall"] for run in runs]))
+            bare = figures["bare"].get(str(num_proc * threads))
+            if bare:  # the same cores: a bare loop with as many torch threads as the workers have in all
+                summary[f"operator_vs_bare_{num_proc * threads}_threads"] = round(
+                    summary["median_operator_completions_per_s"] / bare["median_completions_per_s"], 3)
+            figures["dj_process"].append(summary)
+        else:
+            figures["bare" if kind == "bare" else "engine_in_process"][config] = summary
+    for threads, engine in figures["engine_in_process"].items():
+        bare = figures["bare"].get(threads)
+        if bare:
+            engine["engine_vs_bare_same_threads"] = round(
+                engine["median_engine_completions_per_s"] / bare["median_completions_per_s"], 3)
     print(json.dumps(figures, indent=2))
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else round((ordered[middle - 1] + ordered[middle]) / 2, 3)
 
 
 def _without_option(argv: list[str], name: str) -> list[str]:

@@ -451,7 +451,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         completions = session.generate(prompts, self.sampling)
         self._stats["generate_s"] += time.perf_counter() - start
         self._stats["completions"] += sum(len(c) for c in completions)
-        results = []
+        results, fresh = [], []
         for task, row, texts, (_, status), new in zip(tasks, rows, completions, fitted, to_cache):
             try:
                 checks = self.verifier.check_many(texts, task["ground_truth"], row)
@@ -463,9 +463,11 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
                       "engine": session.name, "dtype": session.dtype, "status": status}
             if self.keep_completions:
                 result["completions"] = texts
-            if self._cache is not None and new:
-                self._cache.put(task["hash"], result)
+            if new:
+                fresh.append((task["hash"], result))
             results.append(result)
+        if self._cache is not None:
+            self._cache.put_many(fresh)
         return results
 
     def _progress_bar(self):

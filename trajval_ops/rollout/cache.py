@@ -4,8 +4,8 @@ One folder per *run key* (hash of model fingerprint, sampling settings, verifier
 settings) under the cache root; inside it, append-only JSON-lines logs, one per writing process
 (``results-<host>-<pid>.jsonl``: Ray actors on several nodes may share the folder over a
 network file system), one record per row: ``{"row": <row hash>, "scores": [...], ...}``.
-Each record is written with a single ``write`` and flushed + fsynced; a line cut short by a kill
-is ignored when the cache is read back. The row hash covers what decides the result (the chat
+The records of one generate call are written with a single ``write`` and flushed + fsynced; a
+line cut short by a kill is ignored when the cache is read back. The row hash covers what decides the result (the chat
 messages and the ground truth), not the whole row, so fields added by other operators do not
 invalidate it.
 """
@@ -85,13 +85,20 @@ class RolloutCache:
         return self._records.get(row_hash)
 
     def put(self, row_hash: str, record: dict) -> None:
-        record = {"row": row_hash, **record}
-        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+        self.put_many([(row_hash, record)])
+
+    def put_many(self, items: list[tuple[str, dict]]) -> None:
+        """Append the records of one generate call with one write and one fsync (a kill can
+        cut the last line only; the lines before it are whole)."""
+        if not items:
+            return
+        records = [{"row": row_hash, **record} for row_hash, record in items]
         handle = self._log_handle()
-        handle.write(line)
+        handle.write("".join(json.dumps(record, ensure_ascii=False, default=str) + "\n" for record in records))
         handle.flush()
         os.fsync(handle.fileno())
-        self._records[row_hash] = record
+        for record in records:
+            self._records[record["row"]] = record
 
     def _log_handle(self):
         # one log per process: forked Data-Juicer workers never interleave their lines

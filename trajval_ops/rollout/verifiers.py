@@ -318,6 +318,13 @@ class MathVerifier(Verifier):
                 return CheckResult(1.0 if int(answer) == int(gold) else 0.0, method)
         return super()._run_limited(completion, ground_truth, row)
 
+    def truth_problem(self, ground_truth: Any) -> str | None:
+        # an integer ground truth is always readable (math-verify parses it to an Integer):
+        # decided here, without a round trip to the checking child for each distinct truth
+        if ground_truth is not None and _SHORT_INTEGER_RE.fullmatch(str(ground_truth).strip()):
+            return None
+        return super().truth_problem(ground_truth)
+
     def _truth_problem(self, ground_truth) -> str | None:
         if not _comparable(_parse_gold(str(ground_truth).strip())):
             return f"math-verify cannot read the ground truth {ground_truth!r} as a math answer"
