@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from statistics import median
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -246,17 +247,17 @@ def main() -> None:
             "dj": "operator_completions_per_s"}
     for name, runs in rounds.items():
         kind, config = name.split("/")
-        summary = {"median_" + rate[kind]: _median([run[rate[kind]] for run in runs]),
+        summary = {"median_" + rate[kind]: median([run[rate[kind]] for run in runs]),
                    "range": [min(run[rate[kind]] for run in runs), max(run[rate[kind]] for run in runs)],
                    "runs": runs}
         if kind == "engine":
-            summary["median_engine_completions_per_s"] = _median([run["engine_completions_per_s"] for run in runs])
-            summary["median_operator_overhead_vs_its_generate"] = _median(
+            summary["median_engine_completions_per_s"] = median([run["engine_completions_per_s"] for run in runs])
+            summary["median_operator_overhead_vs_its_generate"] = median(
                 [run["operator_overhead_vs_its_generate"] for run in runs])
         if kind == "dj":
             num_proc, threads = (int(x) for x in config.split(":"))
             summary.update(np=num_proc, threads=threads,
-                           median_completions_per_s_wall=_median([run["completions_per_s_wall"] for run in runs]))
+                           median_completions_per_s_wall=median([run["completions_per_s_wall"] for run in runs]))
             bare = figures["bare"].get(str(num_proc * threads))
             if bare:  # the same cores: a bare loop with as many torch threads as the workers have in all
                 summary[f"operator_vs_bare_{num_proc * threads}_threads"] = round(
@@ -270,12 +271,6 @@ def main() -> None:
             engine["engine_vs_bare_same_threads"] = round(
                 engine["median_engine_completions_per_s"] / bare["median_completions_per_s"], 3)
     print(json.dumps(figures, indent=2))
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else round((ordered[middle - 1] + ordered[middle]) / 2, 3)
 
 
 def _without_option(argv: list[str], name: str) -> list[str]:

@@ -11,7 +11,7 @@ with ``num_proc`` actors, ``num_cpus: 1`` and one torch thread each. Figures per
 - ``busiest_actor_operator_s``: the largest time one actor spent in the operator (sampling,
   verifying, caching; its start-up and model load excluded), from the actors' logs.
 
-The baseline, measured first in the same run: a bare ``model.generate`` loop (no Ray, no
+The baseline, measured in each round of the same run: a bare ``model.generate`` loop (no Ray, no
 Data-Juicer, no verification) over the same rows in one process, then split over two processes
 running at once, one torch thread each: what this machine's cores give two processes at all.
 
@@ -19,6 +19,9 @@ Two ratios against 1 actor: ``speedup_pass`` (``pass_s``) and ``speedup_operator
 (``busiest_actor_operator_s``): the first includes each actor's fixed start-up (about 10 s on
 2 cores: a fresh interpreter importing torch, transformers and Data-Juicer), the second is the
 sampling throughput the pool scales.
+
+``--repeats`` rounds (default 3) each run every configuration and the baseline once; the
+figures are per round and medians over the rounds.
 
     python tools/bench/bench_ray_actors.py                     # demo pool, 600 rows x n 128
     python tools/bench/bench_ray_actors.py --actors 1 2 --n 16 --rows 300
@@ -34,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from statistics import median
 from datetime import datetime
 from pathlib import Path
 
@@ -130,6 +134,7 @@ def main() -> None:
     parser.add_argument("--prompts-per-generate", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=32, help="rows per Ray block (the unit an actor takes)")
     parser.add_argument("--actors", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of every measurement; medians reported")
     parser.add_argument("--no-baseline", action="store_true", help="skip the bare generate loops (1 vs 2 processes)")
     args = parser.parse_args()
 
@@ -141,16 +146,27 @@ def main() -> None:
     pool.write_text("\n".join(lines) + "\n")
     figures = {"model": args.model, "rows": args.rows, "n": args.n, "completions": args.rows * args.n,
                "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
-               "cpus": os.cpu_count(), "runs": []}
+               "cpus": os.cpu_count(), "repeats": args.repeats, "rounds": []}
+    # every measurement once per round, rounds one after the other: single runs moved by 15-20%
+    for round_index in range(args.repeats):
+        done = {"runs": [measure(args, pool, workdir / f"round{round_index}", actors) for actors in args.actors]}
+        if not args.no_baseline:
+            done["bare_generate_1_vs_2_processes"] = machine_scaling(args, pool)
+        base = next((r for r in done["runs"] if r["actors"] == 1), None)
+        if base:
+            for run in done["runs"]:
+                run["speedup_pass"] = round(base["pass_s"] / run["pass_s"], 2)
+                run["speedup_operator"] = round(base["busiest_actor_operator_s"] / run["busiest_actor_operator_s"], 2)
+        figures["rounds"].append(done)
+    figures["median"] = {
+        f"actors_{actors}": {key: median([run[key] for done in figures["rounds"] for run in done["runs"]
+                                           if run["actors"] == actors])
+                             for key in ("pass_s", "busiest_actor_operator_s", "speedup_pass", "speedup_operator")
+                             if key in figures["rounds"][0]["runs"][0]}
+        for actors in args.actors}
     if not args.no_baseline:
-        figures["bare_generate_1_vs_2_processes"] = machine_scaling(args, pool)
-    for actors in args.actors:
-        figures["runs"].append(measure(args, pool, workdir, actors))
-    base = next((r for r in figures["runs"] if r["actors"] == 1), None)
-    if base:
-        for run in figures["runs"]:
-            run["speedup_pass"] = round(base["pass_s"] / run["pass_s"], 2)
-            run["speedup_operator"] = round(base["busiest_actor_operator_s"] / run["busiest_actor_operator_s"], 2)
+        figures["median"]["bare_generate_speedup_2_processes"] = median(
+            [done["bare_generate_1_vs_2_processes"]["speedup"] for done in figures["rounds"]])
     print(json.dumps(figures, indent=2))
 
 
