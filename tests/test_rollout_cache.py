@@ -10,7 +10,7 @@ from trajval_ops.rollout.cache import RolloutCache
 def test_a_second_process_reads_rows_written_after_it_opened_the_cache(tmp_path, monkeypatch):
     first = RolloutCache(tmp_path, {"k": 1})
     second = RolloutCache(tmp_path, {"k": 1})
-    first.put("a", {"scores": [1.0]})
+    first.put_many([("a", {"scores": [1.0]})])
     assert second.get("a") is None
     second.reload()
     assert second.get("a") == {"row": "a", "scores": [1.0]}
@@ -30,7 +30,7 @@ def test_a_second_process_reads_rows_written_after_it_opened_the_cache(tmp_path,
 
 def test_a_record_cut_short_by_a_kill_is_ignored_and_reported(tmp_path, caplog_loguru):
     cache = RolloutCache(tmp_path, {"k": 2})
-    cache.put("a", {"scores": [1.0]})
+    cache.put_many([("a", {"scores": [1.0]})])
     cache.close()
     log = next(tmp_path.rglob("results-*.jsonl"))
     with open(log, "a") as handle:

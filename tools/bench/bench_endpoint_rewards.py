@@ -37,8 +37,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from statistics import median
 from pathlib import Path
+from statistics import median
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -37,9 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from statistics import median
 from datetime import datetime
 from pathlib import Path
+from statistics import median
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_POOL = REPO / "trajval_ops" / "data" / "demo_arith_pool.jsonl"

@@ -5,9 +5,9 @@ settings) under the cache root; inside it, append-only JSON-lines logs, one per 
 (``results-<host>-<pid>.jsonl``: Ray actors on several nodes may share the folder over a
 network file system), one record per row: ``{"row": <row hash>, "scores": [...], ...}``.
 The records of one generate call are written with a single ``write`` and flushed + fsynced; a
-line cut short by a kill is ignored when the cache is read back. The row hash covers what decides the result (the chat
-messages and the ground truth), not the whole row, so fields added by other operators do not
-invalidate it.
+line cut short by a kill is ignored when the cache is read back. The row hash covers what
+decides the result (the chat messages and the ground truth), not the whole row, so fields added
+by other operators do not invalidate it.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def model_fingerprint(model_path: Path) -> dict:
 
 
 class RolloutCache:
-    """Results of one run key: ``get(row_hash)`` and ``put(row_hash, record)``."""
+    """Results of one run key: ``get(row_hash)`` and ``put_many([(row_hash, record), ...])``."""
 
     def __init__(self, root: str | os.PathLike, run_key: dict):
         self.run_key = run_key
@@ -83,9 +83,6 @@ class RolloutCache:
 
     def get(self, row_hash: str) -> dict | None:
         return self._records.get(row_hash)
-
-    def put(self, row_hash: str, record: dict) -> None:
-        self.put_many([(row_hash, record)])
 
     def put_many(self, items: list[tuple[str, dict]]) -> None:
         """Append the records of one generate call with one write and one fsync (a kill can

@@ -240,6 +240,13 @@ _NUMBER_RE = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 _SHORT_INTEGER_RE = re.compile(r"-?\d{1,100}")
 
 
+def _integer_truth(ground_truth: Any) -> str | None:
+    """The ground truth's text when it is an integer (at most 100 digits), else None: the truths
+    the math verifier reads and compares without the checking child."""
+    text = str(ground_truth).strip()
+    return text if _SHORT_INTEGER_RE.fullmatch(text) else None
+
+
 def last_boxed(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` (balanced braces, nested boxes allowed), or None."""
     starts = [m.end() for m in _BOX_RE.finditer(text)]
@@ -309,8 +316,8 @@ class MathVerifier(Verifier):
         # regime) is decided here, without the checking child: math-verify's verdict on two
         # integers is their equality (tests/test_rollout_verifiers.py checks the agreement).
         # Linear regexes on a length-capped completion: no time limit needed.
-        gold = str(ground_truth).strip()
-        if _SHORT_INTEGER_RE.fullmatch(gold):
+        gold = _integer_truth(ground_truth)
+        if gold is not None:
             answer, method = self._answer(completion)
             if answer is None:
                 return CheckResult(0.0, None)
@@ -321,7 +328,7 @@ class MathVerifier(Verifier):
     def truth_problem(self, ground_truth: Any) -> str | None:
         # an integer ground truth is always readable (math-verify parses it to an Integer):
         # decided here, without a round trip to the checking child for each distinct truth
-        if ground_truth is not None and _SHORT_INTEGER_RE.fullmatch(str(ground_truth).strip()):
+        if _integer_truth(ground_truth) is not None:
             return None
         return super().truth_problem(ground_truth)
 
