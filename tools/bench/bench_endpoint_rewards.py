@@ -94,7 +94,7 @@ def measure_bare(args, rows) -> dict:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     prompts = rendered_prompts(tokenizer, rows, args.template)
     torch.manual_seed(0)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         for chunk in chunks(prompts, args.prompts_per_generate):
             inputs = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -104,7 +104,8 @@ def measure_bare(args, rows) -> dict:
             tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
     seconds = time.perf_counter() - start
     return {"threads": args.threads, "generate_s": round(seconds, 3),
-            "completions_per_s": round(len(rows) * args.n / seconds, 1)}
+            "completions_per_s": round(len(rows) * args.n / seconds, 1),
+            "cpu_share": round((time.process_time() - cpu_start) / seconds, 3)}  # cores this process got
 
 
 def measure_engine(args, rows, workdir: Path) -> dict:
