@@ -216,24 +216,19 @@ def main() -> None:
                 run["speedup_pass"] = round(base["pass_s"] / run["pass_s"], 2)
                 run["speedup_operator"] = round(base["busiest_actor_operator_s"] / run["busiest_actor_operator_s"], 2)
         figures["rounds"].append(done)
-    figures["median"] = {
-        f"actors_{actors}": {key: median([run[key] for done in figures["rounds"] for run in done["runs"]
-                                           if run["actors"] == actors])
-                             for key in ("pass_s", "busiest_actor_operator_s", "speedup_pass", "speedup_operator")
-                             if key in figures["rounds"][0]["runs"][0]}
-        for actors in args.actors}
+    figures["median"] = {}
     for actors in args.actors:
-        shares = [run["cpu_share_while_sampling"] for done in figures["rounds"] for run in done["runs"]
-                  if run["actors"] == actors and run["cpu_share_while_sampling"]]
+        runs = [run for done in figures["rounds"] for run in done["runs"] if run["actors"] == actors]
+        speedups = [key for key in ("speedup_pass", "speedup_operator") if key in runs[0]]  # with a 1-actor run
+        summary = {key: median([run[key] for run in runs])
+                   for key in ("pass_s", "busiest_actor_operator_s", *speedups)}
+        shares = [run["cpu_share_while_sampling"] for run in runs if run["cpu_share_while_sampling"]]
         if shares:
-            figures["median"][f"actors_{actors}"].update(
-                cpu_share_each_actor=round(median([sum(s["workers"]) / len(s["workers"]) for s in shares]), 3),
-                cpu_share_driver_and_ray=round(median([s["others"] for s in shares]), 3))
-        for key in ("speedup_pass", "speedup_operator"):
-            values = [run[key] for done in figures["rounds"] for run in done["runs"] if run["actors"] == actors
-                      and key in run]
-            if values:
-                figures["median"][f"actors_{actors}"][f"{key}_range"] = [min(values), max(values)]
+            summary["cpu_share_each_actor"] = round(median([sum(s["workers"]) / len(s["workers"]) for s in shares]), 3)
+            summary["cpu_share_driver_and_ray"] = round(median([s["others"] for s in shares]), 3)
+        for key in speedups:
+            summary[f"{key}_range"] = [min(run[key] for run in runs), max(run[key] for run in runs)]
+        figures["median"][f"actors_{actors}"] = summary
     if not args.no_baseline:
         pairs = [done["bare_generate_1_vs_2_processes"] for done in figures["rounds"]]
         figures["median"]["bare_generate_speedup_2_processes"] = median([pair["speedup"] for pair in pairs])
