@@ -27,7 +27,7 @@ test-slow: install
 bench: install
 	$(PY) tools/bench/bench_score_resample.py
 
-# The validation protocol on the embedded tiny regime (docs/validation.md; about an hour on 2 cores).
+# The validation protocol on the embedded tiny regime (docs/validation.md; run time: README, Speed).
 validate: install
 	$(PY) tools/validate.py --config recipes/validation/full.yaml --out outputs/validation/full
 

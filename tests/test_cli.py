@@ -15,7 +15,7 @@ from trajval_ops import cli
 REPO = Path(__file__).resolve().parents[1]
 TRAJVAL = Path(sys.executable).with_name("trajval")
 SUBCOMMANDS = ["import-pool", "make-pool", "report", "transfer-prior", "curve-metrics", "within-bin",
-               "prepare-model", "validate"]
+               "prepare-model", "validate", "cost"]
 
 
 def trajval(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -146,3 +146,22 @@ def test_transfer_prior_runs_outside_the_repository(tmp_path):
     out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [r["trajval_weight"] for r in out] == pytest.approx([0.35, 0.25, 0.15, 0.05])
     assert json.loads((tmp_path / "out.jsonl.report.json").read_text())["regime"] == "A"
+
+
+def test_report_and_within_bin_read_parquet_pools_as_they_read_jsonl(tmp_path):
+    from trajval_ops.pool_io import write_rows
+
+    rows = [{"id": f"t{i}", "trajval_r_early": (i % 9) / 8, "trajval_r_late": min(1.0, (i % 9) / 8 + (i % 4) / 8),
+             "prompt": [{"role": "user", "content": f"q{i}"}] if i % 2 else f"q{i}"} for i in range(30)]
+    outputs = {}
+    for suffix in ("jsonl", "parquet"):
+        pool = tmp_path / f"pool.{suffix}"
+        write_rows(pool, rows)
+        assert cli.main(["within-bin", "--pool", str(pool), "--out", str(tmp_path / f"sub-{suffix}")]) == 0
+        assert cli.main(["report", "--pool", str(pool), "--out", str(tmp_path / f"report-{suffix}")]) == 0
+        stats = json.loads((tmp_path / f"sub-{suffix}" / "within_bin_stats.json").read_text())
+        summary = json.loads((tmp_path / f"report-{suffix}" / "summary.json").read_text())
+        subpools = {p["file"]: (tmp_path / f"sub-{suffix}" / p["file"]).read_text() for p in stats["subpools"]}
+        summary.pop("pool")  # the file's own name
+        outputs[suffix] = (stats["subpools"], subpools, summary)
+    assert outputs["parquet"] == outputs["jsonl"]

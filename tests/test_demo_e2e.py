@@ -11,10 +11,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_demo_recipe_carries_signal_beyond_the_rollout_noise(tmp_path):
-    """The main job on tiny-arith: the prior differs by family beyond the noise of n = 16."""
-    from collections import defaultdict
-
-    from trajval_ops.summary import rollout_noise
+    """The main job on tiny-arith: the probe's gain (delta) differs between task families beyond
+    the standard errors that n = 16 rollouts per pass imply."""
+    from trajval_ops.summary import group_noise
 
     text = (REPO / "recipes" / "demo_trajval.yaml").read_text().replace("outputs/demo", str(tmp_path / "demo"))
     config = yaml.safe_load(text)
@@ -24,17 +23,15 @@ def test_demo_recipe_carries_signal_beyond_the_rollout_noise(tmp_path):
     out = read_jsonl(config["export_path"])
     assert [r["id"] for r in out] == [r["id"] for r in pool]
     assert "rollout noise" in result.stderr
-    r_early = np.array([r["trajval_r_early"] for r in out])
-    r_late = np.array([r["trajval_r_late"] for r in out])
-    score = np.array([r["trajval_score"] for r in out])
-    noise = rollout_noise(r_early, r_late, np.full(len(out), 16), np.full(len(out), 16), score)
-    assert noise["rows_with_positive_score"] > 0
-    by_family = defaultdict(list)
-    for row in out:
-        by_family[row["family"]].append(row["trajval_r_early"])
-    means = {family: float(np.mean(values)) for family, values in by_family.items()}
-    # families differ far beyond the SE of a family mean (about 0.12 / sqrt(50))
-    assert max(means.values()) - min(means.values()) > 0.5, means
+    column = lambda key: np.array([r[key] for r in out], dtype=float)  # noqa: E731
+    noise = group_noise([r["extra_info"]["family"] for r in out], column("trajval_r_early"),
+                        column("trajval_r_late"), column("trajval_r_early_n"), column("trajval_r_late_n"),
+                        column("trajval_weight"))
+    # under rollout noise alone Cochran's Q is about its degrees of freedom and about 1 group in 20
+    # lies beyond 2 SE of the pooled gain
+    assert noise["cochran_q"] > 3 * noise["df"], noise
+    assert noise["groups_beyond_noise"] >= 3, noise
+    assert "the probe's gain differs between values of extra_info.family beyond the rollout noise" in result.stderr
 
 
 def test_smollm2_recipe_end_to_end(tmp_path):
@@ -60,3 +57,29 @@ def test_smollm2_recipe_end_to_end(tmp_path):
                         "--dataset_path", config["export_path"], "--export_path", str(resampled))
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(read_jsonl(resampled)) == len(pool)
+
+
+def test_one_pass_variance_recipe_end_to_end(tmp_path, capsys):
+    """recipes/demo_variance.yaml: the base model's pass alone weights the pool by its variance
+    prior, and the pool records what that pass cost (the recipe's n per row, nothing else)."""
+    import json
+
+    from trajval_ops.cli import cost
+
+    text = (REPO / "recipes" / "demo_variance.yaml").read_text().replace("outputs/demo_variance",
+                                                                         str(tmp_path / "v"))
+    config = yaml.safe_load(text)
+    config["process"][0]["trajval_endpoint_reward_mapper"]["cache_dir"] = str(tmp_path / "rollouts")  # sample anew
+    result = dj_process(config, tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    out = read_jsonl(config["export_path"])
+    r_early = np.array([r["trajval_r_early"] for r in out])
+    assert np.array_equal([r["trajval_weight"] for r in out],
+                          core.one_pass_weight("variance", core.variance_score(r_early)))
+    assert out[0]["trajval_score_provenance"]["score"] == "variance" and "trajval_r_late" not in out[0]
+    assert cost.main(["--pool", config["export_path"], "--json"]) == 0
+    recorded = json.loads(capsys.readouterr().out)
+    n = config["process"][0]["trajval_endpoint_reward_mapper"]["n"]
+    assert list(recorded["stages"]) == ["early"] and recorded["completions"] == n * len(out)
+    assert recorded["stages"]["early"]["rows_without_cost"] == 0 and recorded["generated_tokens"] > 0
+    assert "the variance prior cost" in result.stderr

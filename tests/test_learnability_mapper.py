@@ -9,7 +9,7 @@ from datasets import Dataset
 
 from trajval_ops import core
 from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
-from trajval_ops.validation import TrajvalInputError
+from trajval_ops.errors import TrajvalInputError
 
 
 def run(rows, **params):
@@ -204,3 +204,68 @@ def test_group_key_reports_groups_in_the_log(caplog_loguru):
     TrajvalLearnabilityMapper(group_key="extra_info.family").run(NestedDataset(Dataset.from_list(rows)))
     assert "mean delta by extra_info.family" in caplog_loguru.text
     assert "gain differs between values of extra_info.family beyond the rollout noise" in caplog_loguru.text
+
+
+@pytest.mark.parametrize("score, band, weights", [
+    ("variance", None, [0.05, 0.05, 1.0, 0.75]),   # max(4 r (1 - r), eps)
+    ("bandpass", None, [0.05, 0.05, 1.0, 1.0]),    # max(1{0 < r < 1}, eps)
+    ("bandpass", (0.3, 1.0), [0.05, 0.05, 1.0, 0.05]),
+])
+def test_one_pass_priors_by_hand_from_the_early_pass_alone(score, band, weights):
+    rows = [{"id": str(i), "trajval_r_early": r} for i, r in enumerate([0.0, 1.0, 0.5, 0.25])]  # no r_late
+    params = {"score": score} | ({"band_low": band[0], "band_high": band[1]} if band else {})
+    out = run(rows, **params)
+    assert [r["trajval_weight"] for r in out] == pytest.approx(weights)
+    assert "trajval_delta" not in out[0] and "trajval_profile" not in out[0]
+    provenance = out[0]["trajval_score_provenance"]
+    assert provenance["score"] == score and provenance["r_early_source"] == ["trajval_r_early"]
+    assert "r_late_source" not in provenance and "alpha" not in provenance
+    if band:
+        assert provenance["band"] == list(band)
+
+
+def test_a_pool_all_at_zero_or_one_gets_uniform_one_pass_weights():
+    rows = [{"id": str(i), "trajval_r_early": r} for i, r in enumerate([0.0, 1.0, 1.0, 0.0])]
+    for score in ("variance", "bandpass"):
+        assert {r["trajval_weight"] for r in run(rows, score=score)} == {0.05}
+
+
+def test_unknown_prior_and_bad_band_are_refused():
+    with pytest.raises(ValueError, match="parameter 'score' = 'magic': Input should be 'trajval', 'variance' or 'bandpass'"):
+        TrajvalLearnabilityMapper(score="magic")
+    with pytest.raises(ValueError, match="band must satisfy"):
+        TrajvalLearnabilityMapper(score="bandpass", band_low=0.8, band_high=0.2)
+
+
+def test_posterior_estimator_scores_with_an_interval_and_says_how():
+    rng = np.random.default_rng(3)
+    rows = [{"id": str(i), "family": "ab"[i % 2], "trajval_r_early": int(rng.integers(0, 17)) / 16,
+             "trajval_r_late": int(rng.integers(0, 17)) / 16, "trajval_r_early_n": 16, "trajval_r_late_n": 16}
+            for i in range(40)]
+    for estimator in ("posterior", "pooled"):
+        out = run(rows, estimator=estimator, group_key="family")
+        r_early = np.array([r["trajval_r_early"] for r in rows])
+        r_late = np.array([r["trajval_r_late"] for r in rows])
+        groups = [r["family"] for r in rows] if estimator == "pooled" else None
+        mean, low, high, fitted = core.noise_aware_score(estimator, r_early, 16, r_late, 16, groups)
+        assert [r["trajval_score"] for r in out] == mean.tolist()
+        assert [r["trajval_score_low"] for r in out] == low.tolist()
+        assert [r["trajval_weight"] for r in out] == core.sampling_weight(mean).tolist()
+        provenance = out[0]["trajval_score_provenance"]
+        assert provenance["estimator"] == estimator and provenance["interval_mass"] == 0.95
+        assert set(provenance["beta_priors"]) == {"early", "late"}
+
+
+def test_noise_aware_estimators_need_counts_groups_and_the_whole_pool():
+    rows = [{"id": "a", "trajval_r_early": 0.25, "trajval_r_late": 0.75}]
+    with pytest.raises(TrajvalInputError, match="<key>_n columns"):
+        run(rows, estimator="posterior")
+    with pytest.raises(ValueError, match="set group_key"):
+        TrajvalLearnabilityMapper(estimator="pooled")
+    with pytest.raises(ValueError, match="reads one pass"):
+        TrajvalLearnabilityMapper(estimator="posterior", score="variance")
+    import pyarrow as pa
+
+    op = TrajvalLearnabilityMapper(estimator="posterior")
+    with pytest.raises(TrajvalInputError, match="default executor"):
+        op.transform_table(pa.Table.from_pylist(rows))

@@ -6,8 +6,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
-from trajval_ops.lifetime import end_group, group_members, wait_for_group
+from trajval_ops.lifetime import end_group, group_members
 
 # a session leader that starts a grandchild (as vLLM starts its engine core), then waits
 _LEADER = textwrap.dedent("""
@@ -72,102 +73,109 @@ def test_an_empty_group_is_a_no_op():
     assert end_group(leader.pid) == 0
 
 
-def test_wait_for_group_returns_when_the_group_is_gone_or_times_out():
-    leader = _leader("plain")
-    try:
-        start = time.monotonic()
-        assert wait_for_group(leader.pid, timeout_s=0.5) is False
-        assert 0.5 <= time.monotonic() - start < 3
-    finally:
-        end_group(leader.pid)
-        leader.wait(5)
-    assert wait_for_group(leader.pid, timeout_s=0.5) is True
-
-
 # ----------------------------------------------------------------------------- parent death
 
 # A parent that starts children and grandchildren the way Data-Juicer's stack does (a plain
-# fork that never learns of its parent's death, a child of that child), then waits to be killed.
+# fork that never learns of its parent's death, a child of that child), says their pids once both
+# exist, then waits to be killed.
 _PARENT = textwrap.dedent("""
     import os, subprocess, sys, time
     from trajval_ops import lifetime
     mode = sys.argv[1]
     if mode == "guard":
         lifetime.guard_descendants()
+    read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         if mode == "pdeathsig":
             lifetime.die_with_parent()
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # a grandchild
+        grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        os.write(write_end, f"{grandchild.pid}\\n".encode())
         time.sleep(120)
         os._exit(0)
-    time.sleep(1.5)  # the guardian looks every half second
-    print("started", flush=True)
+    grandchild = os.read(read_end, 64).decode().strip()
+    print("started", pid, grandchild, flush=True)
     time.sleep(120)
 """)
 
 
-def _family(mode: str, tag: str) -> subprocess.Popen:
-    import os
-
-    process = subprocess.Popen([sys.executable, "-c", _PARENT, mode], stdout=subprocess.PIPE, text=True,
-                               env={**os.environ, "TRAJVAL_TEST_TAG": tag})
-    assert process.stdout.readline().strip() == "started"
-    return process
-
-
-def _wait_gone(tag: str, seconds: float) -> list[int]:
-    from tests.conftest import tagged_processes_after
-
-    return tagged_processes_after(tag, seconds)
+def _family(mode: str, tag: str, report: Path | None = None) -> tuple[subprocess.Popen, int, int]:
+    """The parent, its forked child and the child's child (both running when this returns)."""
+    env = {**os.environ, "TRAJVAL_TEST_TAG": tag}
+    if report is not None:
+        env["TRAJVAL_GUARD_REPORT"] = str(report)
+    process = subprocess.Popen([sys.executable, "-c", _PARENT, mode], stdout=subprocess.PIPE, text=True, env=env)
+    word, child, grandchild = process.stdout.readline().split()
+    assert word == "started"
+    return process, int(child), int(grandchild)
 
 
-def test_the_guardian_ends_every_descendant_of_a_killed_process():
+def _guarded(report: Path) -> set[int]:
+    try:
+        return {int(line) for line in report.read_text().split()}
+    except FileNotFoundError:
+        return set()
+
+
+def test_the_guardian_ends_every_descendant_of_a_killed_process(tmp_path):
     import uuid
 
-    from tests.conftest import live_processes_tagged
+    from tests.conftest import live_processes_tagged, tagged_processes_after
 
     tag = uuid.uuid4().hex
-    parent = _family("guard", tag)
+    report = tmp_path / "guarded"
+    parent, child, grandchild = _family("guard", tag, report)
+    while not {child, grandchild} <= _guarded(report):  # the guardian has recorded both
+        assert parent.poll() is None
+        time.sleep(0.01)
     assert len(live_processes_tagged(tag)) == 4  # parent, guardian, child, grandchild
     parent.kill()
     parent.wait(5)
-    assert _wait_gone(tag, 10) == []
+    assert tagged_processes_after(tag, 10) == []
 
 
 def test_without_the_guardian_a_forked_family_outlives_its_parent():
     """The control: the test above can fail (plain forks survive a SIGKILLed parent)."""
-    import os
     import signal as signals
     import uuid
 
-    tag = uuid.uuid4().hex
-    parent = _family("none", tag)
+    from trajval_ops.lifetime import process_info
+
+    parent, child, grandchild = _family("none", str(uuid.uuid4().hex))
     parent.kill()
-    parent.wait(5)
-    survivors = _wait_gone(tag, 2)
+    parent.wait(5)  # reaped: its children have been handed to another parent
     try:
-        assert len(survivors) == 2
+        for pid in (child, grandchild):
+            info = process_info(pid)
+            assert info is not None and info.ppid != parent.pid, pid
     finally:
-        for pid in survivors:
-            os.kill(pid, signals.SIGKILL)
+        for pid in (child, grandchild):
+            try:
+                os.kill(pid, signals.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_die_with_parent_takes_the_child_down_with_its_parent():
-    import os
     import signal as signals
     import uuid
 
-    tag = uuid.uuid4().hex
-    parent = _family("pdeathsig", tag)
+    from trajval_ops.lifetime import process_info
+
+    parent, child, grandchild = _family("pdeathsig", str(uuid.uuid4().hex))
     parent.kill()
     parent.wait(5)
-    survivors = _wait_gone(tag, 5)
-    try:  # the child died with its parent; its own child (no request) is an orphan
-        assert len(survivors) == 1
+    try:
+        deadline = time.monotonic() + 10
+        while process_info(child) is not None:  # the kernel signals it at its parent's death
+            assert time.monotonic() < deadline, "the child outlived its parent"
+            time.sleep(0.01)
+        assert process_info(grandchild) is not None  # its own child (no request) is an orphan
     finally:
-        for pid in survivors:
-            os.kill(pid, signals.SIGKILL)
+        try:
+            os.kill(grandchild, signals.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def test_the_guardian_ignores_processes_of_others_and_reused_ids():

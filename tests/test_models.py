@@ -5,6 +5,7 @@ import os
 import pytest
 
 from trajval_ops import models
+from trajval_ops.cli import prepare_model
 
 
 def _private_cache(tmp_path_factory, share_smollm2: bool):
@@ -71,7 +72,7 @@ def test_tiny_random_llama_builds_atomically_and_is_seeded(fresh_cache):
 
 def test_prepare_cli_rejects_unknown_reference(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        models.main(["prepare", "bogus-model"])
+        prepare_model.main(["bogus-model"])
     assert exit_info.value.code == 2
     assert "bogus-model" in capsys.readouterr().err
 

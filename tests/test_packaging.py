@@ -93,4 +93,17 @@ def test_no_import_cycles_inside_the_package():
     for module in sorted(graph):
         if module not in state:
             visit(module)
-    assert "trajval_ops.validation" in graph and graph["trajval_ops.jsontable"], "the import graph was not read"
+    assert "trajval_ops.input_checks" in graph and graph["trajval_ops.pool_io"], "the import graph was not read"
+
+
+def test_no_function_in_the_package_is_over_80_lines():
+    import ast
+
+    long = []
+    for path in (REPO / "trajval_ops").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > 80:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({length} lines)")
+    assert not long, "split these into named steps: " + ", ".join(long)

@@ -7,7 +7,7 @@ import pytest
 
 from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.probe.trainer import ProbeDirectoryError, run_probe
-from trajval_ops.validation import TrajvalInputError
+from trajval_ops.errors import TrajvalInputError
 
 
 def rows(n):

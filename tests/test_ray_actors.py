@@ -169,3 +169,29 @@ def test_whole_pool_checks_hold_under_ray(tmp_path, case):
     assert result.returncode != 0
     assert message in result.stderr + result.stdout
     assert not (tmp_path / "checks.jsonl").exists()
+
+
+@pytest.mark.timeout(600)  # two recipes of two passes, one with a Ray start
+def test_an_adaptive_late_pass_under_ray_writes_the_default_executors_bytes(tmp_path):
+    """The adaptive budget's rounds are decided per batch, from each row's early pass rate: the
+    actor pool serves the same rows the default executor's rounds serve."""
+    path, rows = small_pool(tmp_path, rows=120)
+    pool = write_pool(path, rows)
+    outputs = {}
+    for executor in ("default", "ray"):
+        # two pools of 2 actors stream at once: half a CPU each on the 2-core machine
+        recipe = endpoint_recipe(tmp_path, f"adaptive_{executor}", executor,
+                                 **({"num_cpus": 0.5} if executor == "ray" else {}))
+        recipe["dataset_path"] = str(pool)
+        early = recipe["process"][0]["trajval_endpoint_reward_mapper"]
+        late = {**early, "window": "late", "budget": "adaptive", "round_size": 4, "seed": 1,
+                "cache_dir": str(tmp_path / f"cache_late_{executor}")}
+        recipe["process"].append({"trajval_endpoint_reward_mapper": late})
+        result = dj_process(recipe, tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs[executor] = (tmp_path / f"adaptive_{executor}.jsonl").read_bytes()
+    assert outputs["ray"] == outputs["default"]
+    rows = [json.loads(line) for line in outputs["default"].splitlines()]
+    statuses = {row["trajval_r_late_status"] for row in rows}
+    assert "skipped_early_saturated" in statuses  # the demo pool has tasks the base model always solves
+    assert sum(row["trajval_r_late_n"] for row in rows) < 16 * len(rows)

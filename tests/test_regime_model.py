@@ -80,9 +80,9 @@ def test_shipped_model_resolves_loads_and_answers(shipped, tokenizer):
 
 
 def test_prepare_cli_lists_the_shipped_model(shipped, capsys):
-    from trajval_ops import models
+    from trajval_ops.cli import prepare_model
 
-    assert models.main(["prepare", "tiny-arith"]) == 0
+    assert prepare_model.main(["tiny-arith"]) == 0
     assert capsys.readouterr().out.strip() == f"tiny-arith\t{shipped}"
 
 

@@ -114,18 +114,18 @@ def test_answers_are_right():
 
 
 def test_splits_are_disjoint_and_from_the_rl_half():
-    split = make_split(300, 120, seed=2, validation_size=60)
-    assert {k: len(v) for k, v in split.items()} == {"pool": 300, "heldout": 120, "validation": 60}
+    split = make_split(300, 120, seed=2, tuning_size=60)
+    assert {k: len(v) for k, v in split.items()} == {"pool": 300, "heldout": 120, "tuning": 60}
     questions = {name: {question_of(r) for r in rows} for name, rows in split.items()}
     assert not questions["pool"] & questions["heldout"]
-    assert not questions["pool"] & questions["validation"]
-    assert not questions["heldout"] & questions["validation"]
+    assert not questions["pool"] & questions["tuning"]
+    assert not questions["heldout"] & questions["tuning"]
     ids = [r["id"] for rows in split.values() for r in rows]
     assert len(ids) == len(set(ids))
     assert all(question_part(q) == "rl" for qs in questions.values() for q in qs)
     # the held-out set of a seed does not depend on the pool size
     assert make_split(50, 120, seed=2)["heldout"] == split["heldout"]
-    assert "validation" not in make_split(50, 20, seed=2)
+    assert "tuning" not in make_split(50, 20, seed=2)
 
 
 def test_pretraining_draws_only_from_the_other_half():
@@ -143,9 +143,9 @@ def test_pretraining_draws_only_from_the_other_half():
 def test_cli_writes_the_splits(tmp_path, capsys):
     from tests.conftest import read_jsonl
 
-    assert tasks.main(["--pool-size", "48", "--heldout-size", "24", "--validation-size", "12", "--seed", "1",
+    assert tasks.main(["--pool-size", "48", "--heldout-size", "24", "--tuning-size", "12", "--seed", "1",
                        "--out", str(tmp_path)]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["heldout.jsonl", "pool.jsonl", "validation.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heldout.jsonl", "pool.jsonl", "tuning.jsonl"]
     assert read_jsonl(tmp_path / "pool.jsonl") == make_split(48, 24, 1, 12)["pool"]
     assert "pool\t48" in capsys.readouterr().out
 

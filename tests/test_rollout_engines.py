@@ -1,15 +1,17 @@
 """Rollout engines: shapes, n per prompt, seeds; vLLM-CPU generation, agreement and process
 lifetime (slow)."""
 
+import os
 import subprocess
 import sys
 import textwrap
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
-from trajval_ops.rollout.engines import SamplingConfig, TransformersEngine, build_engine, derive_seed
+from trajval_ops.rollout.engines import DecodingConfig, TransformersEngine, build_engine, derive_seed
 from trajval_ops.rollout.prompts import build_messages, render_prompt
 
 from tests.conftest import arithmetic_rows, live_processes_tagged, vllm_importable
@@ -23,28 +25,28 @@ def _prompts(engine, texts):
 
 def test_transformers_shapes_and_seeds(tiny_engine):
     prompts = _prompts(tiny_engine, ["1+1?", "What is twelve times three, exactly?", "2*2"])
-    sampling = SamplingConfig(n=3, max_new_tokens=6, seed=7)
-    first = tiny_engine.generate(prompts, sampling)
+    decoding = DecodingConfig(n=3, max_new_tokens=6, seed=7)
+    first = tiny_engine.generate(prompts, decoding)
     assert [len(group) for group in first] == [3, 3, 3]
     assert all(isinstance(text, str) and text for group in first for text in group)
     assert len({text for group in first for text in group}) > 1  # sampled, not copies
-    assert tiny_engine.generate(prompts, sampling) == first  # same seed, same call: same output
-    assert tiny_engine.generate(prompts, SamplingConfig(n=3, max_new_tokens=6, seed=8)) != first
+    assert tiny_engine.generate(prompts, decoding) == first  # same seed, same call: same output
+    assert tiny_engine.generate(prompts, DecodingConfig(n=3, max_new_tokens=6, seed=8)) != first
     assert tiny_engine.generated_tokens > 0
     assert tiny_engine.tokenizer.padding_side == "left"
 
 
 def test_greedy_gives_n_identical_copies(tiny_engine):
     prompts = _prompts(tiny_engine, ["1+1?", "longer prompt here to force padding on the left"])
-    out = tiny_engine.generate(prompts, SamplingConfig(n=4, temperature=0, max_new_tokens=5))
+    out = tiny_engine.generate(prompts, DecodingConfig(n=4, temperature=0, max_new_tokens=5))
     assert [len(set(group)) for group in out] == [1, 1] and [len(g) for g in out] == [4, 4]
     # left padding: the short prompt's greedy answer does not depend on its batch neighbour
-    alone = tiny_engine.generate(prompts[:1], SamplingConfig(n=1, temperature=0, max_new_tokens=5))
+    alone = tiny_engine.generate(prompts[:1], DecodingConfig(n=1, temperature=0, max_new_tokens=5))
     assert alone[0][0] == out[0][0]
 
 
 def test_empty_prompt_list(tiny_engine):
-    assert tiny_engine.generate([], SamplingConfig(n=2)) == []
+    assert tiny_engine.generate([], DecodingConfig(n=2)) == []
 
 
 def test_torch_threads_are_set_per_engine(tiny_model_path):
@@ -106,7 +108,7 @@ def test_derive_seed_is_stable_and_content_dependent():
 ])
 def test_sampling_config_validation(options, fragment):
     with pytest.raises(ValueError, match=fragment):
-        SamplingConfig(**options)
+        DecodingConfig(**options)
 
 
 def test_unknown_engine(tiny_model_path):
@@ -130,12 +132,12 @@ def test_vllm_cpu_generates_with_per_prompt_seeds(tiny_model_path, monkeypatch):
     engine = build_engine("vllm", tiny_model_path, enforce_eager=True, max_model_len=512)
     try:
         prompts = _prompts(engine, ["1+1?", "What is twelve times three?"])
-        sampling = SamplingConfig(n=3, max_new_tokens=8, seed=1)
-        out = engine.generate(prompts, sampling)
+        decoding = DecodingConfig(n=3, max_new_tokens=8, seed=1)
+        out = engine.generate(prompts, decoding)
         assert [len(group) for group in out] == [3, 3]
-        assert engine.generate(prompts, sampling) == out
+        assert engine.generate(prompts, decoding) == out
         # a prompt's samples do not depend on the other prompts of the call
-        assert engine.generate(prompts[::-1], sampling)[1] == out[0]
+        assert engine.generate(prompts[::-1], decoding)[1] == out[0]
         assert engine.generated_tokens > 0
     finally:
         del engine
@@ -159,19 +161,19 @@ def test_vllm_and_transformers_pass_rates_agree(monkeypatch):
     path = resolve_model("smollm2-135m-instruct")
     rows = arithmetic_rows(32)
     verifier = build_verifier("math", fallback_last_number=True)
-    sampling = SamplingConfig(n=8, max_new_tokens=64, seed=3)
+    decoding = DecodingConfig(n=8, max_new_tokens=64, seed=3)
     means = {}
     for kind in ("vllm", "transformers"):
         engine = build_engine(kind, path, enforce_eager=True, max_model_len=1024)
         prompts = _prompts(engine, [r["prompt"] for r in rows])
         completions = []
         for start in range(0, len(prompts), 8):
-            completions += engine.generate(prompts[start:start + 8], sampling)
+            completions += engine.generate(prompts[start:start + 8], decoding)
         scores = [verifier(c, r["reward_model"]["ground_truth"]) for r, group in zip(rows, completions) for c in group]
         means[kind] = sum(scores) / len(scores)
         del engine
     verifier.close()
-    total = len(rows) * sampling.n
+    total = len(rows) * decoding.n
     pooled = (means["vllm"] + means["transformers"]) / 2
     se_diff = math.sqrt(2 * pooled * (1 - pooled) / total)
     print(f"pass@1 vllm={means['vllm']:.3f} transformers={means['transformers']:.3f} se_diff={se_diff:.3f}")
@@ -236,3 +238,34 @@ def test_vllm_tensor_parallel_workers_stay_in_the_engine_process_group():
     assert vllm_llm_kwargs(tensor_parallel_size=2, seed=0)["distributed_executor_backend"] == "mp"
     chosen = vllm_llm_kwargs(tensor_parallel_size=2, engine_kwargs={"distributed_executor_backend": "ray"})
     assert chosen["distributed_executor_backend"] == "ray"  # the user's choice wins
+
+
+def test_each_vllm_engine_gets_its_own_kv_cache_size_without_touching_this_process(monkeypatch):
+    from trajval_ops.rollout.engines import vllm_child_env
+
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    before = dict(os.environ)
+    assert vllm_child_env(1)["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert vllm_child_env(2.5)["VLLM_CPU_KVCACHE_SPACE"] == "2.5"
+    assert dict(os.environ) == before
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")  # the user's own setting wins
+    assert vllm_child_env(1)["VLLM_CPU_KVCACHE_SPACE"] == "3"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not VLLM_OK, reason=VLLM_WHY)
+def test_two_vllm_engines_in_one_process_keep_their_own_kv_cache_sizes(tiny_model_path, monkeypatch):
+    from trajval_ops.rollout.engines import VllmEngine
+
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    engines = []
+    try:
+        for size in (1, 2):
+            engines.append(VllmEngine(tiny_model_path, enforce_eager=True, max_model_len=256, kv_cache_space_gb=size))
+        for size, engine in zip((1, 2), engines):
+            environ = Path(f"/proc/{engine._process.pid}/environ").read_bytes().split(b"\0")
+            assert f"VLLM_CPU_KVCACHE_SPACE={size}".encode() in environ
+        assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+    finally:
+        for engine in engines:
+            engine.shutdown()

@@ -4,13 +4,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
-from trajval_ops.validation import TrajvalInputError
+from trajval_ops.errors import TrajvalInputError
 
 from tests.conftest import (
     REPO, arithmetic_rows, dj_process, tagged_processes_after, read_jsonl, vllm_importable, write_jsonl,
@@ -83,19 +82,11 @@ def test_interrupted_run_resumes_with_only_the_missing_rows(tmp_path):
     rows = arithmetic_rows(10)
     pool = write_jsonl(tmp_path / "pool.jsonl", rows)
     cache = tmp_path / "rollouts"
-    worker = subprocess.Popen([sys.executable, str(Path(__file__).with_name("resume_worker.py")), str(pool), str(cache)],
-                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    done = 0
-    deadline = time.time() + 120
-    while time.time() < deadline and worker.poll() is None:
-        done = sum(1 for log in cache.rglob("results-*.jsonl") for _ in open(log))
-        if done >= 3:
-            break
-        time.sleep(0.05)
-    worker.send_signal(signal.SIGKILL)
-    worker.wait()
-    assert 3 <= done < len(rows), f"worker finished {done} rows before the kill"
+    worker = subprocess.run([sys.executable, str(Path(__file__).with_name("resume_worker.py")), str(pool), str(cache)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    assert worker.returncode == -signal.SIGKILL  # killed itself right after its third cached row
     done = sum(1 for log in cache.rglob("results-*.jsonl") for _ in open(log))
+    assert done == 3
 
     op = _op(tmp_path, output_key="acc", n=2, max_new_tokens=48, prompts_per_generate=1)
     out = op.process_batched(_batch(rows))
@@ -166,7 +157,7 @@ def test_bad_settings(tmp_path):
 
 def test_manifest_reference(tmp_path, tiny_model_path):
     from trajval_ops.probe.manifest import FORMAT, write_manifest
-    from trajval_ops.rollout.model_ref import resolve_model_reference
+    from trajval_ops.models import resolve_model_reference
 
     probe = tmp_path / "probe"
     write_manifest(probe, {
@@ -330,3 +321,98 @@ def test_duplicate_ids_stop_the_run_naming_both_rows(tmp_path):
     rows[2]["id"] = rows[0]["id"]
     with pytest.raises(TrajvalInputError, match=r"row 2 \(id='q0'\): id field 'id' = 'q0' repeats row 0"):
         _op(tmp_path).run(NestedDataset(Dataset.from_list(rows)))
+
+
+def test_decoding_parameters_are_the_declared_decoding_settings():
+    """n, temperature, top_p, top_k, max_new_tokens and seed are declared once (DecodingConfig):
+    the operator's defaults and docstring lines come from there."""
+    import dataclasses
+    import inspect
+
+    from trajval_ops import settings
+    from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
+    from trajval_ops.rollout.engines import DecodingConfig
+
+    parameters = inspect.signature(TrajvalEndpointRewardMapper.__init__).parameters
+    doc = TrajvalEndpointRewardMapper.__init__.__doc__
+    for field in dataclasses.fields(DecodingConfig):
+        assert parameters[field.name].default == field.default, field.name
+        assert f":param {field.name}: {settings.help_text(field)}" in doc, field.name
+    with pytest.raises(ValueError, match=r"parameter 'top_p' = 1.5: Input should be less than or equal to 1"):
+        TrajvalEndpointRewardMapper(model="tiny-random-llama", top_p=1.5)
+
+
+def test_recorded_cost_is_what_the_engine_was_asked_for(tmp_path):
+    """Each row's provenance records the completions and tokens generated for it; summed, they
+    are the generate calls' own counts. A repeated row and a cached row cost nothing again."""
+    rows = arithmetic_rows()[:5]
+    rows.append({**rows[1], "id": "repeat-of-1"})  # same prompt and truth: sampled once
+    op = _op(tmp_path, prompts_per_generate=2)
+    calls = []
+    from trajval_ops.rollout.session import EngineSession
+
+    original = EngineSession.generate_counted
+
+    def counting(self, prompts, decoding):
+        texts, tokens = original(self, prompts, decoding)
+        calls.append((len(prompts) * decoding.n, sum(tokens), sum(len(group) for group in texts)))
+        return texts, tokens
+
+    EngineSession.generate_counted = counting
+    try:
+        out = op.process_batched(_batch(rows))
+        cached_op = _op(tmp_path, prompts_per_generate=2)
+        again = cached_op.process_batched(_batch(rows))  # all from the cache
+        cached_op.release()
+    finally:
+        EngineSession.generate_counted = original
+    costs = [p["cost"] for p in out["trajval_acc_early_provenance"]]
+    assert sum(c["completions"] for c in costs) == sum(asked for asked, _, _ in calls) == 5 * 3
+    assert sum(c["generated_tokens"] for c in costs) == sum(tokens for _, tokens, _ in calls) > 0
+    assert costs[5] == {"completions": 0, "generated_tokens": 0}  # the repeat of row 1
+    assert out["trajval_acc_early"][5] == out["trajval_acc_early"][1]
+    assert [p["cost"] for p in again["trajval_acc_early_provenance"]] == costs  # the cache keeps each row's cost
+    assert len(calls) == 3  # rows 0-4 in calls of 2, none for the cached run
+    op.release()
+
+
+def _reused_rows():
+    rows = arithmetic_rows()[:3]
+    for row, rate in zip(rows, (0.0, 0.375, 1.0)):
+        row.update(base_pass_rate=rate, base_n=8)
+    return rows
+
+
+def test_a_reused_early_pass_reads_the_pool_and_samples_nothing(tmp_path):
+    op = _op(tmp_path, window="early", output_key=None, reuse_key="base_pass_rate", reuse_n_key="base_n")
+    out = op.process_batched(_batch(_reused_rows()))
+    assert out["trajval_r_early"] == [0.0, 0.375, 1.0]
+    assert out["trajval_r_early_n"] == [8, 8, 8] and out["trajval_r_early_status"] == ["reused"] * 3
+    provenance = out["trajval_r_early_provenance"][0]
+    assert provenance["source"] == "pool_field" and provenance["field"] == "base_pass_rate" and provenance["n"] == 8
+    assert provenance["cost"] == {"completions": 0, "generated_tokens": 0}
+    assert op._session is None and op._cache is None  # no model, no rollout cache
+    op.release()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda rows: rows[1].update(base_pass_rate=1.5), r"row 1 \(id=.*\): field 'base_pass_rate' \(the reused pass "
+                                                       r"rate\) = 1.5 is outside \[0, 1\]"),
+    (lambda rows: rows[2].update(base_n=16), r"row 2 \(id=.*\): field 'base_n' = 16 differs from the first row's 8"),
+    (lambda rows: rows[0].pop("base_n"), r"row 0 \(id=.*\): field 'base_n' \(the rollouts behind 'base_pass_rate'\) "
+                                         r"is missing"),
+    (lambda rows: rows[0].update(base_n=2.5), r"field 'base_n' = 2.5 must be a positive whole number"),
+])
+def test_a_reused_pass_refuses_values_out_of_range_and_a_missing_or_mixed_n(tmp_path, change, message):
+    rows = _reused_rows()
+    change(rows)
+    op = _op(tmp_path, window="early", output_key=None, reuse_key="base_pass_rate", reuse_n_key="base_n")
+    batch = {key: [row.get(key) for row in rows] for key in dict.fromkeys(k for row in rows for k in row)}
+    with pytest.raises(TrajvalInputError, match=message):
+        op.process_batched(batch)
+    op.release()
+
+
+def test_a_reused_pass_needs_its_n(tmp_path):
+    with pytest.raises(ValueError, match="needs the rollouts behind its pass rates"):
+        _op(tmp_path, window="early", output_key=None, reuse_key="base_pass_rate")

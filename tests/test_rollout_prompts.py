@@ -5,7 +5,7 @@ import json
 import pytest
 
 from trajval_ops.rollout.prompts import MATH_SYSTEM_PROMPT, build_messages, render_prompt
-from trajval_ops.validation import TrajvalInputError
+from trajval_ops.errors import TrajvalInputError
 
 
 def test_math_template_uses_the_paper_system_prompt():

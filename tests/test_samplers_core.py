@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trajval_ops.samplers import WeightedIndexSampler, weighted, weights_from_column, weights_from_dataset
-from trajval_ops.validation import TrajvalInputError
+from trajval_ops.errors import TrajvalInputError
 
 
 def test_frequencies_match_the_weights():

@@ -93,3 +93,55 @@ def test_bots_takes_the_weight_and_two_reference_pass_rates():
         _selector(feature_keys=keys, online="greso")
     with pytest.raises(ValueError, match="feature_keys must be"):
         _selector(feature_keys=keys[:2], online="bots")
+
+
+def test_feedback_through_trinitys_own_scheduler_updates_the_composed_selector():
+    """Trinity 0.6.0's TasksetScheduler.feedback, with the metric its pass_rate_calculator sends,
+    reaches the selector; a DAPO-style -1/+1 mean reward maps to solved/unsolved by the threshold,
+    a NaN is skipped and counted."""
+    from trinity.buffer.operators.mappers.pass_rate_calculator import PassRateCalculator
+    from trinity.buffer.task_scheduler import TasksetScheduler
+    from trinity.common.constants import SELECTOR_METRIC
+
+    selector, _ = _selector(online="greso")
+
+    class Exp:  # what the explorer hands the experience pipeline
+        def __init__(self, index, reward):
+            self.info = {"task_index": {"taskset_id": 0, "index": index}}
+            self.reward = reward
+
+    _, metric = PassRateCalculator().process([Exp(0, 1.0), Exp(0, 1.0), Exp(5, -1.0), Exp(5, 1.0), Exp(7, float("nan"))])
+    from trinity.buffer.reader.file_reader import FileReader
+
+    taskset = FileReader.__new__(FileReader)  # Trinity's taskset reader routes feedback to its selector
+    taskset.reader = type("TaskFileReader", (), {"selector": selector})()
+    scheduler = TasksetScheduler.__new__(TasksetScheduler)  # its feedback routing, without a buffer
+    scheduler.tasksets = [taskset]
+    TasksetScheduler.feedback(scheduler, metric)
+    assert SELECTOR_METRIC not in metric  # consumed by the scheduler
+    greso = selector.source.online
+    assert greso.easy_streak[0] == 1  # mean reward 1.0: solved by every rollout (an easy task)
+    assert greso.hard_streak[5] == 1  # auto mapping: a mean of 0 reads as a pass rate of 0
+    assert selector.feedback_skipped == 1  # the NaN
+    signed, _ = _selector(online="greso", reward_mapping="signed")  # for DAPO's -1 / +1 reward
+    signed.feedback([5], [0.0])
+    assert signed.source.online.hard_streak[5] == 0  # half solved: not a zero-variance group
+
+
+@pytest.mark.parametrize("mapping, values, rates", [
+    ("auto", [0.25, 1.1, -0.1, -1.0], [0.25, 1.0, 0.0, 0.0]),   # in [0, 1] a pass rate; else solved if > 0
+    ("threshold", [0.25, 0.0, 1.0], [1.0, 0.0, 1.0]),
+    ("signed", [-1.0, 0.0, 0.5, 1.0], [0.0, 0.5, 0.75, 1.0]),
+])
+def test_rewards_that_are_not_pass_rates_map_by_the_stated_rule(mapping, values, rates):
+    from trajval_ops.samplers.trinity import feedback_pass_rates
+
+    mapped, usable = feedback_pass_rates(values, mapping)
+    assert mapped.tolist() == rates and usable.all()
+
+
+def test_trinitys_bots_names_are_accepted_and_greedy_tau_is_refused_with_the_reason():
+    selector, _ = _selector(online="bots", lamb=0.2, target_reward=0.4)
+    assert selector.source.online.lam == 0.2 and selector.source.online.target == 0.4
+    with pytest.raises(ValueError, match="greedy top-k"):
+        _selector(online="bots", tau=0)

@@ -57,7 +57,7 @@ N_TASKS = 8
 HEAVY = {0, 1}
 
 
-def _grpo_run(tmp_path, reward, online_scheduler=None):
+def _grpo_run(tmp_path, reward, online_scheduler=None, **trainer_options):
     os.environ["HF_HUB_OFFLINE"] = "1"
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -79,7 +79,7 @@ def _grpo_run(tmp_path, reward, online_scheduler=None):
     trainer = TrajvalGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=reward,
                                  args=args, train_dataset=dataset,
                                  processing_class=AutoTokenizer.from_pretrained(model_dir),
-                                 online_scheduler=online_scheduler)
+                                 online_scheduler=online_scheduler, **trainer_options)
     trainer.train()
     return trainer
 
@@ -125,6 +125,50 @@ def test_grpo_run_feeds_the_online_scheduler(tmp_path):
     assert greso.online_weights()[sorted(HEAVY & set(drawn))].max() < 1.0
 
 
+@pytest.mark.slow
+def test_dynamic_sampling_keeps_zero_variance_groups_out_of_the_loss_and_counts_every_completion(tmp_path):
+    """Even tasks are always solved (their groups carry no gradient), odd ones half the time:
+    DAPO's rule refills the batch with informative groups and logs what that cost."""
+    generated, losses = [], []
+
+    def even_solved(prompts, completions, task_id, **kwargs):
+        generated.append(len(completions))
+        return [1.0 if t % 2 == 0 else float(i % 2) for i, t in enumerate(task_id)]
+
+    original = TrajvalGRPOTrainer.compute_loss
+
+    def spying(self, model, inputs, *args, **kwargs):
+        losses.append(inputs["advantages"].detach().clone())
+        return original(self, model, inputs, *args, **kwargs)
+
+    TrajvalGRPOTrainer.compute_loss = spying
+    try:
+        trainer = _grpo_run(tmp_path, even_solved, dynamic_sampling=True)
+    finally:
+        TrajvalGRPOTrainer.compute_loss = original
+    assert losses and all(bool((advantages != 0).all()) for advantages in losses)  # only informative groups
+    logged = [entry for entry in trainer.state.log_history if "dynamic_sampling/completions" in entry]
+    assert len(logged) == 4  # one entry per step (logging_steps 1)
+    assert sum(entry["dynamic_sampling/completions"] for entry in logged) == sum(generated) > 4 * 8
+    assert all(entry["dynamic_sampling/rounds"] >= 2 for entry in logged)  # half the groups dropped: a refill
+
+
+def test_dynamic_sampling_selects_and_merges_groups_of_different_lengths():
+    from trajval_ops.samplers.trl import concat_outputs, informative_groups, select_groups
+
+    advantages = torch.tensor([0.0, 0.0, 0.5, -0.5, 0.0, 0.0])
+    keep = informative_groups(advantages, 2)
+    assert keep.tolist() == [False, True, False]
+    first = {"prompt_ids": torch.tensor([[0, 7], [0, 7], [5, 6], [5, 6], [0, 8], [0, 8]]),
+             "completion_ids": torch.tensor([[1, 2]] * 6), "advantages": advantages, "num_items_in_batch": 12}
+    second = {"prompt_ids": torch.tensor([[9], [9]]), "completion_ids": torch.tensor([[3, 4, 5]] * 2),
+              "advantages": torch.tensor([1.0, -1.0]), "num_items_in_batch": 6}
+    merged = concat_outputs([select_groups(first, keep, 2), second], pad_token_id=0)
+    assert merged["prompt_ids"].tolist() == [[5, 6], [5, 6], [0, 9], [0, 9]]  # prompts padded on the left
+    assert merged["completion_ids"].tolist() == [[1, 2, 0], [1, 2, 0], [3, 4, 5], [3, 4, 5]]
+    assert merged["advantages"].tolist() == [0.5, -0.5, 1.0, -1.0]
+
+
 def _weighted_pool(weights):
     from datasets import Dataset
 
@@ -161,7 +205,7 @@ def test_weighted_iterable_streams_rows_by_weight():
 
 def test_weighted_iterable_refuses_bad_weights_naming_the_row():
     from trajval_ops.samplers.trl import weighted_iterable_dataset
-    from trajval_ops.validation import TrajvalInputError
+    from trajval_ops.errors import TrajvalInputError
 
     with pytest.raises(TrajvalInputError, match=r"row 1.*trajval_weight"):
         weighted_iterable_dataset(_weighted_pool([1.0, float("nan")]))

@@ -13,7 +13,7 @@ from verl import DataProto  # noqa: E402
 from verl.experimental.dataset.sampler import AbstractCurriculumSampler, AbstractSampler  # noqa: E402
 
 from trajval_ops.samplers.verl import TrajvalVerlCurriculumSampler, TrajvalVerlSampler  # noqa: E402
-from trajval_ops.validation import TrajvalInputError  # noqa: E402
+from trajval_ops.errors import TrajvalInputError  # noqa: E402
 
 N = 12
 HEAVY_IDS = {"t0", "t1"}

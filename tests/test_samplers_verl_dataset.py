@@ -119,7 +119,7 @@ def _item_json(item: dict) -> str:
 
 
 def _error(err: BaseException) -> dict:
-    from trajval_ops.validation import TrajvalInputError
+    from trajval_ops.errors import TrajvalInputError
 
     return {"type": type(err).__name__, "trajval": isinstance(err, TrajvalInputError), "message": str(err)}
 
@@ -276,6 +276,75 @@ def scenario_resume(ctx):
     except Exception as err:  # noqa: BLE001
         refused = _error(err)
     return {"head": head, "tail": tail, "resumed": after, "other_weights": refused}
+
+
+ROLLOUTS = 4  # responses per prompt in the online scenario's steps
+
+
+def _step_batch(batch: dict, solved: set[int], with_position: bool = True):
+    """A step's batch as verl's legacy trainer holds it at ``on_batch_end``: the drawn prompts
+    repeated ``ROLLOUTS`` times (interleaved), each response with its token-level scores (all
+    correct for pool rows in ``solved``, all wrong otherwise)."""
+    import numpy as np
+    import torch
+    from verl.protocol import DataProto
+
+    if not with_position:
+        batch = {k: v for k, v in batch.items() if k != "trajval_position"}
+    proto = DataProto.from_single_dict(batch).repeat(repeat_times=ROLLOUTS, interleave=True)
+    rows = proto.non_tensor_batch.get("trajval_position", np.zeros(len(proto), dtype=np.int64))
+    scores = torch.zeros(len(proto), 5)
+    scores[:, -1] = torch.tensor([1.0 if int(r) in solved else 0.0 for r in rows])
+    proto.batch["token_level_scores"] = scores
+    return proto
+
+
+def scenario_online(ctx):
+    import numpy as np
+    import torch
+    from omegaconf import open_dict
+    from verl.trainer.ppo.utils import create_rl_dataset
+
+    work, tok = ctx["work"], ctx["tokenizer"]
+    config = _config(work, [ctx["train"]], [ctx["val"]], epochs=EPOCHS, seed=SEED, online="greso")
+    solved = {r for r in range(N_KEPT) if r % len(WEIGHT_CLASSES) == 0}  # the heaviest class, always solved
+
+    def run(feedback: bool, resume_from=None, stop_after=None):
+        ds = create_rl_dataset(config.train_files, config, tok, None)
+        loader = _loader(config, ds)
+        if resume_from is not None:
+            loader.load_state_dict(torch.load(resume_from, weights_only=False))
+        batches = []
+        for step, batch in enumerate(loader):
+            batches.append([int(r) for r in batch["trajval_position"]])
+            if feedback:
+                ds.on_batch_end(batch=_step_batch(batch, solved))
+            if stop_after is not None and step + 1 == stop_after:
+                torch.save(loader.state_dict(), work / "online.pt")
+                return batches, ds
+        return batches, ds
+
+    with_feedback, ds = run(True)
+    without, _ = run(False)
+    head, _ = run(True, stop_after=HEAD_BATCHES)
+    tail, _ = run(True, resume_from=work / "online.pt")
+    try:
+        ds.on_batch_end(batch=_step_batch({"dummy_tensor": torch.zeros(2, 1), "index": np.array(["a", "b"], dtype=object)},
+                                         solved, with_position=False))
+        no_position = None
+    except Exception as err:  # noqa: BLE001
+        no_position = _error(err)
+    workers = _config(work, [ctx["train"]], [ctx["val"]], online="greso")
+    with open_dict(workers):
+        workers.dataloader_num_workers = 2
+    try:
+        create_rl_dataset(workers.train_files, workers, tok, None)
+        refused = None
+    except Exception as err:  # noqa: BLE001
+        refused = _error(err)
+    return {"with_feedback": with_feedback, "without": without, "head": head, "tail": tail,
+            "easy_streak_max": int(ds.trajval_source.online.easy_streak.max()),
+            "p_easy": ds.trajval_source.online.p_easy, "no_position": no_position, "workers_refused": refused}
 
 
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in dict(globals()).items() if name.startswith("scenario_")}
@@ -446,6 +515,32 @@ def test_dataloader_checkpoint_resumes_mid_epoch_on_the_same_rows(report):
     assert resume["resumed"] == resume["tail"]
     refused = resume["other_weights"]
     assert refused and refused["type"] == "ValueError" and "resume with the same" in refused["message"]
+
+
+def test_online_feedback_moves_later_draws_and_resumes(report):
+    online = _result(report, "online")
+    steps = EPOCHS * N_KEPT // BATCH
+    assert len(online["with_feedback"]) == len(online["without"]) == steps
+    # until the first feedback the two runs draw the same stream; after it they part
+    assert online["with_feedback"][0] == online["without"][0]
+    assert online["with_feedback"] != online["without"]
+    # the always-solved heaviest class builds easy streaks and is drawn less than without feedback
+    heavy = lambda batches: sum(r % len(WEIGHT_CLASSES) == 0 for b in batches[steps // 2:] for r in b)  # noqa: E731
+    assert online["easy_streak_max"] >= 2
+    assert heavy(online["with_feedback"]) < 0.8 * heavy(online["without"]), (heavy(online["with_feedback"]),
+                                                                              heavy(online["without"]))
+    assert online["p_easy"] != 0.5  # GRESO adapted p in the second epoch
+    # a dataloader checkpoint carries the stream and the scheduler
+    assert online["head"] == online["with_feedback"][:HEAD_BATCHES]
+    assert online["tail"] == online["with_feedback"][HEAD_BATCHES:]
+
+
+def test_online_refuses_workers_and_foreign_batches(report):
+    online = _result(report, "online")
+    assert online["workers_refused"]["type"] == "ValueError"
+    assert "dataloader_num_workers=0" in online["workers_refused"]["message"]
+    assert online["no_position"]["type"] == "ValueError"
+    assert "trajval_position" in online["no_position"]["message"]
 
 
 if __name__ == "__main__":

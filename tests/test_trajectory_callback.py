@@ -12,9 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from trajval_ops.analysis import pool_io  # noqa: E402
-from trajval_ops.probe.trajectory_callback import TrajectoryCallback, read_trajectories  # noqa: E402
-from trajval_ops.validation import TrajvalInputError  # noqa: E402
+from trajval_ops.analysis import pool_columns  # noqa: E402
+from trajval_ops.pool_io import read_rows  # noqa: E402
+from trajval_ops.experiment.trajectory_callback import TrajectoryCallback, read_trajectories  # noqa: E402
+from trajval_ops.errors import TrajvalInputError  # noqa: E402
 
 VERIFIER = "tests.test_trajectory_callback:even_length"
 
@@ -113,7 +114,7 @@ def test_two_step_probe_run_writes_a_dense_trajectory_per_task(probe_run):
         assert set(row["accuracies"]) <= {0.0, 0.5, 1.0}  # n = 2 samples
     assert len({a for row in rows for a in row["accuracies"]}) > 1  # the samples do differ
 
-    ids, acc = pool_io.trajectory_matrix(pool_io.read_jsonl(probe_run["path"]))  # what the report reads
+    ids, acc = pool_columns.trajectory_matrix(list(read_rows(probe_run["path"])))  # what the report reads
     assert ids == ["t0", "t1", "t2", "t3"] and acc.shape == (4, 3)
     ids2, steps, acc2 = read_trajectories(probe_run["path"])
     assert ids2 == ids and steps.tolist() == [0, 1, 2] and (acc2 == acc).all()
@@ -226,7 +227,7 @@ def test_id_key_is_written_for_the_reports_id_key(tiny, tmp_path):
     cb.on_step_end(train_args(tmp_path), state_at(1), None, model=model, processing_class=tokenizer)
     written = read_lines(path)
     assert [row["id"] for row in written] == [10, 11]
-    ids, acc = pool_io.trajectory_matrix(written, id_key="extra_info.index")  # report.py --id-key extra_info.index
+    ids, acc = pool_columns.trajectory_matrix(written, id_key="extra_info.index")  # report.py --id-key extra_info.index
     assert ids == [10, 11] and acc.shape == (2, 2)
 
 

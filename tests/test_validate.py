@@ -12,7 +12,7 @@ from tests.conftest import REPO
 from trajval_ops import core
 from trajval_ops.experiment.config import ConfigError, load_config
 from trajval_ops.experiment.protocol import check_splits
-from trajval_ops.experiment.report import RESULT_KEYS, bootstrap_ci
+from trajval_ops.experiment.results import RESULT_KEYS, bootstrap_ci
 
 SMOKE = REPO / "recipes" / "validation" / "smoke.yaml"
 FULL = REPO / "recipes" / "validation" / "full.yaml"
@@ -31,7 +31,7 @@ def config_file(tmp_path, **changes):
     return path
 
 
-@pytest.mark.parametrize("path", [SMOKE, FULL])
+@pytest.mark.parametrize("path", sorted(SMOKE.parent.glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_load(path):
     config = load_config(path)
     assert "uniform" in config.training.arms
@@ -52,7 +52,8 @@ def test_bad_config_is_an_error_before_training(tmp_path, changes, message):
 
 def test_heldout_overlapping_the_pool_is_an_error():
     config = load_config(SMOKE)
-    row = lambda i, prompt: {"id": f"t{i}", "prompt": prompt, "reward_model": {"ground_truth": "1"}}  # noqa: E731
+    row = lambda i, prompt: {"id": f"t{i}", "prompt": prompt, "reward_model": {"ground_truth": "1"},  # noqa: E731
+                             "extra_info": {"family": "f"}}
     pool = [row(i, f"q{i}") for i in range(3)]
     heldout = [row(10 + i, f"h{i}") for i in range(64)] + [row(99, "q1")]  # same prompt as a pool task
     with pytest.raises(ConfigError, match="heldout row 64 .* also a training task"):
@@ -85,8 +86,10 @@ def test_baseline_priors():
     r = np.array([0.0, 0.25, 0.5, 1.0])
     assert core.variance_score(r).tolist() == [0.0, 0.1875, 0.25, 0.0]
     assert core.bandpass_score(r).tolist() == [0.0, 1.0, 1.0, 0.0]
-    assert core.baseline_weight(core.variance_score(r)).tolist() == [0.05, 0.75, 1.0, 0.05]
-    assert core.baseline_weight(np.zeros(3)).tolist() == [1.0, 1.0, 1.0]
+    assert core.one_pass_weight("variance", core.variance_score(r)).tolist() == [0.05, 0.75, 1.0, 0.05]
+    assert core.one_pass_weight("bandpass", core.bandpass_score(r)).tolist() == [0.05, 1.0, 1.0, 0.05]
+    # every task at 0 or 1: every weight at the floor, i.e. uniform sampling
+    assert core.one_pass_weight("variance", core.variance_score([0.0, 1.0, 1.0])).tolist() == [0.05] * 3
 
 
 @pytest.mark.slow
@@ -102,13 +105,37 @@ def test_smoke_protocol_end_to_end_and_resume(tmp_path):
         results["probe_vs_oracle"])
     assert {"variance_r_early", "bandpass_r_early", "trajval_score"} <= set(results["baselines"])
     arms = yaml.safe_load(SMOKE.read_text())["training"]["arms"]
-    assert set(results["training"]) == set(arms)
+    assert set(results["training"]) == set(arms) | {f"{arm}+dynamic" for arm in arms}
     for row in results["training"].values():
         for metric in ("best_acc", "auc", "s2b"):
             assert metric in row and len(row[f"{metric}_ci95"]) == 2
         assert row["seeds"] == [0, 1]
     assert results["protocol"]["config"]["name"] == "smoke"
-    assert (out / "index.html").read_text().count("<img") == 2
+    cost = results["cost"]
+    assert list(cost["prior_stages"]) == ["probe", "early", "late"]
+    assert cost["prior_stages"]["early"]["completions"] == 96 * 4  # the pool x probe.n, every row sampled
+    assert cost["arms"]["uniform"]["prior_completions"] == 0 and cost["arms"]["bots"]["prior_completions"] == 0
+    assert cost["arms"]["variance"]["prior_completions"] == 96 * 4
+    assert cost["arms"]["trajval"]["prior_completions"] == sum(s["completions"] for s in cost["prior_stages"].values())
+    for row in cost["arms"].values():
+        assert {"net_saved", "net_saved_ci95", "break_even_runs", "break_even_runs_ci95"} <= set(row)
+    assert "trajval_pays_for_itself" in results["verdicts"]
+    assert (out / "index.html").read_text().count("<img") == 3
+    assert sorted(p.name for p in (out / "figures").iterdir()) == [
+        "held_out_accuracy_per_arm.png", "held_out_accuracy_per_arm_against_completions.png",
+        "probe_vs_oracle_per_task.png"]
+    assert results["headroom"]["arm"] in ("oracle", "oracle_group") and "verdict" in results["headroom"]
+    dynamic = results["training"]["uniform+dynamic"]
+    batch = 8 * 4  # prompts_per_batch x num_generations
+    assert dynamic["completions"] >= 4 * batch == results["training"]["uniform"]["completions"]
+    assert results["training"]["uniform"]["zero_variance_share"] is not None
+    pool = [json.loads(line) for line in (out / "priors" / "train_pool.jsonl").read_text().splitlines()]
+    assert all(0.05 <= row["trajval_pooled_weight"] <= 1 and 0.05 <= row["trajval_posterior_weight"] <= 1
+               for row in pool)
+    assert cost["arms"]["trajval_pooled"]["prior_completions"] == cost["arms"]["trajval"]["prior_completions"]
+    adaptive = cost["arms"]["trajval_adaptive"]["prior_completions"]
+    assert 0 < adaptive <= cost["arms"]["trajval"]["prior_completions"]  # its late pass at most the fixed one
+    assert all(0.05 <= row["trajval_adaptive_weight"] <= 1 for row in pool)
     # probe rows carry the pipeline's fields (the real operators ran)
     probe_row = json.loads((out / "probe" / "weighted.jsonl").read_text().splitlines()[0])
     assert {"trajval_r_early", "trajval_r_late", "trajval_weight", "trajval_acc_epoch_1"} <= set(probe_row)
@@ -120,3 +147,85 @@ def test_smoke_protocol_end_to_end_and_resume(tmp_path):
     again = json.loads((out / "results.json").read_text())
     for key in ("reproducibility", "probe_vs_oracle", "baselines", "training"):
         assert again[key] == results[key]
+    # the run's wall time is every invocation's, not the rerun's alone
+    invocations = json.loads((out / "wall_time.json").read_text())["invocations_s"]
+    assert len(invocations) == 2 and invocations[0] == round(results["protocol"]["wall_time_s"], 1)
+    assert again["protocol"]["wall_time_s"] == pytest.approx(sum(invocations))
+
+
+def test_break_even_charges_the_prior_its_own_rollouts():
+    from trajval_ops.experiment.results import break_even
+
+    x = np.array([0, 10, 20, 30, 40, 50, 60]) * 100  # completions at each evaluation: 100 per step
+    base = np.array([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]])  # Best Acc (window 5) 0.5, first reached at 60
+    fast = np.array([[0.3, 0.5, 0.5, 0.5, 0.7, 0.7, 0.7]])  # its first window (mean 0.5) ends at step 40
+    never = np.array([[0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]])
+    row = break_even(fast, base, x, x, prior=1500)
+    assert row == {"completions_to_uniform_best": 40 * 100 + 1500, "net_saved": 20 * 100 - 1500,
+                   "s2b_completions": 100 * 40 / 60, "break_even_runs": 1500 / 2000}
+    costly = break_even(fast, base, x, x, prior=5000)
+    assert costly["net_saved"] == -3000 and costly["break_even_runs"] == 2.5  # pays back over 2.5 reuses
+    assert break_even(never, base, x, x, 1500) == {"completions_to_uniform_best": None, "net_saved": None,
+                                                    "s2b_completions": None, "break_even_runs": None}
+    assert break_even(base, base, x, x, 0)["break_even_runs"] == 0.0  # uniform: nothing to pay back
+    assert break_even(base, base, x, x, 700)["break_even_runs"] is None  # saves no step: never
+    # dynamic sampling: the arm's steps cost fewer completions than uniform's (fewer wasted groups)
+    lean = break_even(base, base, x * 0.6, x, prior=1000)
+    assert lean["net_saved"] == 60 * 100 * 0.4 - 1000 and lean["s2b_completions"] == pytest.approx(60.0)
+
+
+def test_cumulative_completions_per_evaluation_step():
+    from trajval_ops.experiment.results import cumulative_completions
+
+    records = [{"steps": 4, "completions_per_step": [10, 20, 30, 40]}, {"steps": 4}]  # the second: fixed batches
+    assert cumulative_completions(records, [0, 2, 4], batch_completions=16).tolist() == [0.0, (30 + 32) / 2,
+                                                                                        (100 + 64) / 2]
+
+
+def test_ceiling_priors_from_a_hand_made_oracle():
+    from trajval_ops.experiment.priors import prior_weights
+
+    rows = [{"id": f"t{i}", "trajval_r_early": r, "trajval_score": s, "extra_info": {"family": f}}
+            for i, (r, s, f) in enumerate([(0.5, 0.2, "a"), (0.0, 0.0, "a"), (1.0, 0.0, "b"), (0.25, 0.6, "b")])]
+    oracle = {"ids": ["t3", "t2", "t1", "t0"],  # its own order: joined on id
+              "score": np.array([0.5, 0.0, 0.1, 0.3]),
+              "profile": np.array(["stable", "mastered", "unlearned", "sluggish"], dtype=object)}
+    weights = prior_weights(rows, {"oracle", "oracle_subset", "oracle_group", "trajval_group", "variance"},
+                            oracle, group_key="extra_info.family")
+    oracle_score = np.array([0.3, 0.1, 0.0, 0.5])  # t0..t3
+    assert weights["oracle"].tolist() == core.sampling_weight(oracle_score).tolist()
+    assert weights["oracle_subset"].tolist() == [1.0, 0.0, 0.0, 1.0]  # sluggish, unlearned, mastered, stable
+    assert weights["oracle_group"].tolist() == core.sampling_weight([0.2, 0.2, 0.25, 0.25]).tolist()
+    assert weights["trajval_group"].tolist() == core.sampling_weight([0.1, 0.1, 0.3, 0.3]).tolist()
+    assert weights["variance"].tolist() == [1.0, 0.05, 0.05, 0.75]
+
+
+def test_group_arms_need_a_group_key_and_every_row_its_group(tmp_path):
+    with pytest.raises(ConfigError, match="set group_key"):
+        load_config(config_file(tmp_path, group_key=None, training__arms=["uniform", "oracle_group"]))
+    from trajval_ops.experiment.protocol import check_splits
+
+    config = load_config(config_file(tmp_path, group_key="extra_info.family"))
+    row = lambda i, family: {"id": f"t{i}", "prompt": f"q{i}", "extra_info": {"family": family} if family else {}}  # noqa: E731
+    splits = {"context-a": [row(0, "a"), row(1, None)], "heldout": [row(i, "a") for i in range(10, 80)], "tuning": []}
+    with pytest.raises(ConfigError, match="context-a row 1 .*group_key field 'extra_info.family' is missing"):
+        check_splits(splits, config)
+
+
+def test_a_run_recorded_before_a_setting_existed_resumes_when_the_setting_is_at_its_default(tmp_path):
+    from trajval_ops.experiment.config import protocol_hash, recorded_settings
+    from trajval_ops.experiment.protocol import _check_same_protocol
+
+    arms = ["uniform", "trajval"]
+    config = load_config(config_file(tmp_path, probe__adaptive_late=False, training__arms=arms))
+    recorded = config.to_dict()
+    del recorded["probe"]["adaptive_late"]  # as a run made before the setting was added wrote it
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "protocol.json").write_text(json.dumps(
+        {"hash": protocol_hash(config, recorded), "source": str(SMOKE), "config": recorded}))
+    assert recorded_settings(config, recorded) == recorded
+    _check_same_protocol(config, out)  # the default is the behaviour the run had: its units stay valid
+    changed = load_config(config_file(tmp_path, probe__adaptive_late=True, training__arms=arms))
+    with pytest.raises(ConfigError, match="other settings"):
+        _check_same_protocol(changed, out)

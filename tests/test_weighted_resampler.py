@@ -10,7 +10,7 @@ from datasets import Dataset
 from trajval_ops import core
 from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
 from trajval_ops.ops.weighted_resampler import TrajvalWeightedResampler
-from trajval_ops.validation import TrajvalInputError
+from trajval_ops.errors import TrajvalInputError
 
 
 @pytest.fixture

@@ -8,7 +8,9 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
+
+from trajval_ops.errors import InputOverwriteError
 
 
 @contextlib.contextmanager
@@ -19,7 +21,8 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[Any]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _remove_stale_temporaries(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         umask = os.umask(0)
         os.umask(umask)
@@ -31,6 +34,58 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[Any]:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporary files earlier writes of ``path`` left when their process was killed
+    (``.<name>.<pid>.<random>.tmp`` whose process is gone)."""
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = stale.name[len(path.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            try:
+                stale.unlink()
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name the same file or folder (links and relative paths resolved)."""
+    a, b = Path(a).expanduser(), Path(b).expanduser()
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+def check_output_spares_inputs(output: str | os.PathLike, inputs: dict[str, str | os.PathLike | None],
+                               output_name: str = "output") -> None:
+    """Refuse an output path that would replace an input, before anything is read or written.
+
+    :param inputs: name -> path of each input (None entries are skipped); a folder input also
+        refuses an output inside it (the next run would read the output as part of the input).
+    :raises InputOverwriteError: naming both paths.
+    """
+    out = Path(output).expanduser()
+    for name, path in inputs.items():
+        if path is None:
+            continue
+        source = Path(path).expanduser()
+        if same_path(out, source):
+            raise InputOverwriteError(f"{output_name} {str(output)!r} is the {name} {str(path)!r}: writing it would "
+                                      f"replace the input; choose another {output_name}")
+        if source.is_dir() and out.resolve().is_relative_to(source.resolve()):
+            raise InputOverwriteError(f"{output_name} {str(output)!r} lies inside the {name} folder {str(path)!r}, "
+                                      f"whose files are all read as input: a later run would read this output as "
+                                      f"input; choose an {output_name} outside it")
 
 
 def jsonable(obj: Any, nan_as_null: bool = False) -> Any:
@@ -48,18 +103,6 @@ def jsonable(obj: Any, nan_as_null: bool = False) -> Any:
     if nan_as_null and isinstance(obj, float) and math.isnan(obj):
         return None
     return obj
-
-
-def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> int:
-    """Write rows as JSON lines (UTF-8, values through :func:`jsonable`) atomically; returns the
-    number of rows."""
-    count = 0
-    with atomic_open(path) as out:
-        for row in rows:
-            out.write(json.dumps(jsonable(row), ensure_ascii=False))
-            out.write("\n")
-            count += 1
-    return count
 
 
 def write_json(path: str | os.PathLike, payload: Any) -> Path:

@@ -1,10 +1,11 @@
 """Canonical JSON and its hash: the one definition behind every content hash of the package
-(rollout-cache keys, row hashes, probe config hashes, ground-truth strings)."""
+(rollout-cache keys, row hashes, probe config hashes, ground-truth strings), and a file's hash."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import Any
 
 
@@ -17,3 +18,12 @@ def canonical_json(value: Any) -> str:
 def stable_hash(value: Any) -> str:
     """sha256 hex of :func:`canonical_json`."""
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 hex of a file's bytes (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -220,9 +220,17 @@ def hard_cut_mask(score, threshold: float) -> np.ndarray:
     return np.asarray(score, dtype=np.float64) > threshold
 
 
-# ----------------------------------------------------------------------------- baselines
-# Training-free priors from the same early endpoint pass, the comparisons the validation
-# protocol scores TrajVal against (tools/validate.py).
+# ----------------------------------------------------------------------------- one-pass priors
+# Training-free priors from the early endpoint pass alone (no probe, no late pass): the
+# learnability mapper writes them as the weight on request (``score: variance | bandpass``) and
+# the validation protocol scores them against TrajVal.
+
+#: The priors the learnability mapper can write as ``trajval_weight``.
+PRIOR_KINDS = ("trajval", "variance", "bandpass")
+#: The priors computed from the early pass alone.
+ONE_PASS_PRIORS = frozenset({"variance", "bandpass"})
+#: The largest Bernoulli variance (at r = 0.5): the variance prior's scale.
+MAX_VARIANCE = 0.25
 
 
 def variance_score(r_early) -> np.ndarray:
@@ -238,14 +246,152 @@ def bandpass_score(r_early, low: float = 0.0, high: float = 1.0) -> np.ndarray:
     all-correct or all-wrong rollouts carry no GRPO gradient) applied once as a prior."""
     r = _as_float_array(r_early, "r_early")
     _check_unit_interval(r, "r_early")
-    if not 0.0 <= low < high <= 1.0:
-        raise ValueError(f"band must satisfy 0 <= low < high <= 1, got ({low}, {high})")
+    check_band(low, high)
     return ((r > low) & (r < high)).astype(np.float64)
 
 
-def baseline_weight(score, eps: float = DEFAULT_EPS) -> np.ndarray:
-    """A baseline score as a sampling weight on TrajVal's scale: ``max(score / max(score), eps)``
-    (every task reachable; all zero -> uniform)."""
+def check_band(low: float, high: float) -> None:
+    """Refuse a band-pass interval outside ``0 <= low < high <= 1``."""
+    if not (np.isfinite(low) and np.isfinite(high) and 0.0 <= low < high <= 1.0):
+        raise ValueError(f"band must satisfy 0 <= low < high <= 1, got ({low}, {high})")
+
+
+def one_pass_weight(kind: str, score, eps: float = DEFAULT_EPS) -> np.ndarray:
+    """A one-pass prior's score as a sampling weight on TrajVal's scale, ``[eps, 1]``: the
+    variance prior ``max(4 r (1 - r), eps)`` (1 at r = 0.5), the band-pass prior
+    ``max(1{low < r < high}, eps)``. The scale is fixed, not the pool's maximum, so a batch's
+    weights do not depend on the other batches. A pool where every task sits at 0 or 1 gets
+    ``eps`` everywhere: uniform sampling."""
+    if kind not in ONE_PASS_PRIORS:
+        raise ValueError(f"one-pass prior must be one of {sorted(ONE_PASS_PRIORS)}, got {kind!r}")
+    if not (np.isfinite(eps) and 0 < eps <= 1):
+        raise ValueError(f"eps must be in (0, 1], got {eps!r}")
     s = _as_float_array(score, "score")
-    top = s.max() if s.size else 0.0
-    return np.maximum(s / top, eps) if top > 0 else np.ones_like(s)
+    scaled = s / MAX_VARIANCE if kind == "variance" else s
+    return np.maximum(scaled, eps)
+
+
+# ----------------------------------------------------------------------------- noise-aware scores
+# The paper's score reads the pass rates k/n as if they were exact; with n = 16 most positive
+# scores lie within the rollout noise. The posterior estimators score each task by the expected
+# s under a beta-binomial model of its k successes in n rollouts at each end, the beta prior
+# fitted on the pool (empirical Bayes), or on the task's group (``pooled``): a noisy row is
+# shrunk toward its pool's (group's) typical pass rate, a well-measured one barely moves.
+
+#: The score estimators of the learnability mapper.
+ESTIMATORS = ("paper", "posterior", "pooled")
+#: Points per axis of the quantile grid the posterior expectations and intervals are taken on.
+POSTERIOR_GRID = 64
+#: Central mass of the interval given for each row's score.
+INTERVAL_MASS = 0.95
+
+
+def fit_beta_prior(rates, n) -> tuple[float, float]:
+    """A beta prior ``(a, b)`` for pass rates ``k / n`` measured with ``n`` rollouts each, by the
+    method of moments of the beta-binomial: the observed variance of the rates is the prior's
+    variance plus the binomial noise ``m (1 - m) mean(1 / n)``. Rows with ``n = 0`` are left out;
+    a pool with no spread beyond the noise gets a strong prior at its mean (a + b = 1000), one
+    row or a pool all at 0 or 1 a weak Jeffreys-like prior at its (clipped) mean (a + b = 1)."""
+    rates, n = np.asarray(rates, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    measured = n > 0
+    rates, n = rates[measured], n[measured]
+    if rates.size == 0:
+        return 0.5, 0.5
+    mean = float(np.clip(rates.mean(), 1e-3, 1 - 1e-3))
+    if rates.size < 2 or np.all((rates == 0) | (rates == 1)) and np.ptp(rates) == 0:
+        return mean, 1.0 - mean
+    noise = float(np.mean(1.0 / n))
+    spread = float(rates.var()) / (mean * (1.0 - mean))
+    rho = float(np.clip((spread - noise) / (1.0 - noise) if noise < 1 else spread, 1e-3, 0.999))
+    total = 1.0 / rho - 1.0
+    return mean * total, (1.0 - mean) * total
+
+
+def _posterior_grid(successes, trials, prior: tuple[float, float], grid: int) -> np.ndarray:
+    """``(rows, grid)`` quantiles of each row's posterior Beta(a + k, b + n - k) at the grid's
+    midpoints (the posterior as ``grid`` equally likely values)."""
+    from scipy.special import betaincinv
+
+    a, b = prior
+    u = (np.arange(grid) + 0.5) / grid
+    alpha = (a + np.asarray(successes, dtype=np.float64))[:, None]
+    beta = (b + np.asarray(trials, dtype=np.float64) - np.asarray(successes, dtype=np.float64))[:, None]
+    return betaincinv(alpha, beta, u[None, :])
+
+
+def posterior_score(r_early, n_early, r_late, n_late, prior_early, prior_late,
+                    grid: int = POSTERIOR_GRID) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Expected learnability score ``E[(1 - p_e) max(0, p_l - p_e)]`` under independent beta
+    posteriors of each end's pass rate, and its central ``INTERVAL_MASS`` interval.
+
+    :param r_early, r_late: observed pass rates (k / n); ``n_early``, ``n_late`` the rollouts.
+    :param prior_early, prior_late: ``(a, b)`` per row (arrays of shape (rows, 2)) or one pair.
+    :return: ``(mean, low, high)``, one value per row, each in [0, 1].
+    """
+    r_early, r_late = _as_float_array(r_early, "r_early"), _as_float_array(r_late, "r_late")
+    _check_unit_interval(r_early, "r_early")
+    _check_unit_interval(r_late, "r_late")
+    n_early = np.broadcast_to(np.asarray(n_early, dtype=np.float64), r_early.shape)
+    n_late = np.broadcast_to(np.asarray(n_late, dtype=np.float64), r_late.shape)
+    prior_early = np.broadcast_to(np.asarray(prior_early, dtype=np.float64), (r_early.size, 2))
+    prior_late = np.broadcast_to(np.asarray(prior_late, dtype=np.float64), (r_late.size, 2))
+    mean, low, high = (np.empty(r_early.size) for _ in range(3))
+    tail = (1.0 - INTERVAL_MASS) / 2
+    for start in range(0, r_early.size, 512):  # bounded memory: 512 rows x grid^2 values at a time
+        rows = slice(start, start + 512)
+        x = _grid_rows(r_early[rows] * n_early[rows], n_early[rows], prior_early[rows], grid)
+        y = _grid_rows(r_late[rows] * n_late[rows], n_late[rows], prior_late[rows], grid)
+        s = (1.0 - x)[:, :, None] * np.maximum(0.0, y[:, None, :] - x[:, :, None])
+        s = s.reshape(s.shape[0], -1)
+        mean[rows] = s.mean(axis=1)
+        low[rows], high[rows] = np.quantile(s, [tail, 1.0 - tail], axis=1)
+    return mean, low, high
+
+
+def _grid_rows(successes, trials, priors: np.ndarray, grid: int) -> np.ndarray:
+    out = np.empty((successes.size, grid))
+    for prior in {tuple(p) for p in priors.tolist()}:  # one betaincinv call per distinct prior
+        rows = np.all(priors == prior, axis=1)
+        out[rows] = _posterior_grid(successes[rows], trials[rows], prior, grid)
+    return out
+
+
+def group_beta_priors(rates, n, groups) -> tuple[np.ndarray, dict]:
+    """Each row's beta prior fitted on its group (``pooled``); a group of fewer than two
+    measured rows takes the pool's prior. Returns ``(priors (rows, 2), {group: (a, b)})``."""
+    rates, n = np.asarray(rates, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    keys = np.asarray([repr(g) for g in groups], dtype=object)
+    pool = fit_beta_prior(rates, n)
+    priors, fitted = np.empty((rates.size, 2)), {}
+    for key in sorted(set(keys.tolist())):
+        rows = keys == key
+        fitted[key] = fit_beta_prior(rates[rows], n[rows]) if int((n[rows] > 0).sum()) >= 2 else pool
+        priors[rows] = fitted[key]
+    return priors, fitted
+
+
+def noise_aware_score(estimator: str, r_early, n_early, r_late, n_late, groups=None):
+    """The posterior learnability score of every row, its interval, and the fitted priors.
+
+    :param estimator: ``posterior`` (one beta prior per end, fitted on the whole pool) or
+        ``pooled`` (fitted on each row's group; groups of fewer than two measured rows take the
+        pool's prior).
+    :param groups: each row's group (``pooled`` only).
+    :return: ``(mean, low, high, fitted)``; ``fitted`` describes the priors for provenance.
+    """
+    if estimator not in ("posterior", "pooled"):
+        raise ValueError(f"estimator must be 'posterior' or 'pooled', got {estimator!r}")
+    n_early = np.broadcast_to(np.asarray(n_early, dtype=np.float64), np.shape(r_early))
+    n_late = np.broadcast_to(np.asarray(n_late, dtype=np.float64), np.shape(r_late))
+    if estimator == "posterior":
+        early, late = fit_beta_prior(r_early, n_early), fit_beta_prior(r_late, n_late)
+        fitted = {"early": [round(v, 6) for v in early], "late": [round(v, 6) for v in late]}
+    else:
+        if groups is None:
+            raise ValueError("the pooled estimator needs each row's group")
+        early, early_fit = group_beta_priors(r_early, n_early, groups)
+        late, late_fit = group_beta_priors(r_late, n_late, groups)
+        fitted = {"early": {k: [round(v, 6) for v in ab] for k, ab in early_fit.items()},
+                  "late": {k: [round(v, 6) for v in ab] for k, ab in late_fit.items()}}
+    mean, low, high = posterior_score(r_early, n_early, r_late, n_late, early, late)
+    return mean, low, high, fitted

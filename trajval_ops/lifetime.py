@@ -105,16 +105,6 @@ def group_members(pgid: int) -> list[int]:
     return [pid for pid, pgrp in live_processes() if pgrp == pgid]
 
 
-def wait_for_group(pgid: int, timeout_s: float = STOP_GRACE_S) -> bool:
-    """Wait until the process group has no live process; False on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while group_members(pgid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
 def end_group(pgid: int, exclude: int | None = None, term_grace_s: float = TERM_GRACE_S) -> int:
     """SIGTERM every live process of the group (but ``exclude``), SIGKILL what is left after
     ``term_grace_s``. Returns how many processes had to be signalled."""
@@ -232,9 +222,15 @@ def _same(info: ProcessInfo | None, start: int, uid: int) -> bool:
     return info is not None and info.start == start and info.uid == uid
 
 
-def run_guardian(pid: int, start: int, interval_s: float = GUARD_INTERVAL_S) -> int:
+#: Environment variable naming a file where the guardian writes the process ids it guards after
+#: each look (one per line, replaced atomically): for diagnosis, and for tests to wait on.
+GUARD_REPORT_ENV = "TRAJVAL_GUARD_REPORT"
+
+
+def run_guardian(pid: int, start: int, interval_s: float = GUARD_INTERVAL_S, report: str | None = None) -> int:
     """Record the descendants of ``pid`` while it lives; when it is gone, SIGKILL them.
 
+    :param report: file to write the recorded process ids to after each look (None: no file).
     :return: how many processes were killed.
     """
     me, uid = os.getpid(), os.getuid()
@@ -244,6 +240,9 @@ def run_guardian(pid: int, start: int, interval_s: float = GUARD_INTERVAL_S) -> 
         for child in descendants(pid, table) - {me}:
             known[child] = table[child].start
         known = {p: s for p, s in known.items() if _same(table.get(p), s, uid)}
+        if report:
+            Path(f"{report}.tmp").write_text("".join(f"{p}\n" for p in sorted(known)))
+            os.replace(f"{report}.tmp", report)
         time.sleep(interval_s)
     killed = 0
     for _ in range(5):  # what a dying process starts meanwhile is caught on the next round
@@ -267,4 +266,4 @@ def run_guardian(pid: int, start: int, interval_s: float = GUARD_INTERVAL_S) -> 
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C is for the guarded process
-    run_guardian(int(sys.argv[1]), int(sys.argv[2]))
+    run_guardian(int(sys.argv[1]), int(sys.argv[2]), report=os.environ.get(GUARD_REPORT_ENV))

@@ -1,4 +1,17 @@
-"""Models that need no hub: the embedded SmolLM2-135M-Instruct, a tiny random Llama, tiny-arith.
+"""The one model resolver, and the models that need no hub: the embedded SmolLM2-135M-Instruct,
+a tiny random Llama, tiny-arith.
+
+A ``model`` setting (the probe's base model, an endpoint pass's checkpoint) may name:
+
+- a model folder path;
+- a short reference below (``smollm2-135m-instruct``, ...);
+- ``manifest:<probe output dir or manifest.json>#<checkpoint ref>``: a checkpoint of a finished
+  probe run, looked up in its manifest (:func:`trajval_ops.probe.manifest.resolve_checkpoint`);
+  the ref is ``early[i]``, ``late[i]`` (Python indexing into the window) or a checkpoint name
+  (``base``).
+
+:func:`resolve_model_reference` resolves any of them to a folder and a description for
+provenance; :func:`resolve_model` gives the folder alone.
 
 No model hub is reachable from the machines this runs on, so recipes name models either by a
 local folder or by one of the short references below, which are built once into
@@ -11,8 +24,7 @@ local folder or by one of the short references below, which are built once into
   size 64) with the SmolLM2 tokenizer and chat template, the fast stand-in for mechanics tests.
 
 Both are written to a temporary folder and renamed into place, so a killed build leaves no
-half-written model behind. ``python -m trajval_ops.models prepare [ref ...]`` builds them ahead
-of time. One more reference is not built but ships with the package:
+half-written model behind. ``trajval prepare-model [ref ...]`` builds them ahead of time. One more reference is not built but ships with the package:
 
 - ``tiny-arith``: the miniature regime's character-level Llama (646k parameters, see
   :mod:`trajval_ops.regime`), pretrained to partial competence on its arithmetic families by
@@ -23,12 +35,10 @@ of time. One more reference is not built but ships with the package:
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -55,14 +65,47 @@ def model_dir(ref: str) -> Path:
     return cache_dir() / "models" / ref
 
 
-def resolve_model(ref_or_path: str) -> Path:
-    """A Hugging Face model folder for a short reference or an existing directory.
+MANIFEST_PREFIX = "manifest:"
 
-    Short references are built on first use (see the module docstring). An existing directory
-    is returned as is.
 
-    :raises FileNotFoundError: when the argument is neither a known reference nor a directory.
+def resolve_model(model: str) -> Path:
+    """The model folder a ``model`` setting names (see the module docstring).
+
+    :raises FileNotFoundError: neither a known reference nor a directory.
+    :raises ValueError: a malformed ``manifest:`` reference (``ManifestError`` for a bad manifest).
     """
+    return resolve_model_reference(model)[0]
+
+
+def resolve_model_reference(model: str) -> tuple[Path, dict]:
+    """(model folder, checkpoint description for provenance) of a ``model`` setting.
+
+    Short references are built on first use (see the module docstring); an existing directory
+    is returned as is.
+    """
+    if not isinstance(model, str) or not model.strip():
+        raise ValueError(f"model must be a path, a short model reference or 'manifest:<dir>#<ref>', got {model!r}")
+    if not model.startswith(MANIFEST_PREFIX):
+        path = _model_folder(model)
+        return path, {"name": model, "source": "path" if Path(model).expanduser().is_dir() else "short_ref"}
+    location, sep, ref = model[len(MANIFEST_PREFIX):].partition("#")
+    if not sep or not location or not ref:
+        raise ValueError(
+            f"model {model!r}: a manifest reference reads 'manifest:<probe dir or manifest.json>#<ref>' "
+            f"with ref early[i], late[i] or a checkpoint name"
+        )
+    from trajval_ops.probe.manifest import resolve_checkpoint
+
+    checkpoint = resolve_checkpoint(location, ref)
+    path = _model_folder(str(checkpoint["path"]))
+    return path, {
+        "name": checkpoint["name"], "source": "manifest", "ref": ref, "window": checkpoint.get("window"),
+        "epoch": checkpoint.get("epoch"), "step": checkpoint.get("step"),
+        "manifest": checkpoint.get("manifest"), "config_hash": checkpoint.get("config_hash"),
+    }
+
+
+def _model_folder(ref_or_path: str) -> Path:
     if ref_or_path in _SHIPPED:
         return _shipped_model(ref_or_path)
     if ref_or_path in _BUILDERS:
@@ -195,23 +238,3 @@ _BUILD_VERSIONS = {SMOLLM2: 1, TINY_RANDOM_LLAMA: 2}
 _SHIPPED: dict[str, Path] = {TINY_ARITH: Path(__file__).resolve().parent / "data" / "models" / TINY_ARITH}
 
 KNOWN_MODELS = tuple(_BUILDERS) + tuple(_SHIPPED)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trajval_ops.models", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    prepare = sub.add_parser("prepare", help="build short-reference models into the cache (shipped ones are "
-                                             "only located)")
-    prepare.add_argument("refs", nargs="*", help=f"default: all ({', '.join(KNOWN_MODELS)})")
-    args = parser.parse_args(argv)
-    unknown = [ref for ref in args.refs if ref not in KNOWN_MODELS]
-    if unknown:
-        parser.error(f"unknown model reference(s) {unknown}; known: {', '.join(KNOWN_MODELS)}")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    for ref in args.refs or KNOWN_MODELS:
-        print(f"{ref}\t{resolve_model(ref)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

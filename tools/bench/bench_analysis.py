@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from trajval_ops import core
-from trajval_ops.analysis import pool_io, within_bin
-from trajval_ops.analysis.report import build_report
+from trajval_ops.analysis import pool_columns, within_bin
+from trajval_ops.pool_io import read_rows  # noqa: E402
+from trajval_ops.analysis.pool_report import build_report
 
 
 def write_inputs(directory: Path, rows: int, checkpoints: int, seed: int = 0) -> tuple[Path, Path]:
@@ -59,12 +60,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         pool, traj = write_inputs(tmp, args.rows, args.checkpoints)
-        baseline = timed(lambda: (pool_io.read_jsonl(pool), pool_io.read_jsonl(traj)))
+        baseline = timed(lambda: (list(read_rows(pool)), list(read_rows(traj))))
         report = timed(lambda: build_report(pool, tmp / "report", trajectories_path=traj))
 
         def split():
-            rows = pool_io.read_jsonl(pool)
-            cols = pool_io.pool_columns(rows)
+            rows = list(read_rows(pool))
+            cols = pool_columns.pool_columns(rows)
             within_bin.write_within_bin(rows, within_bin.within_bin_split(cols["r_early"], cols["delta"]), tmp / "wb")
 
         subpools = timed(split)

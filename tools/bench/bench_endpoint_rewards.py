@@ -54,10 +54,10 @@ def load_rows(pool: str | None, count: int) -> list[dict]:
     if pool is None:
         return [{"id": f"q{i}", "prompt": f"{PROBLEMS[i % len(PROBLEMS)][0]} (problem {i})",
                  "reward_model": {"ground_truth": PROBLEMS[i % len(PROBLEMS)][1]}} for i in range(count)]
-    from trajval_ops.jsontable import iter_jsonl
+    from trajval_ops.pool_io import read_rows
 
     rows = []
-    for row in iter_jsonl(pool):
+    for row in read_rows(pool):
         if len(rows) == count:
             break
         rows.append(row)
@@ -125,7 +125,7 @@ def measure_engine(args, rows, workdir: Path) -> dict:
     prompts = rendered_prompts(session.tokenizer, rows, args.template)
     start = time.perf_counter()
     for chunk in chunks(prompts, args.prompts_per_generate):
-        session.generate(chunk, op.sampling)
+        session.generate(chunk, op.decoding)
     engine_s = time.perf_counter() - start
     batch = {key: [row.get(key) for row in rows] for key in rows[0]}
     start = time.perf_counter()

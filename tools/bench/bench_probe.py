@@ -133,7 +133,7 @@ def report(r: dict) -> None:
 def project(r: dict, pool_size: int, probe_fraction: float, epochs: int) -> None:
     # projection: probe = |P| prompts x epochs, each prompt costs a step's share; endpoint
     # passes = 2 x pool prompts x n rollouts at the measured generation throughput.
-    from trajval_ops.probe.sampling import probe_size_for
+    from trajval_ops.probe.probe_set import probe_size_for
 
     probe_prompts = probe_size_for(pool_size, probe_fraction=probe_fraction)
     per_prompt_train = r["step_s"] / r["prompts_per_step"]

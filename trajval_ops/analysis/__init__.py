@@ -6,6 +6,8 @@
   score distribution (the paper's score-distribution table), probe-epoch stability.
 - :mod:`.within_bin` — terciles of r_early split into high/low-delta halves with matched r_early.
 - :mod:`.curves` — evaluation-curve metrics: Best Acc, AUC, Steps-to-Baseline, macro averages.
-- :mod:`.pool_io` — reading pools/trajectories (errors name the line/row) and atomic writes.
-- :mod:`.report` — the HTML + PNG report of a weighted pool (matplotlib imported lazily).
+- :mod:`.pool_columns` — a pool's diagnostic columns and dense-trajectory matrices (errors name
+  the row and the field), joins on id, atomic figures.
+- :mod:`.pool_report` — the HTML + PNG report of a weighted pool (``trajval report``;
+  matplotlib imported lazily).
 """

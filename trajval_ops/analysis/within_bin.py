@@ -28,12 +28,14 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from trajval_ops.atomic import write_json, write_jsonl
+from trajval_ops.atomic import write_json
+from trajval_ops.pool_io import write_rows
 
 BIN_NAMES = ("low", "mid", "high")
 HALVES = ("high_delta", "low_delta")
 BINNINGS = ("quantile", "fixed")
 SPLITS = ("paired", "median")
+STATS_FILE = "within_bin_stats.json"
 
 
 def tercile_bins(r_early, binning: str = "quantile") -> np.ndarray:
@@ -147,6 +149,6 @@ def write_within_bin(
     table = []
     for pool in subpools:
         name = subpool_filename(pool["bin"], pool["half"])
-        write_jsonl(out_dir / name, (rows[i] for i in pool["indices"]))
+        write_rows(out_dir / name, (rows[i] for i in pool["indices"]))
         table.append({**{k: v for k, v in pool.items() if k != "indices"}, "file": name})
-    return write_json(out_dir / "within_bin_stats.json", {"meta": dict(meta or {}), "subpools": table})
+    return write_json(out_dir / STATS_FILE, {"meta": dict(meta or {}), "subpools": table})

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit code 0, or 2 on bad input (the message names the file, line and row)."""
     args = parse_args(argv, prog=prog)
     from trajval_ops.pools.importers import import_pool
-    from trajval_ops.validation import TrajvalInputError
+    from trajval_ops.errors import TrajvalInputError
 
     id_keys = None
     if args.id_keys:

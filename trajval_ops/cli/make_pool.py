@@ -37,10 +37,11 @@ def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> arg
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit code 0; 1 when ``--check`` finds rows that fail; 2 on a bad mix or size."""
     args = parse_args(argv, prog=prog)
-    from trajval_ops.atomic import write_jsonl
+    from trajval_ops.pool_io import write_rows
     from trajval_ops.pools.generate import FAMILIES, PRESETS, check_row, generate_pool, mix_summary, preset_mix
-    from trajval_ops.pools.io import read_rows
-    from trajval_ops.validation import TrajvalInputError, row_label
+    from trajval_ops.pool_io import read_rows
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.rows import row_label
 
     if args.list:
         for name, family in FAMILIES.items():
@@ -61,6 +62,6 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     except (ValueError, TrajvalInputError) as err:
         print(f"make_pool: error: {err}", file=sys.stderr)
         return 2
-    write_jsonl(args.out, rows)
+    write_rows(args.out, rows)
     print(f"wrote {len(rows)} tasks to {args.out}: {mix_summary(rows)}")
     return 0

@@ -2,8 +2,7 @@
 
     trajval prepare-model [ref ...]
 
-The same as ``python -m trajval_ops.models prepare [ref ...]``: prints ``<ref>\\t<folder>`` per
-model; an unknown reference exits with code 2.
+Prints ``<ref>\\t<folder>`` per model; an unknown reference exits with code 2.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import sys
 
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
-    from trajval_ops.analysis.pool_io import TRAJECTORY_KEY
+    from trajval_ops.analysis.pool_columns import TRAJECTORY_KEY
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--pool", required=True, help="pool JSONL with trajval_r_early/trajval_r_late "
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     parser.add_argument("--eps", type=float, default=None, help="default: pool provenance, else 0.05")
     args = parser.parse_args(argv)
 
-    from trajval_ops.analysis.report import build_report
-    from trajval_ops.validation import TrajvalInputError
+    from trajval_ops.analysis.pool_report import build_report
+    from trajval_ops.errors import TrajvalInputError
 
     try:
         summary = build_report(

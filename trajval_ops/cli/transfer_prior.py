@@ -47,12 +47,18 @@ def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> arg
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit code 0, or 2 on bad input (unmatched rows under ``--unmatched error``, mixed regimes)."""
     args = parse_args(argv, prog=prog)
-    from trajval_ops.atomic import write_json, write_jsonl
-    from trajval_ops.pools.io import file_sha256, read_rows
+    from trajval_ops.atomic import check_output_spares_inputs, write_json
+    from trajval_ops.pool_io import write_rows
+    from trajval_ops.canonical import file_sha256
+    from trajval_ops.pool_io import read_rows
     from trajval_ops.pools.transfer import transfer_prior
-    from trajval_ops.validation import TrajvalInputError
+    from trajval_ops.errors import TrajvalInputError
 
+    report_path = args.report or f"{args.output}.report.json"
     try:
+        for name, path in (("output", args.output), ("report", report_path)):
+            check_output_spares_inputs(path, {"source pool": args.source, "target pool": args.target},
+                                       output_name=name)
         rows, report = transfer_prior(
             read_rows(args.source), read_rows(args.target), regime=args.source_regime, match=args.match,
             source_key=args.source_key, target_key=args.target_key,
@@ -62,8 +68,8 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     except (TrajvalInputError, FileNotFoundError) as err:
         print(f"transfer_prior: error: {err}", file=sys.stderr)
         return 2
-    write_jsonl(args.output, rows)
-    write_json(args.report or f"{args.output}.report.json", report.as_dict())
+    write_rows(args.output, rows)
+    write_json(report_path, report.as_dict())
     print(f"matched {report.matched_rows} of {report.target_rows} target rows ({report.matched_fraction:.1%}); "
           f"unmatched {report.unmatched_rows} ({report.unmatched_policy}); wrote {args.output}")
     return 0

@@ -16,8 +16,12 @@ import sys
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit code 0, or 2 on bad input."""
-    from trajval_ops.analysis import pool_io, within_bin
-    from trajval_ops.validation import TrajvalInputError
+    from pathlib import Path
+
+    from trajval_ops.analysis import pool_columns, within_bin
+    from trajval_ops.atomic import check_output_spares_inputs
+    from trajval_ops.pool_io import read_rows
+    from trajval_ops.errors import TrajvalInputError
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--pool", required=True, help="pool JSONL with trajval_r_early / trajval_r_late")
@@ -27,8 +31,11 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     parser.add_argument("--id-key", default=None, help="dotted id field used to name rows in errors")
     args = parser.parse_args(argv)
     try:
-        rows = pool_io.read_jsonl(args.pool)
-        cols = pool_io.pool_columns(rows, id_key=args.id_key)
+        names = [within_bin.subpool_filename(b, h) for b in within_bin.BIN_NAMES for h in within_bin.HALVES]
+        for name in names + [within_bin.STATS_FILE]:
+            check_output_spares_inputs(Path(args.out) / name, {"pool": args.pool}, output_name="output file")
+        rows = list(read_rows(args.pool))
+        cols = pool_columns.pool_columns(rows, id_key=args.id_key)
         subpools = within_bin.within_bin_split(
             cols["r_early"], cols["delta"], cols["score"], cols["weight"], binning=args.binning, split=args.split
         )

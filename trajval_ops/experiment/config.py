@@ -15,6 +15,9 @@ from typing import Any
 
 import yaml
 
+from trajval_ops.probe.config import ProbeConfig
+from trajval_ops.settings import settings_subset
+
 #: arm -> (static prior, online scheduler); a prior of None samples uniformly.
 ARMS: dict[str, tuple[str | None, str | None]] = {
     "uniform": (None, None),
@@ -25,9 +28,25 @@ ARMS: dict[str, tuple[str | None, str | None]] = {
     "greso_trajval": ("trajval", "greso"),
     "bots": (None, "bots"),
     "bots_trajval": ("trajval", "bots"),
+    # ceilings (trajval_ops.experiment.priors): oracle A's own learnability, a full run's knowledge
+    "oracle": ("oracle", None),
+    "oracle_subset": ("oracle_subset", None),
+    "oracle_group": ("oracle_group", None),
+    "trajval_group": ("trajval_group", None),
+    # noise-aware TrajVal scores from the same passes (core.noise_aware_score)
+    "trajval_posterior": ("trajval_posterior", None),
+    "trajval_pooled": ("trajval_pooled", None),
+    # TrajVal with the adaptive budget's late pass (probe.adaptive_late)
+    "trajval_adaptive": ("trajval_adaptive", None),
 }
+#: arms whose prior averages the score per group (they need the config's group_key)
+GROUP_ARMS = frozenset({"oracle_group", "trajval_group", "trajval_pooled"})
 #: the arm every other arm's S2B is measured against
 BASELINE_ARM = "uniform"
+#: the batch-generation modes of the training runs (TrainingSettings.sampling)
+SAMPLING_MODES = ("standard", "dynamic")
+#: how a run of a mode is named beside its arm: arms/uniform/..., arms/uniform+dynamic/...
+MODE_SUFFIX = {"standard": "", "dynamic": "+dynamic"}
 
 
 class ConfigError(ValueError):
@@ -41,7 +60,7 @@ class TaskSettings:
     pool_size: int = 1500          #: tasks in training context A (the pool TrajVal scores)
     shared_size: int = 500         #: of those, tasks also in context B (oracle reproducibility)
     heldout_size: int = 1000       #: held-out evaluation tasks, disjoint from both contexts
-    validation_size: int = 300     #: tuning split, disjoint from everything else
+    tuning_size: int = 300         #: tuning split (for choosing settings), disjoint from everything else
     seed: int = 2026               #: the split's seed (pre-registered: not changed by --seed)
 
 
@@ -54,17 +73,13 @@ class DataFiles:
     context_b: str | None = None   #: a second context sharing tasks with A (oracle reproducibility)
 
 
-@dataclass(frozen=True)
-class GrpoSettings:
-    learning_rate: float = 3e-4
-    prompts_per_batch: int = 16
-    num_generations: int = 8
-    max_completion_length: int = 8
-    beta: float = 0.0
-    loss_type: str = "dapo"
-    epsilon: float = 0.2
-    temperature: float = 1.0
-    micro_batch_size: int = 128
+#: The GRPO settings every training run of the protocol shares (the probe's included): the
+#: probe's declarations (type, bounds, help: :class:`~trajval_ops.probe.config.ProbeConfig`) with
+#: the embedded regime's defaults.
+GrpoSettings = settings_subset("GrpoSettings", ProbeConfig, {
+    "learning_rate": 3e-4, "prompts_per_batch": 16, "num_generations": 8, "max_completion_length": 8,
+    "beta": 0.0, "loss_type": "dapo", "epsilon": 0.2, "temperature": 1.0, "micro_batch_size": 128,
+}, module=__name__, doc="GRPO settings shared by the protocol's training runs (declared by ProbeConfig).")
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,10 @@ class ProbeSettings:
     window_k: int = 1
     #: probe epochs (besides the last) that get an endpoint pass, for probe-epoch stability
     stability_epochs: tuple[int, ...] = ()
+    #: also a late pass with the adaptive budget (for the trajval_adaptive arm)
+    adaptive_late: bool = False
+    round_size: int = 4                    #: the adaptive late pass's rollouts per round
+    weight_tolerance: float = 0.05         #: the adaptive late pass's weight tolerance
 
 
 @dataclass(frozen=True)
@@ -99,6 +118,11 @@ class TrainingSettings:
     steps: int = 120
     seeds: tuple[int, ...] = (0, 1, 2)
     arms: tuple[str, ...] = tuple(ARMS)
+    #: how each arm generates its batches: ``standard`` (every drawn group trains) and/or
+    #: ``dynamic`` (DAPO's dynamic sampling: zero-variance groups dropped and refilled; the
+    #: completions each step cost are recorded); every arm runs once per listed mode
+    sampling: tuple[str, ...] = ("standard",)
+    max_generation_rounds: int = 8       #: dynamic sampling's cap on generation rounds per step
 
 
 @dataclass(frozen=True)
@@ -115,6 +139,7 @@ class ValidationConfig:
     oracle: OracleSettings = OracleSettings()
     probe: ProbeSettings = ProbeSettings()
     training: TrainingSettings = TrainingSettings()
+    group_key: str | None = None           #: dotted path of a task's group (group-mean arms, reports)
     seed: int = 0                          #: base of the probe, oracle and training seeds
     workers: int = 2                       #: training processes run side by side
     threads_per_worker: int = 1            #: torch threads per process
@@ -125,6 +150,10 @@ class ValidationConfig:
 
     def training_seeds(self) -> list[int]:
         return [self.seed + s for s in self.training.seeds]
+
+    def training_runs(self) -> list[tuple[str, str, str]]:
+        """``(name, arm, mode)`` of every trained arm: ``uniform``, ``uniform+dynamic``, ..."""
+        return [(arm + MODE_SUFFIX[mode], arm, mode) for mode in self.training.sampling for arm in self.training.arms]
 
 
 _SECTIONS = {"tasks": TaskSettings, "data": DataFiles, "grpo": GrpoSettings, "evaluation": EvaluationSettings,
@@ -141,12 +170,14 @@ def _build(cls, values: Any, where: str):
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     try:
         return cls(**values)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def load_config(path: str | Path, seed: int | None = None) -> ValidationConfig:
-    """Read and check a validation config (:func:`check_config`); ``seed`` overrides its ``seed``."""
+def load_config(path: str | Path, seed: int | None = None, split_seed: int | None = None) -> ValidationConfig:
+    """Read and check a validation config (:func:`check_config`); ``seed`` overrides its ``seed``
+    (probe, oracle and training seeds), ``split_seed`` its ``tasks.seed`` (another split of the
+    generated regime: the same protocol measured on other tasks)."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -162,6 +193,11 @@ def load_config(path: str | Path, seed: int | None = None) -> ValidationConfig:
             raw[key] = _build(cls, raw[key], f"{path}: {key}")
     if seed is not None:
         raw["seed"] = seed
+    if split_seed is not None:
+        if not isinstance(raw.get("tasks"), TaskSettings):
+            raise ConfigError(f"{path}: --split-seed draws another split of generated tasks; this config names "
+                              "pool files ('data'), not a generated regime ('tasks')")
+        raw["tasks"] = dataclasses.replace(raw["tasks"], seed=split_seed)
     raw["source"] = str(path)
     config = _build(ValidationConfig, raw, str(path))
     check_config(config)
@@ -180,8 +216,16 @@ def check_config(config: ValidationConfig) -> None:
     unknown = [arm for arm in config.training.arms if arm not in ARMS]
     if unknown:
         raise ConfigError(f"{where}: unknown arm(s) {unknown}; known: {sorted(ARMS)}")
+    if "trajval_adaptive" in config.training.arms and not config.probe.adaptive_late:
+        raise ConfigError(f"{where}: the trajval_adaptive arm reads the adaptive late pass: set probe.adaptive_late")
+    grouped = sorted(set(config.training.arms) & GROUP_ARMS)
+    if grouped and not config.group_key:
+        raise ConfigError(f"{where}: arms {grouped} average the score per group: set group_key (e.g. extra_info.family)")
     if BASELINE_ARM not in config.training.arms:
         raise ConfigError(f"{where}: training.arms must include '{BASELINE_ARM}' (the baseline of S2B)")
+    modes = config.training.sampling
+    if not modes or set(modes) - set(SAMPLING_MODES) or len(set(modes)) != len(modes):
+        raise ConfigError(f"{where}: training.sampling must list distinct modes of {list(SAMPLING_MODES)}, got {list(modes)}")
     if len(set(config.training.arms)) != len(config.training.arms):
         raise ConfigError(f"{where}: training.arms lists an arm twice")
     if not config.training.seeds or len(set(config.training.seeds)) != len(config.training.seeds):
@@ -191,13 +235,11 @@ def check_config(config: ValidationConfig) -> None:
         "evaluation.every_steps": config.evaluation.every_steps, "evaluation.n": config.evaluation.n,
         "oracle.every_steps": config.oracle.every_steps, "oracle.n": config.oracle.n, "probe.n": config.probe.n,
         "probe.epochs": config.probe.epochs, "workers": config.workers, "threads_per_worker": config.threads_per_worker,
-        "grpo.prompts_per_batch": config.grpo.prompts_per_batch, "grpo.num_generations": config.grpo.num_generations,
+        "training.max_generation_rounds": config.training.max_generation_rounds,
     }
     for name, value in positive.items():
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{where}: {name} must be a positive integer, got {value!r}")
-    if config.grpo.num_generations < 2:
-        raise ConfigError(f"{where}: grpo.num_generations must be >= 2 (GRPO needs a group)")
     bad = [e for e in config.probe.stability_epochs if not 1 <= e < config.probe.epochs]
     if bad:
         raise ConfigError(f"{where}: probe.stability_epochs {bad} outside 1..{config.probe.epochs - 1}")
@@ -222,12 +264,49 @@ def check_config(config: ValidationConfig) -> None:
                           f"{2 * config.oracle.window} evaluations; raise oracle.steps or lower every_steps")
 
 
-def protocol_hash(config: ValidationConfig) -> str:
+def protocol_hash(config: ValidationConfig, settings: dict | None = None) -> str:
     """The settings and the model's identity (a rebuilt model under the same name is another
-    protocol: its units must not be reused)."""
+    protocol: its units must not be reused). ``settings``: the config's settings as a run
+    recorded them (:func:`recorded_settings`); by default all of them."""
     from trajval_ops.canonical import stable_hash
     from trajval_ops.models import resolve_model
     from trajval_ops.rollout.cache import model_fingerprint
 
-    settings = {k: v for k, v in config.to_dict().items() if k not in ("source", "workers")}
+    settings = config.to_dict() if settings is None else settings
+    settings = {k: v for k, v in settings.items() if k not in ("source", "workers")}
     return stable_hash({"settings": settings, "model": model_fingerprint(resolve_model(config.model))})
+
+
+def _field_default(cls, name: str) -> Any:
+    spec = {f.name: f for f in dataclasses.fields(cls)}[name]
+    if spec.default is not dataclasses.MISSING:
+        return spec.default
+    if spec.default_factory is not dataclasses.MISSING:
+        return spec.default_factory()
+    return dataclasses.MISSING
+
+
+def recorded_settings(config: ValidationConfig, recorded: dict) -> dict:
+    """``config``'s settings as a run that recorded ``recorded`` would hold them: a setting added
+    to the project after that run is left out when it is at its default (the behaviour the run
+    had), so the run's finished units stay valid; at another value it stays in (another protocol)."""
+
+    def known(values: dict, cls, seen: dict) -> dict:
+        out = {}
+        for key, value in values.items():
+            if key not in seen:
+                default = _field_default(cls, key)
+                if default is not dataclasses.MISSING and _plain(default) == value:
+                    continue
+                out[key] = value
+            elif cls is ValidationConfig and key in _SECTIONS and isinstance(value, dict) and isinstance(seen[key], dict):
+                out[key] = known(value, _SECTIONS[key], seen[key])
+            else:
+                out[key] = value
+        return out
+
+    return known(config.to_dict(), ValidationConfig, recorded)
+
+
+def _plain(value: Any) -> Any:
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value

@@ -3,7 +3,7 @@
 ``python -m trajval_ops.experiment.grpo_run SPEC.json`` trains the regime's model on a pool
 with TRL's GRPO, drawing prompts through :class:`~trajval_ops.samplers.trl.TrajvalGRPOTrainer`
 (a static prior column, optionally composed with GRESO or BOTS), and records trajectories with
-:class:`~trajval_ops.probe.trajectory_callback.TrajectoryCallback` (held-out accuracy for the
+:class:`~trajval_ops.experiment.trajectory_callback.TrajectoryCallback` (held-out accuracy for the
 A/B arms; every pool task for the oracle runs). The unit is done when ``result.json`` exists
 (written last, atomically); the protocol reruns an unfinished unit from its beginning so its
 result equals an uninterrupted run's.
@@ -11,6 +11,7 @@ result equals an uninterrupted run's.
 The spec (written by :mod:`trajval_ops.experiment.protocol`):
 ``{"model", "pool", "weight_column" (null: uniform), "online" (null|"greso"|"bots"),
 "bots_reference_columns" (BOTS's weaker / stronger reference pass-rate columns), "steps",
+"dynamic_sampling", "max_generation_rounds",
 "seed", "grpo": {...}, "template", "verifier", "verifier_options", "threads",
 "evaluations": [{"tasks", "output", "every_steps", "n", "batch_size"}], "output_dir"}``.
 """
@@ -36,62 +37,38 @@ def run(spec: dict[str, Any]) -> dict:
     from loguru import logger
     from trl import GRPOConfig
 
-    from trajval_ops.jsontable import iter_jsonl
+    from trajval_ops.pool_io import read_rows
     from trajval_ops.models import resolve_model
     from trajval_ops.probe.config import ProbeConfig, grpo_arguments
     from trajval_ops.probe.rewards import verifier_reward
-    from trajval_ops.probe.trainer import _load_policy, _load_tokenizer, _max_context, probe_examples, training_dataset
-    from trajval_ops.probe.trajectory_callback import TrajectoryCallback
+    from trajval_ops.probe.trainer import load_policy, load_tokenizer, max_context_of, probe_examples, training_dataset
     from trajval_ops.rollout.verifiers import build_verifier
-    from trajval_ops.samplers.online import BotsScheduler, GresoScheduler
     from trajval_ops.samplers.trl import TrajvalGRPOTrainer
 
     out = Path(spec["output_dir"])
     out.mkdir(parents=True, exist_ok=True)
-    rows = list(iter_jsonl(spec["pool"]))
+    rows = list(read_rows(spec["pool"]))
     grpo = spec["grpo"]
-    config = ProbeConfig(
-        model=spec["model"], epochs=1, learning_rate=grpo["learning_rate"],
-        prompts_per_batch=grpo["prompts_per_batch"], num_generations=grpo["num_generations"],
-        micro_batch_size=grpo["micro_batch_size"], epsilon=grpo["epsilon"], temperature=grpo["temperature"],
-        beta=grpo["beta"], loss_type=grpo["loss_type"], max_completion_length=grpo["max_completion_length"],
-        seed=spec["seed"], verifier=spec["verifier"], verifier_options=spec["verifier_options"],
-        prompt_template=spec["template"], device="cpu", weight_decay=0.0,
-    )
+    # the protocol's GRPO settings are ProbeConfig settings; the A/B and oracle runs add no weight decay
+    config = ProbeConfig(**grpo, model=spec["model"], epochs=1, seed=spec["seed"], verifier=spec["verifier"],
+                         verifier_options=spec["verifier_options"], prompt_template=spec["template"], device="cpu",
+                         weight_decay=0.0)
     base = resolve_model(spec["model"])
-    tokenizer = _load_tokenizer(base)
-    dataset = training_dataset(probe_examples(rows, config), tokenizer, config, _max_context(base))
+    tokenizer = load_tokenizer(base)
+    dataset = training_dataset(probe_examples(rows, config), tokenizer, config, max_context_of(base))
     weight_column = spec.get("weight_column")
     if weight_column is None:
         weight_column, weights = UNIFORM_COLUMN, [1.0] * len(rows)
     else:
         weights = [float(row[weight_column]) for row in rows]
     dataset = dataset.add_column(weight_column, weights)
-    online = None
-    if spec.get("online") == "greso":
-        online = GresoScheduler(len(rows))
-    elif spec.get("online") == "bots":
-        # BOTS's implicit evidence: two reference models' pass rates, weaker then stronger. In the
-        # protocol these are the probe's own endpoint passes (base model, probe-trained model).
-        references = spec.get("bots_reference_columns")
-        online = BotsScheduler(len(rows), m=grpo["num_generations"], reference_pass_rates=None if not references else
-                               tuple([float(row[key]) for row in rows] for key in references))
-
-    callbacks = [
-        TrajectoryCallback(
-            tasks=list(iter_jsonl(evaluation["tasks"])), output_path=evaluation["output"],
-            every_steps=evaluation["every_steps"], n=evaluation["n"], temperature=1.0,
-            max_new_tokens=grpo["max_completion_length"], seed=spec["seed"], verifier=spec["verifier"],
-            verifier_options=spec["verifier_options"], template=spec["template"],
-            batch_size=evaluation.get("batch_size", 256),
-        )
-        for evaluation in spec["evaluations"]
-    ]
+    online = _online_scheduler(spec, rows)
+    callbacks = _evaluation_callbacks(spec)
     args = grpo_arguments(config, str(out / "trainer"), "cpu", show_progress=False)
     args.update(max_steps=int(spec["steps"]), num_train_epochs=1, save_strategy="no", logging_steps=1)
     verifier = build_verifier(spec["verifier"], **spec["verifier_options"])
     trainer = TrajvalGRPOTrainer(
-        model=_load_policy(base, "cpu"),
+        model=load_policy(base, "cpu"),
         reward_funcs=[verifier_reward(verifier)],
         args=GRPOConfig(**args),
         train_dataset=dataset,
@@ -99,20 +76,67 @@ def run(spec: dict[str, Any]) -> dict:
         callbacks=callbacks,
         weight_column=weight_column,
         online_scheduler=online,
+        dynamic_sampling=bool(spec.get("dynamic_sampling")),
+        max_generation_rounds=int(spec.get("max_generation_rounds", 8)),
     )
     start = time.monotonic()
     logger.info(f"grpo_run: {spec.get('name', out.name)}: {spec['steps']} steps on {len(rows)} tasks "
-                f"(prior {spec.get('weight_column') or 'uniform'}, online {spec.get('online') or 'none'}, seed {spec['seed']})")
+                f"(prior {spec.get('weight_column') or 'uniform'}, online {spec.get('online') or 'none'}, "
+                f"dynamic sampling {'on' if spec.get('dynamic_sampling') else 'off'}, seed {spec['seed']})")
     trainer.train()
     verifier.close()
-    rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
     result = {"name": spec.get("name", out.name), "steps": trainer.state.global_step,
-              "wall_time_s": round(time.monotonic() - start, 2), "train_reward": rewards,
+              "wall_time_s": round(time.monotonic() - start, 2),
+              **step_record(trainer.state.log_history, grpo["prompts_per_batch"] * grpo["num_generations"]),
               "evaluations": [e["output"] for e in spec["evaluations"]]}
     from trajval_ops.atomic import write_json
 
     write_json(out / RESULT_FILE, result)
     return result
+
+
+def step_record(log_history: list[dict], batch_completions: int) -> dict:
+    """Per training step: the mean reward, the completions generated (the batch, or what dynamic
+    sampling generated to fill it) and the share of groups whose rewards were all equal."""
+    steps = [entry for entry in log_history if "reward" in entry]
+    return {
+        "train_reward": [entry["reward"] for entry in steps],
+        "completions_per_step": [int(entry.get("dynamic_sampling/completions", batch_completions)) for entry in steps],
+        "zero_variance_share": [entry.get("frac_reward_zero_std") for entry in steps],
+    }
+
+
+def _online_scheduler(spec: dict[str, Any], rows: list[dict]):
+    """The run's online scheduler (GRESO, BOTS) or None."""
+    from trajval_ops.samplers.online import BotsScheduler, GresoScheduler
+
+    if spec.get("online") == "greso":
+        return GresoScheduler(len(rows))
+    if spec.get("online") == "bots":
+        # BOTS's implicit evidence: two reference models' pass rates, weaker then stronger. In the
+        # protocol these are the probe's own endpoint passes (base model, probe-trained model).
+        references = spec.get("bots_reference_columns")
+        return BotsScheduler(len(rows), m=spec["grpo"]["num_generations"],
+                             reference_pass_rates=None if not references else
+                             tuple([float(row[key]) for row in rows] for key in references))
+    return None
+
+
+def _evaluation_callbacks(spec: dict[str, Any]) -> list:
+    """One :class:`TrajectoryCallback` per evaluation of the spec (held-out or every pool task)."""
+    from trajval_ops.experiment.trajectory_callback import TrajectoryCallback
+    from trajval_ops.pool_io import read_rows
+
+    return [
+        TrajectoryCallback(
+            tasks=list(read_rows(evaluation["tasks"])), output_path=evaluation["output"],
+            every_steps=evaluation["every_steps"], n=evaluation["n"], temperature=1.0,
+            max_new_tokens=spec["grpo"]["max_completion_length"], seed=spec["seed"], verifier=spec["verifier"],
+            verifier_options=spec["verifier_options"], template=spec["template"],
+            batch_size=evaluation.get("batch_size", 256),
+        )
+        for evaluation in spec["evaluations"]
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,7 @@
 Units (each its own folder under ``--out``; done when its marker file exists):
 
 1. ``data``: the training contexts A and B (sharing ``shared_size`` tasks), the held-out and
-   validation splits; overlap between held-out and training tasks is an error here, before
+   tuning splits; overlap between held-out and training tasks is an error here, before
    anything trains.
 2. ``oracle/context-a``, ``oracle/context-b``: full-pool uniform GRPO on each context with dense
    per-task trajectories (the oracle); each run measures its own base (step 0) with its own
@@ -17,7 +17,7 @@ Units (each its own folder under ``--out``; done when its marker file exists):
    ``evaluation.every_steps`` steps.
 
 ``results.json`` and ``index.html`` are then computed from the units' files
-(:mod:`trajval_ops.experiment.report`). Training units run as child processes, ``workers`` at
+(:mod:`trajval_ops.experiment.results`). Training units run as child processes, ``workers`` at
 a time, ``threads_per_worker`` torch threads each; a rerun skips finished units and restarts an
 unfinished training unit from its beginning (a GRPO run is minutes here; restarting keeps its
 result identical to an uninterrupted run's, online scheduler state included).
@@ -25,7 +25,9 @@ result identical to an uninterrupted run's, online scheduler state included).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -38,15 +40,17 @@ from typing import Any, Callable
 import numpy as np
 from loguru import logger
 
-from trajval_ops import core, fields
-from trajval_ops.atomic import write_json, write_jsonl
-from trajval_ops.experiment.config import ARMS, ConfigError, ValidationConfig, load_config, protocol_hash
+from trajval_ops import fields
+from trajval_ops.atomic import write_json
+from trajval_ops.pool_io import write_rows
+from trajval_ops.experiment.config import (ARMS, ConfigError, ValidationConfig, load_config, protocol_hash,
+                                           recorded_settings)
 from trajval_ops.experiment.grpo_run import RESULT_FILE
-from trajval_ops.jsontable import iter_jsonl
+from trajval_ops.experiment.priors import ADAPTIVE_LATE, ORACLE_PRIORS, PRIOR_COLUMNS, write_priors
+from trajval_ops.pool_io import read_rows
 
 DATA_DONE = "data.json"
 PROBE_OUTPUT = "weighted.jsonl"
-PRIOR_COLUMNS = {"trajval": fields.WEIGHT, "variance": "trajval_variance_weight", "bandpass": "trajval_bandpass_weight"}
 ORACLE_CONTEXTS = ("context-a", "context-b")
 ID_KEY = "id"
 
@@ -64,13 +68,13 @@ def prepare_data(config: ValidationConfig, out: Path) -> dict:
     if config.tasks is not None:
         splits = _generated_splits(config)
     else:
-        splits = {"context-a": list(iter_jsonl(config.data.pool)), "heldout": list(iter_jsonl(config.data.heldout)),
-                  "validation": []}
+        splits = {"context-a": list(read_rows(config.data.pool)), "heldout": list(read_rows(config.data.heldout)),
+                  "tuning": []}
         if config.data.context_b:
-            splits["context-b"] = list(iter_jsonl(config.data.context_b))
+            splits["context-b"] = list(read_rows(config.data.context_b))
     check_splits(splits, config)
     for name, rows in splits.items():
-        write_jsonl(folder / f"{name}.jsonl", rows)
+        write_rows(folder / f"{name}.jsonl", rows)
     ids_a = {row[ID_KEY] for row in splits["context-a"]}
     shared = [row[ID_KEY] for row in splits.get("context-b", []) if row[ID_KEY] in ids_a]
     summary = {name: len(rows) for name, rows in splits.items()} | {"shared": len(shared)}
@@ -85,7 +89,7 @@ def _generated_splits(config: ValidationConfig) -> dict[str, list[dict]]:
 
     t = config.tasks
     b_only = t.pool_size - t.shared_size
-    total = t.pool_size + b_only + t.heldout_size + t.validation_size
+    total = t.pool_size + b_only + t.heldout_size + t.tuning_size
     rows = generate_tasks(total, seed=t.seed)
     order = np.random.default_rng(t.seed).permutation(len(rows))
     rows = [rows[i] for i in order]
@@ -95,10 +99,10 @@ def _generated_splits(config: ValidationConfig) -> dict[str, list[dict]]:
     cursor += b_only
     heldout = rows[cursor:cursor + t.heldout_size]
     cursor += t.heldout_size
-    validation = rows[cursor:cursor + t.validation_size]
+    tuning = rows[cursor:cursor + t.tuning_size]
     order_b = np.random.default_rng(t.seed + 1).permutation(len(context_b))
     return {"context-a": context_a, "context-b": [context_b[i] for i in order_b], "heldout": heldout,
-            "validation": validation}
+            "tuning": tuning}
 
 
 def _prompt_text(row: dict) -> str:
@@ -107,7 +111,7 @@ def _prompt_text(row: dict) -> str:
 
 
 def check_splits(splits: dict[str, list[dict]], config: ValidationConfig) -> None:
-    """Ids present and unique per split; held-out and validation disjoint from the training
+    """Ids present and unique per split; held-out and tuning splits disjoint from the training
     contexts (by id and by prompt); enough held-out tasks."""
     for name, rows in splits.items():
         seen: dict[Any, int] = {}
@@ -117,14 +121,21 @@ def check_splits(splits: dict[str, list[dict]], config: ValidationConfig) -> Non
             if row[ID_KEY] in seen:
                 raise ConfigError(f"{name} row {position}: id {row[ID_KEY]!r} repeats row {seen[row[ID_KEY]]}")
             seen[row[ID_KEY]] = position
+    if config.group_key:
+        from trajval_ops.rows import get_path
+
+        for position, row in enumerate(splits["context-a"]):
+            if get_path(row, config.group_key, None) is None:
+                raise ConfigError(f"context-a row {position} (id {row[ID_KEY]!r}): group_key field "
+                                  f"'{config.group_key}' is missing (every pool task needs its group)")
     training = splits["context-a"] + splits.get("context-b", [])
     train_ids = {row[ID_KEY] for row in training}
     train_prompts = {_prompt_text(row) for row in training}
-    for name in ("heldout", "validation"):
+    for name in ("heldout", "tuning"):
         for position, row in enumerate(splits.get(name, [])):
             if row[ID_KEY] in train_ids or _prompt_text(row) in train_prompts:
                 raise ConfigError(f"{name} row {position} (id {row[ID_KEY]!r}) is also a training task: "
-                                  f"held-out and validation tasks must be disjoint from the pool")
+                                  f"held-out and tuning tasks must be disjoint from the pool")
     if len(splits["heldout"]) < config.evaluation.min_heldout:
         raise ConfigError(f"only {len(splits['heldout'])} held-out tasks; evaluation.min_heldout is "
                           f"{config.evaluation.min_heldout}")
@@ -157,7 +168,7 @@ class Unit:
         self.log = self.folder.parent / f"{self.folder.name}.log"
 
 
-def _grpo_unit(config: ValidationConfig, out: Path, name: str, folder: Path, spec: dict, after=()) -> Unit:
+def _grpo_unit(name: str, folder: Path, spec: dict, after=()) -> Unit:
     spec_path = folder.parent / f"{folder.name}.spec.json"
 
     def prepare():
@@ -187,7 +198,7 @@ def oracle_units(config: ValidationConfig, out: Path, data: dict) -> list[Unit]:
             "evaluations": [{"tasks": str(pool), "output": str(folder / "trajectories.jsonl"),
                              "every_steps": config.oracle.every_steps, "n": config.oracle.n,
                              "batch_size": config.evaluation.batch_size}]}
-        units.append(_grpo_unit(config, out, f"oracle/{context}", folder, spec))
+        units.append(_grpo_unit(f"oracle/{context}", folder, spec))
     return units
 
 
@@ -204,10 +215,7 @@ def probe_recipe(config: ValidationConfig, out: Path) -> dict:
                 "template": config.template, "prompts_per_generate": 64, "cache_dir": str(folder / "rollout_cache")}
     process = [{"trajval_probe_trainer": {
         "output_dir": str(probe_dir), "model": config.model, "probe_fraction": config.probe.probe_fraction,
-        "seed": config.seed, "epochs": epochs, "learning_rate": g.learning_rate,
-        "prompts_per_batch": g.prompts_per_batch, "num_generations": g.num_generations,
-        "micro_batch_size": g.micro_batch_size, "max_completion_length": g.max_completion_length,
-        "beta": g.beta, "loss_type": g.loss_type, "window_k": config.probe.window_k,
+        "seed": config.seed, "epochs": epochs, **dataclasses.asdict(g), "window_k": config.probe.window_k,
         "keep_epochs": stability_epochs, "verifier": verifier, "verifier_options": options,
         "prompt_template": config.template, "show_progress": False}}]
     k = config.probe.window_k
@@ -216,6 +224,11 @@ def probe_recipe(config: ValidationConfig, out: Path) -> dict:
             process.append({"trajval_endpoint_reward_mapper": endpoint | {
                 "model": f"manifest:{probe_dir}#{window}[{i}]", "window": window,
                 "window_index": None if k == 1 else i, "seed": config.seed + offset + i}})
+    if config.probe.adaptive_late:
+        process.append({"trajval_endpoint_reward_mapper": endpoint | {
+            "model": f"manifest:{probe_dir}#late[-1]", "window": "late", "output_key": ADAPTIVE_LATE,
+            "budget": "adaptive", "round_size": config.probe.round_size,
+            "weight_tolerance": config.probe.weight_tolerance, "seed": config.seed + 20}})
     for epoch in stability_epochs:
         process.append({"trajval_endpoint_reward_mapper": endpoint | {
             "model": f"manifest:{probe_dir}#epoch-{epoch}", "output_key": f"trajval_acc_epoch_{epoch}",
@@ -242,37 +255,22 @@ def probe_unit(config: ValidationConfig, out: Path) -> Unit:
                 restart=False, prepare=prepare)
 
 
-def write_priors(config: ValidationConfig, out: Path) -> Path:
-    """The training pool with one weight column per prior (TrajVal and the baselines)."""
-    target = out / "priors" / "train_pool.jsonl"
-    if target.is_file():
-        return target
-    rows = list(iter_jsonl(out / "probe" / PROBE_OUTPUT))
-    r_early = np.array([row[fields.R_EARLY] for row in rows], dtype=np.float64)
-    variance = core.baseline_weight(core.variance_score(r_early))
-    bandpass = core.baseline_weight(core.bandpass_score(r_early))
-    for row, v, b in zip(rows, variance, bandpass):
-        row[PRIOR_COLUMNS["variance"]] = float(v)
-        row[PRIOR_COLUMNS["bandpass"]] = float(b)
-    write_jsonl(target, rows)
-    return target
-
-
 def arm_units(config: ValidationConfig, out: Path) -> list[Unit]:
     units = []
     pool = out / "priors" / "train_pool.jsonl"
-    for arm in config.training.arms:
+    for name, arm, mode in config.training_runs():
         prior, online = ARMS[arm]
         for seed in config.training_seeds():
-            folder = out / "arms" / arm / f"seed-{seed}"
+            folder = out / "arms" / name / f"seed-{seed}"
             spec = _base_spec(config, folder, pool, seed=seed) | {
                 "weight_column": PRIOR_COLUMNS[prior] if prior else None, "online": online,
                 "bots_reference_columns": [fields.R_EARLY, fields.R_LATE] if online == "bots" else None,
-                "steps": config.training.steps,
+                "steps": config.training.steps, "dynamic_sampling": mode == "dynamic",
+                "max_generation_rounds": config.training.max_generation_rounds,
                 "evaluations": [{"tasks": str(out / "data" / "heldout.jsonl"), "output": str(folder / "heldout.jsonl"),
                                  "every_steps": config.evaluation.every_steps, "n": config.evaluation.n,
                                  "batch_size": config.evaluation.batch_size}]}
-            units.append(_grpo_unit(config, out, f"arms/{arm}/seed-{seed}", folder, spec, after=("priors",)))
+            units.append(_grpo_unit(f"arms/{name}/seed-{seed}", folder, spec, after=("priors",)))
     return units
 
 
@@ -338,10 +336,11 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
 
 def run_protocol(config: ValidationConfig, out: Path) -> dict:
     """Run (or resume) every unit, then write ``results.json`` and ``index.html``."""
-    from trajval_ops.experiment.report import compute_results, write_index
+    from trajval_ops.experiment.results import compute_results, write_index
     from trajval_ops.lifetime import guard_descendants
 
     guard_descendants()
+    out = Path(out).resolve()  # the units run in other folders: every path they get is absolute
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     _check_same_protocol(config, out)
@@ -350,17 +349,46 @@ def run_protocol(config: ValidationConfig, out: Path) -> dict:
     units = oracle_units(config, out, data) + [probe_unit(config, out)] + arm_units(config, out)
     if (out / "priors" / "train_pool.jsonl").is_file():
         finished.add("priors")
-
-    def priors_done():
-        write_priors(config, out)
-        finished.add("priors")
-
-    run_units(units, config.workers, finished, {"probe": priors_done})
-    results = compute_results(config, out, wall_time_s=time.monotonic() - started)
+    run_units(units, config.workers, finished, _priors_when_ready(config, out, finished))
+    results = compute_results(config, out, wall_time_s=_accumulated_wall_time(out, time.monotonic() - started))
     write_json(out / "results.json", results)
     write_index(results, config, out)
     logger.info(f"validate: results in {out / 'results.json'} and {out / 'index.html'}")
     return results
+
+
+def _accumulated_wall_time(out: Path, seconds: float) -> float:
+    """The wall time of every invocation on ``out``, this one's ``seconds`` included: a resumed
+    run (or one that only recomputes its results) adds its own time instead of replacing the
+    run's. A folder from before this record existed starts from its results' figure."""
+    record = out / "wall_time.json"
+    if record.is_file():
+        previous = json.loads(record.read_text())["invocations_s"]
+    elif (out / "results.json").is_file():
+        previous = [json.loads((out / "results.json").read_text())["protocol"].get("wall_time_s")]
+    else:
+        previous = []
+    invocations = [s for s in previous if isinstance(s, (int, float)) and math.isfinite(s)] + [round(seconds, 1)]
+    write_json(record, {"invocations_s": invocations})
+    return float(sum(invocations))
+
+
+def _priors_when_ready(config: ValidationConfig, out: Path, finished: set[str]) -> dict[str, Callable[[], None]]:
+    """Work to do after a unit finishes: the training pool with every prior's column, once the
+    probe (and, for the ceiling arms, oracle A) has finished; the arms wait for it."""
+    priors = {ARMS[arm][0] for arm in config.training.arms} - {None}
+    needs = {"probe"} | ({"oracle/context-a"} if priors & ORACLE_PRIORS else set())
+
+    def when_done():
+        if "priors" in finished or not needs <= finished:
+            return
+        from trajval_ops.experiment.results import oracle_figures
+
+        oracle = oracle_figures(out, "context-a", config.oracle.window) if priors & ORACLE_PRIORS else None
+        write_priors(out, priors | {"variance", "bandpass"}, oracle, config.group_key)
+        finished.add("priors")
+
+    return {name: when_done for name in needs}
 
 
 def _check_same_protocol(config: ValidationConfig, out: Path) -> None:
@@ -369,7 +397,8 @@ def _check_same_protocol(config: ValidationConfig, out: Path) -> None:
     digest = protocol_hash(config)
     if marker.is_file():
         previous = json.loads(marker.read_text())
-        if previous.get("hash") != digest:
+        if previous.get("hash") != digest and previous.get("hash") != protocol_hash(
+                config, recorded_settings(config, previous.get("config") or {})):
             raise ConfigError(f"{out} holds a validation run with other settings (config {previous.get('source')}); "
                               f"use another --out or remove it")
         return
@@ -386,9 +415,11 @@ def main(argv: list[str] | None = None, *, prog: str = "trajval validate") -> in
     parser.add_argument("--config", required=True, help="validation config (e.g. recipes/validation/full.yaml)")
     parser.add_argument("--out", required=True, type=Path, help="output folder (resumable)")
     parser.add_argument("--seed", type=int, default=None, help="override the config's base seed")
+    parser.add_argument("--split-seed", type=int, default=None,
+                        help="override tasks.seed: the same protocol on another split of the generated regime")
     args = parser.parse_args(argv)
     try:
-        config = load_config(args.config, seed=args.seed)
+        config = load_config(args.config, seed=args.seed, split_seed=args.split_seed)
         run_protocol(config, args.out)
     except ConfigError as exc:
         print(f"validate: error: {exc}", file=sys.stderr)

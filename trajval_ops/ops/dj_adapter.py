@@ -4,12 +4,12 @@ Checked against the installed Data-Juicer when the plugin loads (:func:`check_da
 What it provides, through Data-Juicer's own extension points:
 
 - **Loading** (its load-strategy registry): for a run whose recipe uses a trajval operator, a
-  local pool is read by :func:`trajval_ops.jsontable.read_table`, which keeps every value as it
+  local pool is read by :func:`trajval_ops.pool_io.read_table`, which keeps every value as it
   is (``datasets``' JSON loader rewrites mixed columns) and names the file, line and byte of
   bad input. Runs without trajval operators load exactly as Data-Juicer loads them.
 - **Export** (an ``Exporter`` subclass): a trajval operator hands the run's exporter to
   :func:`adopt_exporter`, which makes that one exporter write local JSONL and parquet through
-  :func:`trajval_ops.jsontable.write_table`: atomically, every value as it was read.
+  :func:`trajval_ops.pool_io.write_table`: atomically, every value as it was read.
   Data-Juicer's writer works row by row and straight into ``export_path``.
 - **Operator arguments** (:func:`safe_op_kwargs`): no silent row loss through
   ``skip_op_error`` or the text key.
@@ -164,7 +164,8 @@ def run_whole_pool(op, dataset, transform, *, exporter=None, tracer=None):
     ray_data = _ray_data_class()
     if ray_data is None or not isinstance(dataset, ray_data):
         dataset = OP.run(op, dataset)  # Data-Juicer's column preparation (meta / stats / index)
-    return transform_whole_pool(dataset, transform)
+    with user_errors():
+        return transform_whole_pool(dataset, transform)
 
 
 def transform_whole_pool(dataset, transform):
@@ -213,10 +214,14 @@ class TableMapper:
         table's first row in the pool, for messages (None when unknown)."""
         raise NotImplementedError
 
-    # Optional whole-pool hooks, called on the driver under Ray (under the default executor a
-    # mapper makes the same checks in its ``run``):
-    #   check_pool(table): the pool as read, before any batch;
-    #   finish_pool(table, elapsed_s): the pool as it will be written; raising stops the export.
+    def check_pool(self, table) -> None:
+        """Whole-pool check of the pool as read, before any batch (none by default). Under Ray the
+        executor's dataset calls it on the driver; under the default executor a mapper that
+        needs it calls it from its ``run``."""
+
+    def finish_pool(self, table, elapsed_s: float) -> None:
+        """Whole-pool work on the pool as it will be written, after the last batch (none by
+        default); raising stops the export. Called like :meth:`check_pool`."""
 
     def bind_table_process(self) -> None:
         """Call at the end of ``__init__``: replace the instance's ``process`` (Data-Juicer's
@@ -235,7 +240,7 @@ class TableMapper:
 
         :param indices: the rows' positions in the pool, when the caller knows them.
         """
-        from trajval_ops.jsontable import decoded_values, table_from_columns
+        from trajval_ops.pool_io import decoded_values, table_from_columns
 
         num_rows = len(next(iter(samples.values()), []))
         if num_rows == 0:
@@ -284,10 +289,14 @@ def _register_load_strategies() -> None:
         def load_data(self, **kwargs):
             if not uses_trajval_operators(self.cfg):
                 return super().load_data(**kwargs)
-            from trajval_ops.jsontable import read_table
+            from trajval_ops.pool_io import read_table
 
             path = self.ds_config["path"]
-            table = read_table(path)
+            note_run_log_dir(self.cfg)
+            with user_errors():
+                check_export_spares_pool(self.cfg, path)
+                table = read_table(path)
+                check_column_names(table, path)
             logger.info(f"trajval_ops: loaded {table.num_rows} rows from {path} ({_describe_columns(table)})")
             return table_to_dataset(table)
 
@@ -300,14 +309,18 @@ def _register_load_strategies() -> None:
                 return super().load_data(**kwargs)
             import ray.data
 
-            from trajval_ops.jsontable import read_table
+            from trajval_ops.pool_io import read_table
             from trajval_ops.lifetime import guard_descendants
 
             # Under Ray the operators run in actors, not here: the driver, which started Ray's
             # local daemons (raylet, agents, workers), guards them from the start.
             guard_descendants()
             path = self.ds_config["path"]
-            table = read_table(path)
+            note_run_log_dir(self.cfg)
+            with user_errors():
+                check_export_spares_pool(self.cfg, path)
+                table = read_table(path)
+                check_column_names(table, path)
             logger.info(f"trajval_ops: loaded {table.num_rows} rows from {path} ({_describe_columns(table)})")
             # output rows in input order whatever actor finished first
             ray.data.DataContext.get_current().execution_options.preserve_order = True
@@ -319,6 +332,31 @@ def _register_load_strategies() -> None:
 
     DataLoadStrategyRegistry.register("default", "local", "*")(TrajvalLocalLoadStrategy)
     DataLoadStrategyRegistry.register("ray", "local", "*")(TrajvalRayLocalLoadStrategy)
+
+
+#: Data-Juicer's own column names begin so; its exporter moves such columns out or drops them.
+DATA_JUICER_PREFIX = "__dj__"
+
+
+def check_column_names(table, path) -> None:
+    """Refuse a pool column named like Data-Juicer's own: the export would move it out (stats,
+    meta) or drop it (hashes) without a word."""
+    reserved = [name for name in table.column_names if name.startswith(DATA_JUICER_PREFIX)]
+    if reserved:
+        from trajval_ops.errors import TrajvalInputError
+
+        raise TrajvalInputError(f"{path}: column '{reserved[0]}' is named like Data-Juicer's own ('{DATA_JUICER_PREFIX}"
+                                "...'), which its exporter moves out of the output or drops; rename the column")
+
+
+def check_export_spares_pool(cfg, dataset_path) -> None:
+    """Refuse a run whose ``export_path`` is its ``dataset_path`` (or lies inside a pool folder)
+    before anything is read: the export would replace the pool it was computed from."""
+    from trajval_ops.atomic import check_output_spares_inputs
+
+    export_path = getattr(cfg, "export_path", None)
+    if export_path:
+        check_output_spares_inputs(export_path, {"dataset_path": dataset_path}, output_name="export_path")
 
 
 def ray_block_rows(cfg) -> int:
@@ -345,7 +383,7 @@ def table_blocks(table, rows_per_block: int) -> list:
 
 
 def _describe_columns(table) -> str:
-    from trajval_ops.jsontable import is_json_type
+    from trajval_ops.pool_io import is_json_type
 
     mixed = [f.name for f in table.schema if is_json_type(f.type)]
     if not mixed:
@@ -367,7 +405,7 @@ def _ray_dataset_class():
     The Ray executor exports ``dataset.data`` with Ray's writers, which round floats to 10
     significant digits and write ``arrow.json`` columns as strings. Every Ray dataset this
     ``RayDataset`` holds is given :func:`_exact_ray_writers` (only that object changes), so the
-    run's export writes through :func:`trajval_ops.jsontable.write_table`: one file at
+    run's export writes through :func:`trajval_ops.pool_io.write_table`: one file at
     ``export_path`` with the bytes the default executor writes.
     """
     global _RAY_DATASET_CLASS
@@ -394,14 +432,16 @@ def _ray_dataset_class():
                 # makes in ``run`` under the default executor are made here, on the driver,
                 # before the run (the pool as read) and at the export (the pool as written)
                 operators = operators if isinstance(operators, list) else [operators]
-                for op in operators:
-                    if self.source_table is not None and hasattr(op, "check_pool"):
-                        op.check_pool(self.source_table)
-                started = time.perf_counter()
-                result = super().process(operators, *args, **kwargs)
+                table_mappers = [op for op in operators if isinstance(op, TableMapper)]
+                with user_errors():
+                    for op in table_mappers:
+                        if self.source_table is not None:
+                            op.check_pool(self.source_table)
+                    started = time.perf_counter()
+                    result = super().process(operators, *args, **kwargs)
                 self._trajval_finishers = [
                     lambda table, finish=op.finish_pool: finish(table, time.perf_counter() - started)
-                    for op in operators if hasattr(op, "finish_pool")]
+                    for op in table_mappers]
                 self._trajval_data._trajval_finishers = self._trajval_finishers
                 return result
 
@@ -436,13 +476,14 @@ def _write_ray_dataset(dataset, path) -> None:
     The operators' end-of-run checks (``TableMapper.finish_pool``) see the table first."""
     import os
 
-    from trajval_ops.jsontable import write_table
+    from trajval_ops.pool_io import write_table
 
-    table = gather_ray_table(dataset)
+    with user_errors():
+        table = gather_ray_table(dataset)
+        for finish in getattr(dataset, "_trajval_finishers", ()):
+            finish(table)  # raises for a run that must not be written
     if os.path.isdir(path) and not os.listdir(path):
         os.rmdir(path)
-    for finish in getattr(dataset, "_trajval_finishers", ()):
-        finish(table)  # raises for a run that must not be written
     write_table(table, path)
     logger.info(f"trajval_ops: wrote {table.num_rows} rows to {path}")
 
@@ -455,7 +496,7 @@ def _exporter_class():
 
     class TrajvalExporter(Exporter):
         """Data-Juicer's exporter, writing local JSONL and parquet through
-        :func:`trajval_ops.jsontable.write_table` (atomic, values as read)."""
+        :func:`trajval_ops.pool_io.write_table` (atomic, values as read)."""
 
         def _exact(self, export_path, suffix) -> bool:
             from urllib.parse import urlparse
@@ -480,7 +521,7 @@ def _exporter_class():
                 drop |= {Fields.stats, Fields.meta}
             if not self.keep_hashes_in_res_ds:
                 drop |= {HashKeys.hash, HashKeys.minhash, HashKeys.simhash, HashKeys.imagehash, HashKeys.videohash}
-            from trajval_ops.jsontable import write_table
+            from trajval_ops.pool_io import write_table
 
             table = dataset_table(dataset)
             table = table.drop_columns([name for name in table.column_names if name in drop])
@@ -494,7 +535,7 @@ _TRAJVAL_EXPORTER = None
 
 
 def adopt_exporter(exporter) -> None:
-    """Make this run's Data-Juicer exporter write through :func:`trajval_ops.jsontable.write_table`
+    """Make this run's Data-Juicer exporter write through :func:`trajval_ops.pool_io.write_table`
     (only this exporter object changes; other exporters keep Data-Juicer's writer)."""
     global _TRAJVAL_EXPORTER
     if exporter is None:
@@ -527,8 +568,14 @@ def install(operator_names) -> None:
     module has been imported (it always is before a dataset loads): at once when it already is,
     else right after Data-Juicer imports it.
     """
+    import os
+    import sys
+    from pathlib import Path
+
     check_data_juicer()
     TRAJVAL_OPERATORS.update(operator_names)
+    if Path(sys.argv[0] if sys.argv else "").name == "dj-process":
+        _RUN["pid"] = os.getpid()
     _after_import(_LOAD_STRATEGY_MODULE, _register_load_strategies)
 
 
@@ -561,3 +608,134 @@ def _after_import(name: str, callback) -> None:
             return spec
 
     sys.meta_path.insert(0, AfterImport())
+
+
+# ----------------------------------------------------------------------------- user errors
+
+#: the dj-process main process (set when the plugin loads) and the run's log folder (set when
+#: the pool loads); user errors raised in that process end the run with one readable message
+_RUN: dict = {"pid": None, "log_dir": None}
+#: exit code of a run stopped by a user error (bad input or settings)
+USER_ERROR_EXIT = 2
+
+
+def note_run_log_dir(cfg) -> None:
+    """Remember where Data-Juicer writes this run's logs (``event_log_dir``, else ``<work_dir>/logs``)."""
+    import os
+
+    log_dir = getattr(cfg, "event_log_dir", None)
+    work_dir = getattr(cfg, "work_dir", None)
+    if log_dir or work_dir:
+        _RUN["log_dir"] = log_dir or os.path.join(work_dir, "logs")
+
+
+def user_error_of(exc: BaseException):
+    """The user error (bad input or settings of a trajval operator) behind ``exc``, or None:
+    ``exc`` itself or one it was raised from (a Ray task error wraps the actor's)."""
+    from trajval_ops.errors import TrajvalInputError
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (TrajvalInputError, SettingError)):
+            return exc
+        exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
+    return None
+
+
+class SettingError(ValueError):
+    """A trajval operator's parameter or setting that cannot work (raised when the operator is built)."""
+
+
+class user_errors:
+    """``with user_errors():`` around a trajval entry point: in the dj-process main process a user
+    error prints one readable block (the message, and the file holding its traceback) and ends
+    the run with exit code 2; Data-Juicer's and Python's tracebacks of it, pages of variable
+    dumps, are not printed. Elsewhere (map workers, Ray actors, tests) it propagates.
+
+    :param settings: also treat a ``ValueError`` as a user error (an operator's parameter checks).
+    """
+
+    def __init__(self, settings: bool = False):
+        self.settings = settings
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, traceback):
+        import os
+
+        error = user_error_of(exc) if exc is not None else None
+        if error is None and self.settings and isinstance(exc, ValueError):
+            error = exc
+        if error is None or _RUN["pid"] != os.getpid():
+            return False
+        _exit_with_message(error, exc)
+
+
+def _exit_with_message(error: BaseException, raised: BaseException) -> None:
+    import os
+    import sys
+    import tempfile
+    import traceback
+
+    log_dir = _RUN["log_dir"] or tempfile.gettempdir()
+    path = os.path.join(log_dir, f"trajval_error-{os.getpid()}.log")
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("".join(traceback.format_exception(type(raised), raised, raised.__traceback__)))
+    except OSError:
+        path = None
+    logger.opt(exception=raised).debug("trajval_ops: the run stopped on a user error")  # Data-Juicer's debug log
+    logger.complete()
+    where = f"\n  (traceback: {path})" if path else ""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    # to the process's own stderr: Data-Juicer redirects sys.stderr into its logger
+    os.write(2, f"\ntrajval_ops: error: {error}{where}\n".encode("utf-8", "replace"))
+    os._exit(USER_ERROR_EXIT)  # Data-Juicer's handlers would print the traceback twice more
+
+
+def checked_parameters(init):
+    """Decorate an operator's ``__init__``: every argument is checked against its declared type
+    and bounds (pydantic, strict: no bool for a number, no 2.5 for an integer, no unknown
+    choice) before the operator is built, the error naming the parameter; a setting error then
+    ends a dj-process run with one readable message (:class:`user_errors`). The signature and
+    docstring stay the operator's own (Data-Juicer's config parser reads them)."""
+    import functools
+    import inspect
+    import os
+    import typing
+
+    signature = inspect.signature(init)
+    hints = typing.get_type_hints(init, include_extras=True)
+    adapters = {}
+
+    def adapter(name):
+        if name not in adapters:
+            from pydantic import TypeAdapter
+
+            adapters[name] = TypeAdapter(hints[name])
+        return adapters[name]
+
+    @functools.wraps(init)
+    def checked(self, *args, **kwargs):
+        from pydantic import ValidationError
+
+        with user_errors(settings=True):
+            bound = signature.bind_partial(self, *args, **kwargs)
+            for name, value in bound.arguments.items():
+                if name not in hints or signature.parameters[name].kind in (inspect.Parameter.VAR_POSITIONAL,
+                                                                           inspect.Parameter.VAR_KEYWORD):
+                    continue
+                try:  # a path object where a path string is declared is a path all the same
+                    adapter(name).validate_python(os.fspath(value) if isinstance(value, os.PathLike) else value,
+                                                  strict=True)
+                except ValidationError as exc:
+                    reason = exc.errors()[0]["msg"]
+                    raise SettingError(f"{getattr(self, '_name', type(self).__name__)}: parameter '{name}' = "
+                                       f"{value!r}: {reason}") from None
+            init(self, *args, **kwargs)
+
+    return checked

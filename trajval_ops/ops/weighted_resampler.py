@@ -11,10 +11,10 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import __version__, core, fields
-from trajval_ops.ops.dj_adapter import append_columns, run_whole_pool, safe_op_kwargs
+from trajval_ops.ops.dj_adapter import append_columns, checked_parameters, run_whole_pool, safe_op_kwargs
 from trajval_ops.summary import log_weight_summary
-from trajval_ops.table_checks import arrow_numeric_column
-from trajval_ops.validation import TrajvalInputError
+from trajval_ops.input_checks import arrow_numeric_column
+from trajval_ops.errors import TrajvalInputError
 
 OP_NAME = "trajval_weighted_resampler"
 
@@ -42,6 +42,7 @@ class TrajvalWeightedResampler(Pipeline):
     is gathered to the driver, which holds one copy of it).
     """
 
+    @checked_parameters
     def __init__(
         self,
         mode: Literal["multinomial", "systematic", "learnable_subset", "hard_cut"] = "multinomial",

@@ -26,7 +26,6 @@ from loguru import logger
 from trajval_ops.pools.identity import PROMPT_HASH, TASK_ID, prompt_hash
 
 REASONING_GYM_VERSION = "0.1.25"
-TIERS = ("easy", "medium", "hard")
 
 #: Appended to every question so the answer lands where the project's verifiers look for it
 #: (the paper's system prompts say the same; a 135M model follows the user turn more).
@@ -283,7 +282,7 @@ def _warn_on_other_version() -> None:
 
 def regenerate_entry(row: dict) -> dict:
     """The reasoning-gym item a generated row came from, rebuilt from ``extra_info.generator``."""
-    from trajval_ops.validation import get_path
+    from trajval_ops.rows import get_path
 
     generator = get_path(row, "extra_info.generator")
     if isinstance(generator, str):
@@ -298,7 +297,7 @@ def check_row(row: dict) -> float:
 
     Also checks the stored question is the regenerated one (returns 0.0 otherwise).
     """
-    from trajval_ops.validation import get_path
+    from trajval_ops.rows import get_path
 
     entry = regenerate_entry(row)
     generator = json.loads(get_path(row, "extra_info.generator"))

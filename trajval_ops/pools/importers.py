@@ -29,9 +29,11 @@ from loguru import logger
 
 from trajval_ops.pools.answers import canonical_ground_truth, extract_answer
 from trajval_ops.pools.identity import PROMPT_HASH, TASK_ID, prompt_hash, prompt_messages
-from trajval_ops.atomic import atomic_open, write_json, write_jsonl
-from trajval_ops.pools.io import read_rows
-from trajval_ops.validation import TrajvalInputError, get_path, row_label
+from trajval_ops.atomic import atomic_open, check_output_spares_inputs, write_json
+from trajval_ops.pool_io import write_rows
+from trajval_ops.pool_io import read_rows
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.rows import get_path, row_label
 
 ID_FALLBACKS = ("hash", "position")
 ON_CONFLICT = ("error", "keep-first")
@@ -211,6 +213,10 @@ def import_pool(input_path: str, output_path: str, *, format_name: str = "auto",
     dropped copy whose id differs from the kept row's, a line to ``duplicates_path`` (default
     ``<output>.duplicates.jsonl``: which id collapsed into which); returns the report.
     """
+    report_path = report_path or f"{output_path}.report.json"
+    duplicates_path = duplicates_path or f"{output_path}.duplicates.jsonl"
+    for name, path in (("output", output_path), ("report", report_path), ("duplicates file", duplicates_path)):
+        check_output_spares_inputs(path, {"input pool": input_path}, output_name=name)
     rows = read_rows(input_path)
     try:
         first = next(rows)
@@ -227,12 +233,12 @@ def import_pool(input_path: str, output_path: str, *, format_name: str = "auto",
         from tqdm import tqdm
 
         stream = tqdm(stream, desc="import", unit=" rows", mininterval=2.0)
-    report.duplicates_file = str(duplicates_path or f"{output_path}.duplicates.jsonl")
+    report.duplicates_file = str(duplicates_path)
     with atomic_open(report.duplicates_file) as collapsed:
         def on_collapse(record: dict) -> None:
             collapsed.write(json.dumps(record, ensure_ascii=False) + "\n")
 
-        write_jsonl(output_path, canonical_rows(stream, fmt, report, id_fallback=id_fallback,
+        write_rows(output_path, canonical_rows(stream, fmt, report, id_fallback=id_fallback,
                                                 on_conflict=on_conflict, on_duplicate=on_duplicate,
                                                 data_source=data_source, on_collapse=on_collapse))
     report.rows_written = report.rows_read - report.duplicates_removed
@@ -243,7 +249,7 @@ def import_pool(input_path: str, output_path: str, *, format_name: str = "auto",
     if report.ids_collapsed:
         logger.warning(f"{report.ids_collapsed} dropped copies had an id of their own; which id collapsed into "
                        f"which: {report.duplicates_file}")
-    write_json(report_path or f"{output_path}.report.json", report.as_dict())
+    write_json(report_path, report.as_dict())
     return report
 
 

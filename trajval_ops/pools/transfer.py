@@ -23,7 +23,8 @@ from loguru import logger
 from trajval_ops import core
 from trajval_ops.fields import SCORE_PROVENANCE, WEIGHT
 from trajval_ops.pools.identity import TASK_ID, prompt_hash
-from trajval_ops.validation import TrajvalInputError, get_path, row_label
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.rows import get_path, row_label
 
 MATCH_BY = ("prompt_hash", "task_id")
 UNMATCHED_POLICIES = ("error", "null", "floor", "median")

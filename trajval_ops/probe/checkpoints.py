@@ -17,6 +17,8 @@ from pathlib import Path
 
 from loguru import logger
 
+#: Folder of a LoRA checkpoint holding the merged full model.
+MERGED_DIR = "merged"
 _CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
 # Files only needed to resume training (optimizer moments are 2x the model's size).
@@ -93,3 +95,24 @@ def _strip_resume_state(path: Path) -> None:
     for child in path.iterdir():
         if child.name.startswith(_RESUME_ONLY_PREFIXES):
             child.unlink()
+
+
+def base_entry(base_model: Path) -> dict:
+    """The manifest entry of the base model (epoch 0)."""
+    return {"name": "base", "epoch": 0, "step": 0, "path": str(base_model)}
+
+
+def checkpoint_entries(output_dir: Path, kept: set[int], config) -> list[dict]:
+    """Manifest entries of the complete, kept checkpoints after epoch 0 (with LoRA: the merged
+    folder as the path, the adapter beside it)."""
+    entries = []
+    for checkpoint in list_checkpoints(output_dir):
+        if not checkpoint.complete or checkpoint.epoch not in kept or checkpoint.epoch == 0:
+            continue
+        path = checkpoint.path / MERGED_DIR if config.use_lora else checkpoint.path
+        entry = {"name": f"epoch-{checkpoint.epoch}", "epoch": checkpoint.epoch, "step": checkpoint.step,
+                 "path": str(path)}
+        if config.use_lora:
+            entry["adapter_path"] = str(checkpoint.path)
+        entries.append(entry)
+    return entries

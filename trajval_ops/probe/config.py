@@ -1,56 +1,35 @@
 """Training configuration of the probe run: the paper's GRPO regime as defaults, TRL arguments.
 
-Every field of :class:`ProbeConfig` goes into the manifest; every field but the execution
-settings (:data:`EXECUTION_SETTINGS`: how many processes train, under which accelerate config) goes
-into its hash (a changed value means a different probe). Runtime-only switches (output directory,
-progress display) are not here.
+Every probe/GRPO setting is declared once, here, as a field of :class:`ProbeConfig` with its
+type, default, bounds and help (:func:`trajval_ops.settings.setting`); the probe trainer's
+parameters and docstring, the validation protocol's GRPO settings and docs/probe.md derive from
+it (tests/test_probe_settings.py checks them). Every field goes into the manifest; every field
+but the execution settings (:data:`EXECUTION_SETTINGS`: how many processes train, under which
+accelerate config) goes into its hash (a changed value means a different probe). Runtime-only
+switches (output directory, progress display) are not here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from trajval_ops.settings import check_settings, setting
 
-#: The one place the probe's numeric limits live: name -> (lower, lower exclusive, upper or None,
-#: upper exclusive). The operator's parameters carry plain types and rely on these checks.
-_BOUNDS: dict[str, tuple[float, bool, float | None, bool]] = {
-    "epochs": (1, False, None, False),
-    "prompts_per_batch": (1, False, None, False),
-    "num_generations": (2, False, None, False),
-    "micro_batch_size": (1, False, None, False),
-    "max_completion_length": (1, False, None, False),
-    "window_k": (1, False, None, False),
-    "learning_rate": (0, True, None, False),
-    "weight_decay": (0, False, None, False),
-    "max_grad_norm": (0, True, None, False),
-    "epsilon": (0, True, None, False),
-    "temperature": (0, True, None, False),
-    "top_p": (0, True, 1, False),
-    "beta": (0, False, None, False),
-    "lora_r": (1, False, None, False),
-    "lora_alpha": (1, False, None, False),
-    "lora_dropout": (0, False, 1, True),
-    "vllm_gpu_memory_utilization": (0, True, 1, False),
-    "vllm_tensor_parallel_size": (1, False, None, False),
-    "num_processes": (1, False, None, False),
-}
-#: Settings that say how the probe is run, not what it is: left out of the identity hash, so an
-#: interrupted run may resume with another process count (the global batch, and so every
-#: optimizer step's prompts, is the same; only the rollouts' random draws differ).
-EXECUTION_SETTINGS = ("num_processes", "distributed_config")
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "overlong_prompt": ("error", "truncate_left"),
-    "device": ("auto", "cpu", "cuda"),
-    "vllm_mode": ("colocate", "server"),
-}
+
+#: Settings that say how the probe is run, not what it is (declared with ``execution=True``): left
+#: out of the identity hash, so an interrupted run may resume with another process count (the
+#: global batch, and so every optimizer step's prompts, is the same; only the rollouts' random
+#: draws differ).
+EXECUTION = "execution"
 
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    """GRPO probe settings. Defaults follow the paper (GRPO, lr 1e-6, weight decay 0.1, grad
-    clip 1.0, 64 prompts per batch, n = 16, clip ratio 0.2, temperature 1.0, T = 20, K = 1).
+    """GRPO probe settings, each declared once (type, default, bounds, help). Defaults follow the
+    paper (GRPO, lr 1e-6, weight decay 0.1, grad clip 1.0, 64 prompts per batch, n = 16, clip
+    ratio 0.2, temperature 1.0, T = 20, K = 1).
 
     One optimizer step consumes ``prompts_per_batch`` prompts x ``num_generations`` completions
     (the global batch, whatever the process count), split evenly over ``num_processes`` processes,
@@ -58,60 +37,77 @@ class ProbeConfig:
     accumulation).
     """
 
-    model: str = "smollm2-135m-instruct"
-    epochs: int = 20
-    learning_rate: float = 1e-6
-    weight_decay: float = 0.1
-    max_grad_norm: float = 1.0
-    prompts_per_batch: int = 64
-    num_generations: int = 16
-    micro_batch_size: int = 16
-    epsilon: float = 0.2
-    temperature: float = 1.0
-    top_p: float = 1.0
-    beta: float = 0.0
-    loss_type: str = "dapo"
-    max_completion_length: int = 1024
-    window_k: int = 1
-    keep_epochs: tuple[int, ...] = ()
-    seed: int = 0
-    verifier: str = "math"
-    verifier_options: dict = field(default_factory=dict)
-    prompt_template: str = "auto"
-    prompt_key: str = "prompt"
-    category_key: str = "category"
-    ground_truth_key: str = "reward_model.ground_truth"
-    device: str = "auto"
-    gradient_checkpointing: bool | None = None
-    use_lora: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_target_modules: str | tuple[str, ...] = "all-linear"
-    vllm_mode: str = "colocate"
-    vllm_gpu_memory_utilization: float = 0.3
-    vllm_tensor_parallel_size: int = 1
-    overlong_prompt: str = "error"
-    num_processes: int = 1
-    distributed_config: str | None = None
+    model: str = setting("smollm2-135m-instruct", "base model: a short reference (``smollm2-135m-instruct``, "
+                         "``tiny-random-llama``, ``tiny-arith``) or a Hugging Face model folder.")
+    epochs: int = setting(20, "GRPO epochs over P (the paper's T = 20).", ge=1)
+    learning_rate: float = setting(1e-6, "AdamW learning rate (constant schedule).", gt=0)
+    weight_decay: float = setting(0.1, "AdamW weight decay.", ge=0)
+    max_grad_norm: float = setting(1.0, "gradient clipping norm.", gt=0)
+    prompts_per_batch: int = setting(64, "prompts per optimizer step (the paper's 64).", ge=1)
+    num_generations: int = setting(16, "rollouts per prompt (the paper's n = 16).", ge=2,
+                                   why="GRPO compares rollouts")
+    micro_batch_size: int = setting(16, "completions per forward/backward pass in each process (gradient "
+                                    "accumulation makes up the rest); micro_batch_size x num_processes must "
+                                    "divide prompts_per_batch x num_generations.", ge=1)
+    epsilon: float = setting(0.2, "PPO clip ratio.", gt=0)
+    temperature: float = setting(1.0, "sampling temperature of the rollouts.", gt=0)
+    top_p: float = setting(1.0, "nucleus sampling of the rollouts.", gt=0, le=1)
+    beta: float = setting(0.0, "KL coefficient against the base model (0: no reference model).", ge=0)
+    loss_type: str = setting("dapo", "TRL GRPO loss aggregation (grpo, dr_grpo, dapo, ...; dapo: token-level "
+                             "mean, like verl's default).")
+    max_completion_length: int = setting(1024, "maximum new tokens per rollout (paper: 8192 math, 4096 logic).",
+                                         ge=1)
+    window_k: int = setting(1, "K, checkpoints per window (K = 1: early = the base model, late = the last "
+                            "epoch); at most epochs.", ge=1)
+    keep_epochs: tuple[int, ...] = setting((), "extra epochs whose weights are kept on disk and listed in the "
+                                           "manifest (e.g. for trajectory analysis); windows are unaffected.")
+    seed: int = setting(0, "seed of the probe sample and of training.")
+    verifier: str = setting("math", "reward verifier name (math, answer_tag, custom).")
+    verifier_options: dict = setting(default_factory=dict, help="options of the verifier (e.g. "
+                                     "fallback_last_number, normalize, function).")
+    prompt_template: str = setting("auto", "prompt template name (math, logic_arc, logic_ordering, logic_graph, "
+                                   "chat, auto), shared with the endpoint-reward mapper.")
+    prompt_key: str = setting("prompt", "field holding the question or chat-message list.")
+    category_key: str = setting("category", "(logic_ordering template) field naming what is ordered.")
+    ground_truth_key: str = setting("reward_model.ground_truth", "dotted path of the ground truth.")
+    device: str = setting("auto", "``auto`` (GPU with vLLM generation when torch sees one, else CPU with "
+                          "transformers generation), ``cpu`` or ``cuda``.", choices=("auto", "cpu", "cuda"))
+    gradient_checkpointing: bool | None = setting(None, "gradient checkpointing; None: on for GPU, off for CPU.")
+    use_lora: bool = setting(False, "train a LoRA adapter instead of all weights; checkpoints are merged into "
+                             "full model folders for the endpoint mapper.")
+    lora_r: int = setting(16, "LoRA rank.", ge=1)
+    lora_alpha: int = setting(32, "LoRA alpha.", ge=1)
+    lora_dropout: float = setting(0.0, "LoRA dropout.", ge=0, lt=1)
+    lora_target_modules: str | tuple[str, ...] = setting("all-linear", "modules LoRA adapts (``all-linear`` "
+                                                        "or a list of names).")
+    vllm_mode: str = setting("colocate", "TRL vLLM mode on GPU (colocate, or server with ``trl vllm-serve``).",
+                             choices=("colocate", "server"))
+    vllm_gpu_memory_utilization: float = setting(0.3, "GPU memory share vLLM may take (colocate).", gt=0, le=1)
+    vllm_tensor_parallel_size: int = setting(1, "vLLM tensor parallel size (colocate).", ge=1)
+    overlong_prompt: str = setting("error", "a probe prompt longer than the model's context minus "
+                                   "max_completion_length: ``error`` (naming the row) or ``truncate_left`` (keep "
+                                   "its last tokens; counted and logged).", choices=("error", "truncate_left"))
+    num_processes: int = setting(1, "training processes. 1: one child process; N > 1: data-parallel (DDP) ranks "
+                                 "started by ``accelerate launch`` (gloo on CPU); the global batch is split over "
+                                 "them, steps per epoch do not change. Not part of the probe's identity: an "
+                                 "interrupted run may resume with another count.", ge=1, execution=True)
+    distributed_config: str | None = setting(None, "path of an accelerate config file (e.g. FSDP or DeepSpeed "
+                                             "ZeRO) for ``accelerate launch --config_file`` (num_processes > 1 "
+                                             "only; num_processes overrides the file's). None: plain DDP. Only "
+                                             "DDP on CPU is tested.", execution=True)
 
     def __post_init__(self):
         # lists from YAML recipes become tuples so the config stays hashable and canonical
-        object.__setattr__(self, "keep_epochs", tuple(sorted({int(e) for e in self.keep_epochs})))
+        if isinstance(self.keep_epochs, list):
+            object.__setattr__(self, "keep_epochs", tuple(self.keep_epochs))
         if isinstance(self.lora_target_modules, list):
             object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))
-        for name, choices in _CHOICES.items():
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {getattr(self, name)!r}")
-        for name, (lower, lower_open, upper, upper_open) in _BOUNDS.items():
-            value = getattr(self, name)
-            too_low = value <= lower if lower_open else value < lower
-            too_high = upper is not None and (value >= upper if upper_open else value > upper)
-            if too_low or too_high:
-                interval = f"{'(' if lower_open else '['}{lower:g}, {'inf' if upper is None else f'{upper:g}'}" \
-                           f"{')' if upper_open or upper is None else ']'}"
-                why = " (GRPO compares rollouts)" if name == "num_generations" else ""
-                raise ValueError(f"{name} must be in {interval}{why}, got {value}")
+        check_settings(self)
+        object.__setattr__(self, "keep_epochs", tuple(sorted(set(self.keep_epochs))))
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """Checks that involve several settings."""
         if self.window_k > self.epochs:
             raise ValueError(f"window_k ({self.window_k}) must not exceed epochs ({self.epochs})")
         if (self.prompts_per_batch * self.num_generations) % (self.micro_batch_size * self.num_processes):
@@ -149,6 +145,7 @@ class ProbeConfig:
         """:meth:`to_dict` without :data:`EXECUTION_SETTINGS`: what the probe's hash covers."""
         return {name: value for name, value in self.to_dict().items() if name not in EXECUTION_SETTINGS}
 
+
     @property
     def gradient_accumulation_steps(self) -> int:
         """Micro-batches per optimizer step in each process."""
@@ -165,6 +162,10 @@ class ProbeConfig:
     def kept_epochs(self) -> list[int]:
         """Every epoch whose model weights stay on disk (windows plus ``keep_epochs``)."""
         return sorted(set(self.early_epochs()) | set(self.late_epochs()) | set(self.keep_epochs))
+
+
+#: The settings declared with ``execution=True`` (how the probe runs, not what it is).
+EXECUTION_SETTINGS = tuple(f.name for f in dataclasses.fields(ProbeConfig) if f.metadata.get(EXECUTION))
 
 
 def resolve_device(requested: str) -> str:

@@ -9,15 +9,15 @@ launch`` (:mod:`trajval_ops.probe.launch`) runs it; only the main process writes
 from __future__ import annotations
 
 import json
-import math
 import os
-import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from loguru import logger
 
-from trajval_ops.probe.checkpoints import last_resumable, list_checkpoints, prune_checkpoints
+from trajval_ops.probe.checkpoints import (
+    MERGED_DIR, base_entry, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints,
+)
 from trajval_ops.probe.config import EXECUTION_SETTINGS, ProbeConfig, grpo_arguments, lora_config, resolve_device
 from trajval_ops.probe.manifest import (
     FORMAT,
@@ -29,9 +29,8 @@ from trajval_ops.probe.manifest import (
 )
 from trajval_ops.fields import TRAIN_GROUND_TRUTH, TRAIN_ROW_JSON
 from trajval_ops.probe.rewards import verifier_reward
-from trajval_ops.validation import TrajvalInputError, get_path, row_label
-
-MERGED_DIR = "merged"
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.rows import row_label
 
 
 class ProbeDirectoryError(RuntimeError):
@@ -59,24 +58,11 @@ def run_probe(
     In a launched run (``config.num_processes`` ranks) only the main process prunes checkpoints
     and writes the manifest; the other ranks wait for it and return the manifest it wrote.
     """
-    if len(rows) != len(probe_ids):
-        raise ValueError(f"{len(rows)} probe rows but {len(probe_ids)} probe ids")
-    _check_world_size(int(os.environ.get("WORLD_SIZE", "1")), config)
     output_dir = Path(output_dir).resolve()
-    examples = probe_examples(rows, config)
-    steps_per_epoch = len(rows) // config.prompts_per_batch
-    if steps_per_epoch < 1:
-        raise ValueError(
-            f"the probe has {len(rows)} rows, fewer than prompts_per_batch ({config.prompts_per_batch}); "
-            "raise probe_size/probe_fraction or lower prompts_per_batch"
-        )
-    previous = read_manifest(output_dir)
-    if previous is None and output_dir.is_dir() and any(output_dir.iterdir()):
-        raise ProbeDirectoryError(f"{output_dir} is not empty and holds no probe manifest; choose an empty output_dir")
-
+    examples, steps_per_epoch, previous = _check_probe_inputs(rows, probe_ids, config, output_dir)
     device = resolve_device(config.device)
-    versions = library_versions()
-    identity = {"config": config.identity(), "probe_ids": list(probe_ids), "device": device, "trl": versions["trl"]}
+    identity = {"config": config.identity(), "probe_ids": list(probe_ids), "device": device,
+                "trl": library_versions()["trl"]}
     digest = config_hash(identity)
     if previous is not None:
         _check_same_probe(output_dir, previous, identity, digest)
@@ -87,17 +73,58 @@ def run_probe(
     from trajval_ops.models import resolve_model
 
     base_model = resolve_model(config.model).resolve()
-    tokenizer = _load_tokenizer(base_model)
-    dataset = training_dataset(examples, tokenizer, config, _max_context(base_model))
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    # Building the arguments sets up the process group of a launched run (every rank has read
-    # the directory by now: the main process may write from here on, after a barrier).
-    args = GRPOConfig(**grpo_arguments(config, str(output_dir), device, show_progress))
+    tokenizer = load_tokenizer(base_model)
+    dataset = training_dataset(examples, tokenizer, config, max_context_of(base_model))
+    args = _grpo_config(config, output_dir, device, show_progress)  # sets up a launched run's process group
     main = args.process_index == 0
-    barrier = args.distributed_state.wait_for_everyone
-    manifest = {
+    manifest = _start_manifest(config, probe_ids, base_model, digest, device, steps_per_epoch, previous)
+    resume = _prepare_resume(output_dir, config, manifest, base_model, args)
+    from trajval_ops.probe.progress import ProbeProgress
+
+    progress = ProbeProgress(config, output_dir, base_model, steps_per_epoch, manifest)
+    trainer = _grpo_trainer(config, args, base_model, device, tokenizer, dataset, manifest,
+                            [progress, *extra_callbacks])
+    if main:
+        logger.info(
+            f"probe: GRPO on {len(rows)} prompts x {config.num_generations} rollouts, {config.epochs} epochs of "
+            f"{steps_per_epoch} steps, {config.model} on {device} ({manifest['generation_engine']} generation"
+            f"{f', {config.num_processes} processes' if config.num_processes > 1 else ''})"
+        )
+    trainer.train(resume_from_checkpoint=str(resume.path) if resume else None)
+    return _finish_probe(trainer, args, config, output_dir, base_model, device, manifest, progress)
+
+
+def _check_probe_inputs(rows, probe_ids, config: ProbeConfig, output_dir: Path) -> tuple[list[dict], int, dict | None]:
+    """Before anything loads: the rows build examples, P fills a batch, the directory holds this
+    probe or nothing. Returns the examples, steps per epoch and the previous manifest (or None)."""
+    if len(rows) != len(probe_ids):
+        raise ValueError(f"{len(rows)} probe rows but {len(probe_ids)} probe ids")
+    _check_world_size(int(os.environ.get("WORLD_SIZE", "1")), config)
+    examples = probe_examples(rows, config)
+    steps_per_epoch = len(rows) // config.prompts_per_batch
+    if steps_per_epoch < 1:
+        raise ValueError(
+            f"the probe has {len(rows)} rows, fewer than prompts_per_batch ({config.prompts_per_batch}); "
+            "raise probe_size/probe_fraction or lower prompts_per_batch"
+        )
+    previous = read_manifest(output_dir)
+    if previous is None and output_dir.is_dir() and any(output_dir.iterdir()):
+        raise ProbeDirectoryError(f"{output_dir} is not empty and holds no probe manifest; choose an empty output_dir")
+    return examples, steps_per_epoch, previous
+
+
+def _grpo_config(config: ProbeConfig, output_dir: Path, device: str, show_progress: bool):
+    """TRL's ``GRPOConfig``; building it sets up the process group of a launched run (every rank
+    has read the directory by now: the main process may write from here on, after a barrier)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(**grpo_arguments(config, str(output_dir), device, show_progress))
+
+
+def _start_manifest(config: ProbeConfig, probe_ids, base_model: Path, digest: str, device: str,
+                    steps_per_epoch: int, previous: dict | None) -> dict:
+    """The manifest of a run starting (or resuming: wall time and resume history carried over)."""
+    return {
         "format": FORMAT,
         "base_model": str(base_model),
         "model_ref": config.model,
@@ -108,18 +135,22 @@ def run_probe(
         "config_hash": digest,
         "device": device,
         "generation_engine": "vllm" if device == "cuda" else "transformers",
-        "versions": versions,
+        "versions": library_versions(),
         "steps_per_epoch": steps_per_epoch,
-        "checkpoints": [_base_entry(base_model)],
+        "checkpoints": [base_entry(base_model)],
         "windows": {"early": [], "late": []},
         "train_reward_per_epoch": [],
-        "wall_time_s": 0.0,
-        "resumed_from": [],
+        "wall_time_s": (previous or {}).get("wall_time_s", 0.0),
+        "resumed_from": (previous or {}).get("resumed_from", []),
         "status": STATUS_RUNNING,
     }
-    if previous is not None:
-        manifest["wall_time_s"] = previous.get("wall_time_s", 0.0)
-        manifest["resumed_from"] = previous.get("resumed_from", [])
+
+
+def _prepare_resume(output_dir: Path, config: ProbeConfig, manifest: dict, base_model: Path, args):
+    """Remove a save cut short, find the checkpoint to resume from (or None) and write the
+    starting manifest (main process; every rank waits for it)."""
+    barrier = args.distributed_state.wait_for_everyone
+    main = args.process_index == 0
     kept = set(config.kept_epochs())
     barrier()
     if main:
@@ -130,77 +161,51 @@ def run_probe(
         if resume is not None:
             logger.info(f"probe: resuming from {resume.path.name} (epoch {resume.epoch}) in {output_dir}")
             manifest["resumed_from"].append(resume.path.name)
-        manifest["checkpoints"] += _checkpoint_entries(output_dir, kept, config)
+        manifest["checkpoints"] += checkpoint_entries(output_dir, kept, config)
         write_manifest(output_dir, manifest)
+    return resume
 
-    model = _load_policy(base_model, device)
+
+def _grpo_trainer(config: ProbeConfig, args, base_model: Path, device: str, tokenizer, dataset, manifest: dict,
+                  callbacks):
+    """TRL's ``GRPOTrainer`` over the policy, rewarded by the probe's verifier."""
+    from trl import GRPOTrainer
+
     from trajval_ops.rollout.verifiers import build_verifier
 
     verifier = build_verifier(config.verifier, **config.verifier_options)
     manifest["verifier"] = verifier.spec
-    session_start = time.monotonic()
-    wall_before = manifest["wall_time_s"]
-
-    class ProbeCallback(TrainerCallback):
-        """Progress log with time left; after each epoch's save: prune and update the manifest
-        (main process only: the trainer saves there too)."""
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.first_step = state.global_step
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if not logs or "reward" not in logs or not state.is_world_process_zero:
-                return
-            done = state.global_step - self.first_step
-            elapsed = time.monotonic() - session_start
-            left = (state.max_steps - state.global_step) * elapsed / done if done else float("nan")
-            epoch = math.ceil(state.global_step / steps_per_epoch)
-            logger.info(
-                f"probe: epoch {epoch}/{config.epochs} step {state.global_step}/{state.max_steps} "
-                f"reward {logs['reward']:.4f} ({elapsed:.0f} s elapsed, ~{left:.0f} s left)"
-            )
-
-        def on_save(self, args, state, control, **kwargs):
-            if not state.is_world_process_zero:
-                return
-            prune_checkpoints(output_dir, kept)
-            manifest["checkpoints"] = [_base_entry(base_model)] + _checkpoint_entries(output_dir, kept, config)
-            manifest["train_reward_per_epoch"] = reward_per_epoch(state.log_history, steps_per_epoch)
-            manifest["wall_time_s"] = round(wall_before + time.monotonic() - session_start, 3)
-            write_manifest(output_dir, manifest)
-
-    trainer = GRPOTrainer(
-        model=model,
+    return GRPOTrainer(
+        model=load_policy(base_model, device),
         reward_funcs=[verifier_reward(verifier)],
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=lora_config(config),
-        callbacks=[ProbeCallback(), *extra_callbacks],
+        callbacks=list(callbacks),
     )
-    if main:
-        logger.info(
-            f"probe: GRPO on {len(rows)} prompts x {config.num_generations} rollouts, {config.epochs} epochs of "
-            f"{steps_per_epoch} steps, {config.model} on {device} ({manifest['generation_engine']} generation"
-            f"{f', {config.num_processes} processes' if config.num_processes > 1 else ''})"
-        )
-    trainer.train(resume_from_checkpoint=str(resume.path) if resume else None)
 
+
+def _finish_probe(trainer, args, config: ProbeConfig, output_dir: Path, base_model: Path, device: str,
+                  manifest: dict, progress) -> dict:
+    """After training: drop resume state, merge LoRA, name the windows and write the complete
+    manifest (main process); the other ranks return what it wrote."""
+    barrier = args.distributed_state.wait_for_everyone
     barrier()  # every rank has written its part of the last checkpoint (its RNG state)
-    if not main:
+    if args.process_index != 0:
         barrier()  # the main process has finished the manifest
         return read_manifest(output_dir)
+    kept = set(config.kept_epochs())
     prune_checkpoints(output_dir, kept, keep_resume_state=False)
     if config.use_lora:
         merge_lora_checkpoints(output_dir, base_model, device)
-    manifest["checkpoints"] = [_base_entry(base_model)] + _checkpoint_entries(output_dir, kept, config)
+    manifest["checkpoints"] = [base_entry(base_model)] + checkpoint_entries(output_dir, kept, config)
     by_epoch = {entry["epoch"]: entry["name"] for entry in manifest["checkpoints"]}
     manifest["windows"] = {
         "early": [by_epoch[e] for e in config.early_epochs()],
         "late": [by_epoch[e] for e in config.late_epochs()],
     }
-    manifest["train_reward_per_epoch"] = reward_per_epoch(trainer.state.log_history, steps_per_epoch)
-    manifest["wall_time_s"] = round(wall_before + time.monotonic() - session_start, 3)
+    progress.record(trainer.state.log_history)
     manifest["status"] = STATUS_COMPLETE
     write_manifest(output_dir, manifest)
     logger.info(
@@ -218,28 +223,22 @@ def probe_examples(rows: Sequence[Mapping[str, Any]], config: ProbeConfig) -> li
     :raises TrajvalInputError: a missing or unreadable ground truth (the verifier could give no
         reward for it) or a bad prompt, naming the row and field.
     """
-    from trajval_ops.rollout.prompts import build_messages
+    from trajval_ops.rollout.pass_rates import PromptSettings, build_task
     from trajval_ops.rollout.verifiers import build_verifier
 
+    settings = PromptSettings(config.prompt_template, config.prompt_key, config.ground_truth_key, config.category_key)
     verifier = build_verifier(config.verifier, **config.verifier_options)
     examples = []
-    for position, row in enumerate(rows):
-        truth = get_path(row, config.ground_truth_key, None)
-        if truth is None:
-            raise TrajvalInputError(
-                f"probe {row_label(row, position)}: ground truth field '{config.ground_truth_key}' is missing"
-            )
-        problem = verifier.truth_problem(truth)
-        if problem is not None:
-            verifier.close()
-            raise TrajvalInputError(f"probe {row_label(row, position)}: field '{config.ground_truth_key}': {problem}")
-        try:
-            messages = build_messages(dict(row), template=config.prompt_template, prompt_key=config.prompt_key,
-                                      category_key=config.category_key)
-        except TrajvalInputError as exc:
-            raise TrajvalInputError(f"probe {row_label(row, position)}: {exc}") from exc
-        examples.append({"messages": messages, "truth": truth, "row": dict(row), "position": position})
-    verifier.close()
+    try:
+        for position, row in enumerate(rows):
+            task = build_task(row, position, settings, what="probe")
+            problem = verifier.truth_problem(task.ground_truth)
+            if problem is not None:
+                raise TrajvalInputError(f"probe {task.label}: field '{config.ground_truth_key}': {problem}")
+            examples.append({"messages": task.messages, "truth": task.ground_truth, "row": dict(row),
+                             "position": position})
+    finally:
+        verifier.close()
     return examples
 
 
@@ -269,16 +268,6 @@ def training_dataset(examples: Sequence[dict], tokenizer, config: ProbeConfig, m
     if cut:
         logger.warning(f"probe: {cut} of {len(records)} prompts were cut from the left to fit the model's context")
     return Dataset.from_list(records)
-
-
-def reward_per_epoch(log_history: Sequence[Mapping[str, Any]], steps_per_epoch: int) -> list[float]:
-    """Mean logged training reward of each finished or started epoch (one log entry per step)."""
-    sums: dict[int, list[float]] = {}
-    for entry in log_history:
-        if "reward" in entry and "step" in entry:
-            epoch = math.ceil(entry["step"] / steps_per_epoch)
-            sums.setdefault(epoch, []).append(float(entry["reward"]))
-    return [sum(v) / len(v) for _, v in sorted(sums.items())]
 
 
 def library_versions() -> dict[str, str]:
@@ -342,13 +331,13 @@ def _check_same_probe(output_dir: Path, previous: dict, identity: dict, digest: 
     )
 
 
-def _max_context(base_model: Path) -> int:
+def max_context_of(base_model: Path) -> int:
     from transformers import AutoConfig
 
     return int(getattr(AutoConfig.from_pretrained(base_model), "max_position_embeddings", None) or 2048)
 
 
-def _load_tokenizer(base_model: Path):
+def load_tokenizer(base_model: Path):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base_model)
@@ -357,28 +346,10 @@ def _load_tokenizer(base_model: Path):
     return tokenizer
 
 
-def _load_policy(base_model: Path, device: str):
+def load_policy(base_model: Path, device: str):
     import torch
     from transformers import AutoModelForCausalLM
 
     # fp32 on CPU: bf16 autocast gave no training gain there and costs precision.
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     return AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
-
-
-def _base_entry(base_model: Path) -> dict:
-    return {"name": "base", "epoch": 0, "step": 0, "path": str(base_model)}
-
-
-def _checkpoint_entries(output_dir: Path, kept: set[int], config: ProbeConfig) -> list[dict]:
-    entries = []
-    for checkpoint in list_checkpoints(output_dir):
-        if not checkpoint.complete or checkpoint.epoch not in kept or checkpoint.epoch == 0:
-            continue
-        path = checkpoint.path / MERGED_DIR if config.use_lora else checkpoint.path
-        entry = {"name": f"epoch-{checkpoint.epoch}", "epoch": checkpoint.epoch, "step": checkpoint.step,
-                 "path": str(path)}
-        if config.use_lora:
-            entry["adapter_path"] = str(checkpoint.path)
-        entries.append(entry)
-    return entries

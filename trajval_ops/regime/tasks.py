@@ -30,13 +30,13 @@ numeric check cannot confuse ``0123`` with ``123`` because no answer starts with
 
 **Pretraining / RL partition.** Every question belongs to one of two halves by a hash of its
 text (:func:`question_part`): the pretraining script (:mod:`.pretrain`) only ever sees
-``"pretrain"`` questions, and pools, held-out and validation sets (:func:`generate_tasks`,
+``"pretrain"`` questions, and pools, held-out and tuning sets (:func:`generate_tasks`,
 :func:`make_split`) are drawn from the ``"rl"`` half, so no RL task was memorised in
 pretraining, for whatever seed a pool is made with.
 
 CLI: ``python -m trajval_ops.regime.tasks --pool-size 1500 --heldout-size 500 --seed 0 --out DIR``
-writes ``DIR/pool.jsonl`` and ``DIR/heldout.jsonl`` (and ``DIR/validation.jsonl`` with
-``--validation-size``) atomically.
+writes ``DIR/pool.jsonl`` and ``DIR/heldout.jsonl`` (and ``DIR/tuning.jsonl`` with
+``--tuning-size``) atomically.
 """
 
 from __future__ import annotations
@@ -266,24 +266,24 @@ def question_of(row: Mapping) -> str:
     return row["prompt"][0]["content"]
 
 
-def make_split(pool_size: int, heldout_size: int, seed: int, validation_size: int = 0,
+def make_split(pool_size: int, heldout_size: int, seed: int, tuning_size: int = 0,
                families: Iterable[str] | None = None) -> dict[str, list[dict]]:
-    """Disjoint (by question text) ``pool``, ``heldout`` and, when ``validation_size`` > 0,
-    ``validation`` sets from the RL half of the question space.
+    """Disjoint (by question text) ``pool``, ``heldout`` and, when ``tuning_size`` > 0,
+    ``tuning`` sets from the RL half of the question space.
 
-    The held-out set is drawn first, then validation, then the pool, each excluding the ones
+    The held-out set is drawn first, then tuning, then the pool, each excluding the ones
     before: for a seed, the held-out set does not depend on the pool size.
     """
     families = list(families) if families is not None else None
     taken: set[str] = set()
     out: dict[str, list[dict]] = {}
-    for split, size in (("heldout", heldout_size), ("validation", validation_size), ("pool", pool_size)):
-        if split == "validation" and size <= 0:
+    for split, size in (("heldout", heldout_size), ("tuning", tuning_size), ("pool", pool_size)):
+        if split == "tuning" and size <= 0:
             continue
         rows = generate_tasks(size, seed, families, exclude=taken, split=split)
         taken.update(question_of(row) for row in rows)
         out[split] = rows
-    return {name: out[name] for name in ("pool", "heldout", "validation") if name in out}
+    return {name: out[name] for name in ("pool", "heldout", "tuning") if name in out}
 
 
 def pretraining_pair(rng: random.Random, family: str) -> tuple[str, str]:
@@ -296,25 +296,25 @@ def pretraining_pair(rng: random.Random, family: str) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trajval_ops.atomic import write_jsonl
+    from trajval_ops.pool_io import write_rows
 
     parser = argparse.ArgumentParser(prog="python -m trajval_ops.regime.tasks",
                                      description="Write a pool and a disjoint held-out set of the miniature regime.")
     parser.add_argument("--pool-size", type=int, required=True)
     parser.add_argument("--heldout-size", type=int, required=True)
-    parser.add_argument("--validation-size", type=int, default=0)
+    parser.add_argument("--tuning-size", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--families", help=f"comma-separated subset of {','.join(FAMILIES)}")
-    parser.add_argument("--out", required=True, help="folder for pool.jsonl, heldout.jsonl (, validation.jsonl)")
+    parser.add_argument("--out", required=True, help="folder for pool.jsonl, heldout.jsonl (, tuning.jsonl)")
     args = parser.parse_args(argv)
     families = args.families.split(",") if args.families else None
     try:
-        splits = make_split(args.pool_size, args.heldout_size, args.seed, args.validation_size, families)
+        splits = make_split(args.pool_size, args.heldout_size, args.seed, args.tuning_size, families)
     except ValueError as exc:
         parser.error(str(exc))
     out = Path(args.out)
     for name, rows in splits.items():
-        write_jsonl(out / f"{name}.jsonl", rows)
+        write_rows(out / f"{name}.jsonl", rows)
         print(f"{name}\t{len(rows)}\t{out / f'{name}.jsonl'}")
     return 0
 

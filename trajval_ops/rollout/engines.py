@@ -25,32 +25,25 @@ from typing import Protocol
 from loguru import logger
 
 from trajval_ops.hardware import cpu_supports_bf16
+from trajval_ops.settings import check_settings, setting
 
 ENGINES = ("auto", "transformers", "vllm")
 
 
 @dataclass(frozen=True)
-class SamplingConfig:
-    """How to sample: ``n`` completions per prompt; ``temperature`` 0 means greedy."""
+class DecodingConfig:
+    """How to decode rollouts, each setting declared once: ``n`` completions per prompt;
+    ``temperature`` 0 means greedy."""
 
-    n: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0: off
-    max_new_tokens: int = 512
-    seed: int = 0
+    n: int = setting(16, "rollouts per row (paper: 16).", ge=1)
+    temperature: float = setting(1.0, "sampling temperature (paper: 1.0; 0 = greedy, n identical copies).", ge=0)
+    top_p: float = setting(1.0, "nucleus sampling mass (1.0 = off).", gt=0, le=1)
+    top_k: int = setting(0, "top-k sampling (0 = off).", ge=0)
+    max_new_tokens: int = setting(512, "completion length limit.", ge=1)
+    seed: int = setting(0, "base seed; the same seed and input give the same pass rates.")
 
     def __post_init__(self):
-        if self.n < 1:
-            raise ValueError(f"n must be >= 1, got {self.n}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        check_settings(self)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -67,8 +60,12 @@ class RolloutEngine(Protocol):
     # seeds); False when a call is sampled as a whole, so resuming must repeat the same calls
     seeds_each_prompt: bool
 
-    def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:
-        """``sampling.n`` completions for each rendered prompt, in prompt order."""
+    def generate(self, prompts: list[str], decoding: DecodingConfig) -> list[list[str]]:
+        """``decoding.n`` completions for each rendered prompt, in prompt order."""
+
+    def generate_counted(self, prompts: list[str], decoding: DecodingConfig) -> tuple[list[list[str]], list[int]]:
+        """:meth:`generate`'s completions and, per prompt, the completion tokens generated for
+        it (what the call cost; greedy decoding generates one completion per prompt)."""
 
     def shutdown(self) -> None:
         """Free the model and stop any process the engine started."""
@@ -130,34 +127,38 @@ class TransformersEngine:
         engine._adopt(model, tokenizer, device, str(getattr(model, "dtype", "")).replace("torch.", ""))
         return engine
 
-    def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:
+    def generate(self, prompts: list[str], decoding: DecodingConfig) -> list[list[str]]:
+        return self.generate_counted(prompts, decoding)[0]
+
+    def generate_counted(self, prompts: list[str], decoding: DecodingConfig) -> tuple[list[list[str]], list[int]]:
         import torch
 
         if not prompts:
-            return []
+            return [], []
         # the chat template already holds the special tokens
         inputs = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         inputs = inputs.to(self.device)
-        greedy = sampling.temperature == 0
-        options = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id)
+        greedy = decoding.temperature == 0
+        options = dict(max_new_tokens=decoding.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id)
         if greedy:
             options.update(do_sample=False, num_return_sequences=1)
         else:
-            options.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                           top_k=sampling.top_k or None, num_return_sequences=sampling.n)
-        torch.manual_seed(derive_seed(sampling.seed, *prompts))
+            options.update(do_sample=True, temperature=decoding.temperature, top_p=decoding.top_p,
+                           top_k=decoding.top_k or None, num_return_sequences=decoding.n)
+        torch.manual_seed(derive_seed(decoding.seed, *prompts))
         with torch.inference_mode():
             output = self.model.generate(**inputs, **options)
         new_tokens = output[:, inputs["input_ids"].shape[1]:]
         eos_ids = _eos_ids(self.model, self.tokenizer)
-        self.generated_tokens += int(sum(_completion_length(row, eos_ids) for row in new_tokens.tolist()))
+        lengths = [_completion_length(row, eos_ids) for row in new_tokens.tolist()]
+        self.generated_tokens += sum(lengths)
         texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        per_prompt = 1 if greedy else sampling.n
+        per_prompt = 1 if greedy else decoding.n
         grouped = [texts[i * per_prompt:(i + 1) * per_prompt] for i in range(len(prompts))]
+        tokens = [sum(lengths[i * per_prompt:(i + 1) * per_prompt]) for i in range(len(prompts))]
         if greedy:  # greedy decoding gives one answer; n copies keep the pass-rate contract
-            grouped = [group * sampling.n for group in grouped]
-        return grouped
-
+            grouped = [group * decoding.n for group in grouped]
+        return grouped, tokens
 
     def shutdown(self) -> None:
         """Drop the model (freed with the last reference)."""
@@ -191,6 +192,13 @@ def vllm_llm_kwargs(*, tensor_parallel_size: int = 1, engine_kwargs: dict | None
     return kwargs
 
 
+def vllm_child_env(kv_cache_space_gb: float) -> dict[str, str]:
+    """Environment settings of one engine's vLLM child (never written to this process's
+    environment, so each engine of a process keeps its own): the CPU KV cache size, unless the
+    user's environment names one."""
+    return {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_space_gb:g}")}
+
+
 class VllmEngine:
     """Sampling with vLLM (GPU, or CPU through the ``vllm-cpu`` build).
 
@@ -202,8 +210,8 @@ class VllmEngine:
     :param max_model_len: context length to reserve KV cache for.
     :param enforce_eager: skip torch.compile / CUDA graphs (start-up 36 s instead of ~3 min on
         CPU, generation about 25% slower).
-    :param kv_cache_space_gb: on CPU, the KV cache size (sets ``VLLM_CPU_KVCACHE_SPACE`` unless the
-        environment already does).
+    :param kv_cache_space_gb: on CPU, the KV cache size: ``VLLM_CPU_KVCACHE_SPACE`` in the vLLM
+        child's environment (:func:`vllm_child_env`; a value the user's environment sets wins).
     :param tensor_parallel_size, gpu_memory_utilization: passed to ``vllm.LLM`` (GPU settings).
     :param engine_kwargs: any further ``vllm.LLM`` keyword arguments.
     :param session: tag of the engine session owning the vLLM processes (see
@@ -222,14 +230,14 @@ class VllmEngine:
 
         from trajval_ops.rollout.vllm_process import VllmProcess
 
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_space_gb:g}")
         llm_kwargs = vllm_llm_kwargs(max_model_len=max_model_len, enforce_eager=enforce_eager,
                                      tensor_parallel_size=tensor_parallel_size,
                                      gpu_memory_utilization=gpu_memory_utilization, seed=seed,
                                      engine_kwargs=engine_kwargs)
         # prompts are rendered here with the tokenizer vLLM itself loads
         self.tokenizer = AutoTokenizer.from_pretrained(llm_kwargs.get("tokenizer") or model_path)
-        self._process = VllmProcess(model_path, dtype, llm_kwargs, session=session)
+        self._process = VllmProcess(model_path, dtype, llm_kwargs, session=session,
+                                    env=vllm_child_env(kv_cache_space_gb))
         self.max_context = int(max_model_len)
         self.dtype = self._process.dtype
         self.generated_tokens = 0
@@ -237,18 +245,21 @@ class VllmEngine:
                     f"max_model_len={max_model_len} (started in {time.perf_counter() - start:.1f} s, "
                     f"of which vllm.LLM {self._process.startup_s:.1f} s; process {self._process.pid})")
 
-    def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:
+    def generate(self, prompts: list[str], decoding: DecodingConfig) -> list[list[str]]:
+        return self.generate_counted(prompts, decoding)[0]
+
+    def generate_counted(self, prompts: list[str], decoding: DecodingConfig) -> tuple[list[list[str]], list[int]]:
         if not prompts:
-            return []
+            return [], []
         params = [
-            dict(n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p,
-                 top_k=sampling.top_k if sampling.top_k > 0 else -1,
-                 max_tokens=sampling.max_new_tokens, seed=derive_seed(sampling.seed, prompt))
+            dict(n=decoding.n, temperature=decoding.temperature, top_p=decoding.top_p,
+                 top_k=decoding.top_k if decoding.top_k > 0 else -1,
+                 max_tokens=decoding.max_new_tokens, seed=derive_seed(decoding.seed, prompt))
             for prompt in prompts
         ]
         texts, tokens = self._process.generate(prompts, params)
-        self.generated_tokens += tokens
-        return texts
+        self.generated_tokens += sum(tokens)
+        return texts, tokens
 
     def shutdown(self) -> None:
         """Stop vLLM and every process it started."""

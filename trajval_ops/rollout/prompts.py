@@ -25,7 +25,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trajval_ops.validation import TrajvalInputError, get_path
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.rows import get_path
 
 DEFAULT_PROMPT_KEY = "prompt"
 DEFAULT_GROUND_TRUTH_KEY = "reward_model.ground_truth"

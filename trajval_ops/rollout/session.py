@@ -14,8 +14,8 @@ import time
 import uuid
 from pathlib import Path
 
-from trajval_ops.lifetime import end_tagged, tagged_processes
-from trajval_ops.rollout.engines import RolloutEngine, SamplingConfig, build_engine
+from trajval_ops.lifetime import end_tagged
+from trajval_ops.rollout.engines import RolloutEngine, DecodingConfig, build_engine
 from trajval_ops.rollout.vllm_process import SESSION_ENV
 
 
@@ -64,9 +64,13 @@ class EngineSession:
     def dtype(self):
         return getattr(self.start().engine, "dtype", None)
 
-    def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[list[str]]:
-        """``sampling.n`` completions for each rendered prompt, in prompt order."""
-        return self.start().engine.generate(prompts, sampling)
+    def generate(self, prompts: list[str], decoding: DecodingConfig) -> list[list[str]]:
+        """``decoding.n`` completions for each rendered prompt, in prompt order."""
+        return self.start().engine.generate(prompts, decoding)
+
+    def generate_counted(self, prompts: list[str], decoding: DecodingConfig) -> tuple[list[list[str]], list[int]]:
+        """:meth:`generate` and the completion tokens generated per prompt."""
+        return self.start().engine.generate_counted(prompts, decoding)
 
     def close(self) -> None:
         """Stop the engine and every process it started (idempotent)."""
@@ -82,13 +86,8 @@ class EngineSession:
         self.close()
 
 
-def session_processes(tag: str) -> list[int]:
-    """Live processes (this user's) started for the session ``tag``."""
-    return tagged_processes(SESSION_ENV, tag)
-
-
-def end_session_processes(tag: str, timeout_s: float | None = None) -> int:
+def end_session_processes(tag: str) -> int:
     """Wait for the processes of session ``tag`` to end by themselves (an engine in a process
-    that just finished stops its own), SIGKILL what is left after ``timeout_s``; returns how many
-    had to be killed."""
-    return end_tagged(SESSION_ENV, tag) if timeout_s is None else end_tagged(SESSION_ENV, tag, timeout_s)
+    that just finished stops its own), SIGKILL what is left after the grace period; returns how
+    many had to be killed."""
+    return end_tagged(SESSION_ENV, tag)

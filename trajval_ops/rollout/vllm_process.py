@@ -74,7 +74,7 @@ def _serve(conn) -> None:
         try:
             outputs = llm.generate(prompts, [SamplingParams(**p) for p in params], use_tqdm=False)
             texts = [[c.text for c in out.outputs] for out in outputs]
-            tokens = sum(len(c.token_ids) for out in outputs for c in out.outputs)
+            tokens = [sum(len(c.token_ids) for c in out.outputs) for out in outputs]
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
             _send_error(conn, exc)
             continue
@@ -132,16 +132,19 @@ class VllmProcess:
     :param llm_kwargs: further ``vllm.LLM`` keyword arguments.
     :param session: written to ``TRAJVAL_ENGINE_SESSION`` in the environment of the child and
         every process vLLM starts (see :func:`trajval_ops.lifetime.tagged_processes`).
+    :param env: environment variables for the child and its processes only (vLLM settings that
+        are read from the environment); this process's environment is left as it is.
     """
 
-    def __init__(self, model_path: str | Path, dtype: str, llm_kwargs: dict, session: str = ""):
+    def __init__(self, model_path: str | Path, dtype: str, llm_kwargs: dict, session: str = "",
+                 env: dict[str, str] | None = None):
         parent_end, child_end = socket.socketpair()
         with child_end:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(child_end.fileno())],
                 pass_fds=[child_end.fileno()], start_new_session=True,
                 stdout=2,  # vLLM logs to stdout: keep the caller's stdout for its own output
-                env={**os.environ, SESSION_ENV: session},
+                env={**os.environ, **(env or {}), SESSION_ENV: session},
             )
         self._conn = Connection(parent_end.detach())
         self._finalizer = weakref.finalize(self, _stop, self.process, self._conn)
@@ -157,8 +160,8 @@ class VllmProcess:
     def pid(self) -> int:
         return self.process.pid
 
-    def generate(self, prompts: list[str], params: list[dict]) -> tuple[list[list[str]], int]:
-        """Completion texts per prompt and the number of completion tokens.
+    def generate(self, prompts: list[str], params: list[dict]) -> tuple[list[list[str]], list[int]]:
+        """Completion texts per prompt and the number of completion tokens per prompt.
 
         ``params`` holds one ``vllm.SamplingParams`` keyword dict per prompt."""
         if not self._finalizer.alive:

@@ -1,8 +1,18 @@
 """Trinity-RFT adapter: a task selector registered in ``SELECTORS`` (targets trinity-rft 0.6.0).
 
-Trinity's ``TasksetScheduler`` calls ``get_indices(batch_size)`` and routes the explorer's
-per-task feedback to ``feedback(indices, values)`` (values: mean reward per task, read as a
-pass rate in [0, 1]). Config (taskset)::
+Trinity's ``TasksetScheduler`` calls ``get_indices(batch_size)`` and, when the taskset's
+experience pipeline holds the ``pass_rate_calculator`` operator
+(``data_processor.experience_pipeline.operators: [{name: pass_rate_calculator}]``), routes the
+explorer's per-task feedback to ``feedback(indices, values)``: each task's *mean reward* over its
+rollouts. Without that operator no feedback arrives and an online scheduler never updates.
+
+Trinity's rewards are not always pass rates (its math rewards add +-0.1 format scores, its DAPO
+reward is -1 / +1). ``kwargs.reward_mapping`` says how a mean reward becomes a pass rate:
+``auto`` (the default: a value in [0, 1] is a pass rate; any other value maps to solved (1) when
+it exceeds ``reward_threshold`` (default 0), else unsolved (0)), ``pass_rate`` (values must be
+pass rates), ``threshold`` (every value by the threshold) or ``signed`` (a -1 / +1 reward such as
+DAPO's: the mean ``m`` is the pass rate ``(m + 1) / 2``). A NaN or missing value is counted,
+logged and skipped, never fatal to the explorer. Config (taskset)::
 
     data_selector:
       selector_type: trajval_ops.samplers.trinity.TrajvalSelector   # or "trajval" after register()
@@ -16,6 +26,10 @@ its two feature keys::
 
       feature_keys: [trajval_weight, qwen2.5_7b_pass_rate, qwen3_32b_pass_rate]
       kwargs: {online: bots, m: 16, lam: 0.1, rho: 0.1, target: 0.5, tau: 0.5}
+
+Trinity's own ``bots.yaml`` names two of these ``lamb`` and ``target_reward``: both are accepted.
+Its ``tau: 0`` means greedy top-k selection, which this selector (a sampler) does not do: it is
+refused with that explanation.
 """
 
 from __future__ import annotations
@@ -26,13 +40,36 @@ import numpy as np
 from trinity.buffer.selector import SELECTORS
 from trinity.buffer.selector.selector import BaseSelector
 
+from loguru import logger
+
 from trajval_ops.fields import WEIGHT
 from trajval_ops.samplers.online import BotsScheduler, ComposedSampler, GresoScheduler
 from trajval_ops.samplers.weighted import weights_from_dataset
 
 REGISTRY_NAME = "trajval"
-TRINITY_VERSION = "0.6.0"
 ONLINE_SCHEDULERS = {"greso": GresoScheduler, "bots": BotsScheduler}
+#: Trinity's bots.yaml names -> BotsScheduler's
+TRINITY_BOTS_NAMES = {"lamb": "lam", "target_reward": "target"}
+REWARD_MAPPINGS = ("auto", "pass_rate", "threshold", "signed")
+
+
+def feedback_pass_rates(values, mapping: str = "auto", threshold: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Trinity's per-task mean rewards as pass rates (the rule in the module docstring), and
+    which values are usable (finite)."""
+    values = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
+    usable = np.isfinite(values)
+    if mapping == "pass_rate":
+        outside = usable & ((values < 0) | (values > 1))
+        if outside.any():
+            raise ValueError(f"reward_mapping pass_rate: value {values[outside][0]} is not a pass rate in [0, 1]")
+        return np.where(usable, values, 0.0), usable
+    solved = (values > threshold).astype(np.float64)
+    if mapping == "threshold":
+        return np.where(usable, solved, 0.0), usable
+    if mapping == "signed":  # a -1 / +1 reward (DAPO's): its mean m is a pass rate (m + 1) / 2
+        return np.where(usable, np.clip((values + 1.0) / 2.0, 0.0, 1.0), 0.0), usable
+    in_range = usable & (values >= 0) & (values <= 1)
+    return np.where(in_range, values, np.where(usable, solved, 0.0)), usable
 
 
 def _jsonable(value: Any) -> Any:
@@ -71,12 +108,18 @@ class TrajvalSelector(BaseSelector):
             kwargs["reference_pass_rates"] = tuple(
                 np.asarray(data_source.dataset[key], dtype=np.float64) for key in keys[1:])
         self.num_rollouts = int(kwargs.pop("m", 16))
+        self.reward_mapping = kwargs.pop("reward_mapping", "auto")
+        self.reward_threshold = float(kwargs.pop("reward_threshold", 0.0))
+        if self.reward_mapping not in REWARD_MAPPINGS:
+            raise ValueError(f"kwargs.reward_mapping must be one of {REWARD_MAPPINGS}, got {self.reward_mapping!r}")
+        self.feedback_skipped = 0
         online = None
         if online_name is not None:
             if online_name not in ONLINE_SCHEDULERS:
                 raise ValueError(f"kwargs.online must be one of {sorted(ONLINE_SCHEDULERS)}, got {online_name!r}")
             if online_name == "bots":
                 kwargs.setdefault("m", self.num_rollouts)
+                kwargs = _bots_kwargs(kwargs)
             online = ONLINE_SCHEDULERS[online_name](weights.size, **kwargs)
         self.source = ComposedSampler(weights, online=online, seed=int(config.seed))
 
@@ -87,13 +130,34 @@ class TrajvalSelector(BaseSelector):
         return indices
 
     def feedback(self, indices: List[int], values: List[float]) -> None:
-        self.source.feedback_pass_rates(indices, values, self.num_rollouts)
+        """Trinity's per-task mean rewards (see the module docstring); unusable values skipped."""
+        if values is None or indices is None or len(indices) != len(values):
+            self._skip(len(indices or []), "the feedback's indices and values do not pair up")
+            return
+        rates, usable = feedback_pass_rates(values, self.reward_mapping, self.reward_threshold)
+        if not usable.all():
+            self._skip(int((~usable).sum()), "NaN or missing mean reward")
+        if usable.any():
+            self.source.feedback_pass_rates(np.asarray(indices)[usable], rates[usable], self.num_rollouts)
+
+    def _skip(self, count: int, why: str) -> None:
+        self.feedback_skipped += count
+        logger.warning(f"trajval selector: {count} feedback value(s) skipped ({why}); {self.feedback_skipped} so far")
 
     def state_dict(self) -> Dict:
         return _jsonable(self.source.state_dict())
 
     def load_state_dict(self, state_dict: Dict) -> None:
         self.source.load_state_dict(state_dict)
+
+
+def _bots_kwargs(kwargs: dict) -> dict:
+    """BOTS settings with Trinity's own names accepted; its greedy tau 0 refused, said why."""
+    kwargs = {TRINITY_BOTS_NAMES.get(key, key): value for key, value in kwargs.items()}
+    if kwargs.get("tau") == 0:
+        raise ValueError("kwargs.tau 0 is Trinity's greedy top-k selection; this selector samples tasks (BOTS's "
+                         "exp(-|p - target| / tau) with tau > 0, e.g. 0.5): set tau > 0")
+    return kwargs
 
 
 def register(name: str = REGISTRY_NAME) -> None:

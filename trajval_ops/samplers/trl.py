@@ -59,6 +59,59 @@ class WeightedRepeatSampler(RepeatSampler):
         self.epoch += 1
 
 
+# ----------------------------------------------------------------------------- dynamic sampling
+# DAPO's rule: a group whose rewards are all equal has zero advantage and gives no gradient; drop
+# it and generate more prompts until the batch holds its number of informative groups. What it
+# costs (every completion generated, the dropped ones included) is logged per step.
+
+#: Keys of TRL's generation output padded on the left (the prompts); other 2-D tensors pad right.
+_LEFT_PADDED = ("prompt_ids", "prompt_mask")
+
+
+def informative_groups(advantages: torch.Tensor, group_size: int) -> torch.Tensor:
+    """One bool per group of ``group_size`` consecutive completions: whether its advantages
+    differ (rewards all equal give every completion the same zero advantage)."""
+    grouped = advantages.reshape(-1, group_size)
+    return (grouped.max(dim=1).values - grouped.min(dim=1).values) > 1e-6
+
+
+def select_groups(output: dict, keep: torch.Tensor, group_size: int) -> dict:
+    """The rows of a generation output that belong to the kept groups (per-row tensors and lists
+    indexed; batch-level scalars left as they are)."""
+    rows = keep.repeat_interleave(group_size)
+    count = rows.numel()
+    chosen = {}
+    for key, value in output.items():
+        if isinstance(value, torch.Tensor) and value.ndim > 0 and value.shape[0] == count:
+            chosen[key] = value[rows.to(value.device)]
+        elif isinstance(value, list) and len(value) == count:
+            chosen[key] = [item for item, kept in zip(value, rows.tolist()) if kept]
+        else:
+            chosen[key] = value
+    return chosen
+
+
+def concat_outputs(parts: list[dict], pad_token_id: int) -> dict:
+    """Generation outputs of several rounds as one: per-row tensors concatenated, sequence
+    tensors re-padded to a common width (prompts on the left, the rest on the right)."""
+    from trl.trainer.utils import pad
+
+    merged = {}
+    for key, first in parts[0].items():
+        values = [part[key] for part in parts]
+        if isinstance(first, torch.Tensor) and first.ndim >= 2:
+            fill = pad_token_id if key in ("prompt_ids", "completion_ids") else 0
+            side = "left" if key in _LEFT_PADDED else "right"
+            merged[key] = pad([row for value in values for row in value], padding_value=fill, padding_side=side)
+        elif isinstance(first, torch.Tensor) and first.ndim == 1:
+            merged[key] = torch.cat(values)
+        elif isinstance(first, list):
+            merged[key] = [item for value in values for item in value]
+        else:
+            merged[key] = first
+    return merged
+
+
 class TrajvalSamplerMixin:
     """Mixin for a ``GRPOTrainer`` (sub)class: put it first in the bases.
 
@@ -73,11 +126,19 @@ class TrajvalSamplerMixin:
     every process applies the same feedback and the streams stay aligned.
     """
 
-    def __init__(self, *args, weight_column: str = WEIGHT, online_scheduler=None, **kwargs):
+    def __init__(self, *args, weight_column: str = WEIGHT, online_scheduler=None, dynamic_sampling: bool = False,
+                 max_generation_rounds: int = 8, **kwargs):
+        if max_generation_rounds < 1:
+            raise ValueError(f"max_generation_rounds must be >= 1, got {max_generation_rounds}")
         self.trajval_weight_column = weight_column
         self.trajval_online_scheduler = online_scheduler
+        self.trajval_dynamic_sampling = bool(dynamic_sampling)
+        self.trajval_max_rounds = int(max_generation_rounds)
         self.trajval_source: ComposedSampler | None = None
         super().__init__(*args, **kwargs)
+        if self.trajval_dynamic_sampling and self.accelerator.num_processes > 1:
+            raise NotImplementedError("dynamic_sampling drops groups per process; it runs on one process only "
+                                      "(use verl's filter_groups or OpenRLHF's dynamic filtering on several)")
         if online_scheduler is not None:
             if TRAIN_POSITION in self.train_dataset.column_names:
                 raise ValueError(f"the training set already has a '{TRAIN_POSITION}' column")
@@ -94,6 +155,53 @@ class TrajvalSamplerMixin:
             if scorable.any():
                 self.trajval_source.feedback(rows[scorable], rewards[scorable])
         return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        """With ``dynamic_sampling``, DAPO's rule on each training generation batch: keep the
+        groups whose rewards differ, generate fresh groups (prompts drawn from the same weighted
+        source) until the batch is full of informative groups or ``max_generation_rounds`` is
+        reached (then the rest of the batch is filled with uninformative groups), and log what
+        the step generated (``dynamic_sampling/completions``, ``/rounds``, ``/informative_share``)."""
+        if not (self.trajval_dynamic_sampling and self.model.training):
+            return super()._generate_and_score_completions(inputs)
+        if any(key in inputs[0] for key in ("image", "images")):
+            raise NotImplementedError("dynamic_sampling covers text prompts only")
+        size = self.num_generations
+        wanted, batch = len(inputs) // size, inputs
+        kept, dropped, generated, rounds, informative = [], [], 0, 0, 0
+        while True:
+            output = super()._generate_and_score_completions(batch)
+            keep = informative_groups(output["advantages"], size)
+            kept.append(select_groups(output, keep, size))
+            dropped.append(select_groups(output, ~keep, size))
+            generated, rounds, informative = generated + len(batch), rounds + 1, informative + int(keep.sum())
+            if informative >= wanted or rounds >= self.trajval_max_rounds:
+                break
+            batch = self._trajval_fresh_groups(len(inputs) // size)
+        groups = self._trajval_fill(kept, dropped, wanted, size)
+        metrics = self._metrics["train"]
+        metrics["dynamic_sampling/completions"].append(generated)
+        metrics["dynamic_sampling/rounds"].append(rounds)
+        metrics["dynamic_sampling/informative_share"].append(informative / (generated // size))
+        return groups
+
+    def _trajval_fresh_groups(self, prompts: int) -> list[dict]:
+        """``prompts`` rows drawn from the weighted source, each repeated for its group."""
+        rows = [dict(self.train_dataset[int(index)]) for index in self.trajval_source.draw(prompts)]
+        return [row for row in rows for _ in range(self.num_generations)]
+
+    def _trajval_fill(self, kept: list[dict], dropped: list[dict], wanted: int, size: int) -> dict:
+        """The batch of ``wanted`` groups: informative ones first, uninformative ones only to fill
+        what the round cap left empty; the loss normaliser recomputed for the rows kept."""
+        merged = concat_outputs(kept + dropped, self.processing_class.pad_token_id
+                                if hasattr(self.processing_class, "pad_token_id") else 0)
+        rows = wanted * size
+        batch = {key: (value[:rows] if isinstance(value, (torch.Tensor, list)) and not
+                       (isinstance(value, torch.Tensor) and value.ndim == 0) else value)
+                 for key, value in merged.items()}
+        mask = batch["completion_mask"] if batch.get("tool_mask") is None else batch["completion_mask"] * batch["tool_mask"]
+        batch["num_items_in_batch"] = mask.sum()
+        return batch
 
     def _get_train_sampler(self, dataset=None):
         if dataset is None:

@@ -29,7 +29,8 @@ from trajval_ops.fields import WEIGHT
 from trajval_ops.samplers.online import BotsScheduler, ComposedSampler, GresoScheduler
 from trajval_ops.samplers.torch_sampler import TrajvalSampler
 from trajval_ops.samplers.weighted import weights_from_dataset
-from trajval_ops.validation import TrajvalInputError, get_path
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.rows import get_path
 
 ONLINE_SCHEDULERS = {"greso": GresoScheduler, "bots": BotsScheduler}
 #: Where verl rows carry their task id (RLHFDataset also copies it to ``index``).
@@ -53,8 +54,6 @@ class TrajvalVerlSampler(AbstractSampler):
     The weights are read after verl's overlong-prompt filter, so positions match the rows the
     dataloader serves. Checkpointed with the dataloader state (``StatefulDataLoader``).
     """
-
-    online: str | None = None
 
     def __init__(self, data_source: Sized, data_config: DictConfig):
         weight_key = _sampler_option(data_config, "weight_key", WEIGHT)

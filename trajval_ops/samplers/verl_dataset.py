@@ -47,13 +47,20 @@ them, whether or not they carry a weight column. ``data.train_files`` equal to
 ``data.val_files`` is refused (the two sets could not be told apart): point one of them at a
 copy of the file.
 
-Not possible on this route: online composition (GRESO/BOTS, ``w_trajval * w_online``). The V1
-trainer gives the dataset no feedback after a step (its ``trainer.v1.sampler.custom_sampler``
-chooses among finished rollouts in the replay buffer, not which prompts to draw), and the draw
-is fixed when the dataset is built. For online composition use verl 0.7.1 with
-``TrajvalVerlCurriculumSampler`` (:mod:`trajval_ops.samplers.verl`), or the TRL or Trinity-RFT
-adapters. Tested against verl 0.9.1 (``create_rl_dataset``, ``create_rl_sampler``,
-``collate_fn``, torchdata's ``StatefulDataLoader``).
+Online composition (GRESO/BOTS, ``w_trajval * w_online``): ``+data.trajval.online=greso|bots``.
+verl's legacy trainer (``trainer.use_v1=False``, still in 0.9.1) calls
+``train_dataset.on_batch_end(batch=batch)`` after every step; :meth:`TrajvalVerlDataset.on_batch_end`
+reads each response's reward (``token_level_scores`` summed; solved when above
+``+data.trajval.reward_threshold``, default 0.5, which fits 0/1 and -1/1 rewards) and the pool row it answered (the item's
+``trajval_position``) and feeds the scheduler. With an online scheduler the rows are drawn
+lazily, one per fetched index from the current ``w_trajval * w_online`` (a stream seeded by
+``seed`` and the epoch, counted in draws, resumed with the dataloader), so later batches follow the feedback; this needs
+``data.dataloader_num_workers=0`` (a worker's copy of the dataset would not see the feedback,
+refused otherwise). The V1 trainer gives the dataset no feedback (its
+``trainer.v1.sampler.custom_sampler`` chooses among finished rollouts in the replay buffer, not
+which prompts to draw): there the prior is static. Tested against verl 0.9.1
+(``create_rl_dataset``, ``create_rl_sampler``, ``collate_fn``, ``DataProto``, torchdata's
+``StatefulDataLoader``).
 """
 
 from __future__ import annotations
@@ -68,14 +75,19 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from trajval_ops.core import multinomial_indices
 from trajval_ops.fields import ID_CANDIDATES, WEIGHT
+from trajval_ops.samplers.online import DEFAULT_SUCCESS_THRESHOLD, BotsScheduler, ComposedSampler, GresoScheduler
 from trajval_ops.samplers.weighted import weights_from_dataset
-from trajval_ops.validation import TrajvalInputError, float_column
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.input_checks import float_column
 
 logger = logging.getLogger(__name__)
 
 #: Where the options live in verl's data config: ``+data.trajval.<option>=...``.
 OPTIONS_KEY = "trajval"
-OPTION_DEFAULTS = {"epochs": 1, "seed": None, "weight_key": WEIGHT}
+OPTION_DEFAULTS = {"epochs": 1, "seed": None, "weight_key": WEIGHT, "online": None,
+                   "reward_threshold": DEFAULT_SUCCESS_THRESHOLD}
+#: The column an item carries with its pool row, for the feedback of the legacy trainer.
+POSITION_KEY = "trajval_position"
 STATE_VERSION = 1
 #: Third entropy word of the seed of a block's serving order (the draw itself uses (seed, block)).
 _ORDER_STREAM = 1
@@ -100,7 +112,14 @@ def trajval_options(data_config: Mapping[str, Any]) -> dict:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"data.{OPTIONS_KEY}.seed (or data.seed) must be an integer >= 0, got {seed!r}")
     weight_key = options["weight_key"] or OPTION_DEFAULTS["weight_key"]
-    return {"epochs": epochs, "seed": seed, "weight_key": str(weight_key)}
+    online = options["online"]
+    if online not in (None, "greso", "bots"):
+        raise ValueError(f"data.{OPTIONS_KEY}.online must be greso or bots (or unset), got {online!r}")
+    threshold = OPTION_DEFAULTS["reward_threshold"] if options["reward_threshold"] is None else options["reward_threshold"]
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+        raise ValueError(f"data.{OPTIONS_KEY}.reward_threshold must be a number, got {threshold!r}")
+    return {"epochs": epochs, "seed": seed, "weight_key": str(weight_key), "online": online,
+            "reward_threshold": float(threshold)}
 
 
 def _file_list(files: Any) -> list[str] | None:
@@ -184,6 +203,12 @@ class TrajvalVerlDataset(RLHFDataset):
     def __init__(self, data_files, tokenizer, config: DictConfig, processor=None, max_samples: int = -1):
         self.trajval_options = trajval_options(config)
         self.trajval_weighted = is_train_files(data_files, config)
+        if self.trajval_weighted and self.trajval_options["online"] and int(config.get("dataloader_num_workers", 0) or 0):
+            raise ValueError(
+                f"data.{OPTIONS_KEY}.online feeds each step's rewards back into the draws, which a dataloader worker's "
+                "copy of the dataset would not see: set data.dataloader_num_workers=0")
+        self.trajval_source = None
+        self._trajval_drawn = 0
         self.trajval_weights: np.ndarray | None = None
         self._trajval_rows: np.ndarray | None = None
         self._trajval_digest: str | None = None
@@ -198,6 +223,8 @@ class TrajvalVerlDataset(RLHFDataset):
             return
         options = self.trajval_options
         self.trajval_weights = _read_weights(self.dataframe, options["weight_key"])
+        if options["online"]:
+            self.trajval_source = _composed_source(self.trajval_weights, options)
         self._trajval_rows = virtual_epoch_rows(self.trajval_weights, options["epochs"], options["seed"])
         self._trajval_digest = hashlib.blake2b(self._trajval_rows.tobytes(), digest_size=16).hexdigest()
         logger.info(
@@ -211,10 +238,20 @@ class TrajvalVerlDataset(RLHFDataset):
         return int(self._trajval_rows.size)
 
     def pool_row(self, index: int) -> int:
-        """The position in ``self.dataframe`` that virtual index ``index`` serves."""
+        """The position in ``self.dataframe`` that virtual index ``index`` serves (with an online
+        scheduler: the next draw of the composed stream, whatever the index)."""
         if self._trajval_rows is None:
             return int(index)
-        return int(self._trajval_rows[index])  # IndexError past the end, as a dataset should
+        row = int(self._trajval_rows[index])  # IndexError past the end, as a dataset should
+        if self.trajval_source is None:
+            return row
+        # The sampler may shuffle the indices: the epoch is the count of draws so far, in pool sizes.
+        # GRESO adapts from the second epoch on; each epoch has its own stream, seeded (seed, epoch).
+        epoch = self._trajval_drawn // len(self.dataframe)
+        if self._trajval_drawn % len(self.dataframe) == 0:
+            self.trajval_source.set_epoch(epoch)
+        self._trajval_drawn += 1
+        return int(self.trajval_source.draw(1)[0])
 
     def epoch_rows(self, epoch: int) -> np.ndarray:
         """Positions in ``self.dataframe`` of virtual epoch block ``epoch``, in index order."""
@@ -230,7 +267,21 @@ class TrajvalVerlDataset(RLHFDataset):
     def __getitem__(self, item):
         if self._trajval_rows is None:
             return super().__getitem__(item)
-        return super().__getitem__(self.pool_row(item))
+        row = self.pool_row(item)
+        return {**super().__getitem__(row), POSITION_KEY: row}
+
+    def on_batch_end(self, batch) -> None:
+        """verl's legacy trainer, after every step: each response's reward (its token-level
+        scores summed) fed to the online scheduler for the pool row it answered."""
+        if self.trajval_source is None:
+            return
+        if POSITION_KEY not in batch.non_tensor_batch:
+            raise ValueError(f"the step's batch has no '{POSITION_KEY}' column: it was not drawn from this dataset")
+        rows = np.asarray(batch.non_tensor_batch[POSITION_KEY], dtype=np.int64)
+        scores = batch.batch["token_level_scores"].sum(dim=-1).float().cpu().numpy()
+        if rows.shape != scores.shape:
+            raise ValueError(f"{rows.size} pool rows for {scores.size} rewards in the step's batch")
+        self.trajval_source.feedback(rows, scores)
 
     # Saved with the dataloader state (torchdata's StatefulDataLoader checks for these methods).
     def state_dict(self) -> dict:
@@ -240,6 +291,8 @@ class TrajvalVerlDataset(RLHFDataset):
             "num_rows": len(self.dataframe),
             "length": len(self),
             "digest": self._trajval_digest,
+            "online": None if self.trajval_source is None else {"drawn": self._trajval_drawn,
+                                                                 "source": self.trajval_source.state_dict()},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -254,3 +307,14 @@ class TrajvalVerlDataset(RLHFDataset):
                 f"{mine['length']} over {mine['num_rows']} (map {mine['digest']}): resume with the same "
                 f"train files, weights and data.{OPTIONS_KEY} options"
             )
+        if self.trajval_source is not None and state.get("online") is not None:
+            # the stream and the scheduler where they were
+            self._trajval_drawn = int(state["online"]["drawn"])
+            self.trajval_source.load_state_dict(state["online"]["source"])
+
+
+def _composed_source(weights: np.ndarray, options: Mapping[str, Any]):
+    """The prior composed with the configured online scheduler (one stream, seeded)."""
+    scheduler = {"greso": GresoScheduler, "bots": BotsScheduler}[options["online"]](weights.size)
+    return ComposedSampler(weights, online=scheduler, seed=options["seed"],
+                           success_threshold=options["reward_threshold"])

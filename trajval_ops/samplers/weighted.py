@@ -22,7 +22,8 @@ import numpy as np
 
 from trajval_ops.core import normalize
 from trajval_ops.fields import WEIGHT
-from trajval_ops.validation import TrajvalInputError, float_column
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.input_checks import float_column
 
 STATE_VERSION = 1
 #: Pool size from which draws use the guide table.

@@ -6,8 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from trajval_ops.table_checks import arrow_numeric_column
-from trajval_ops.validation import TrajvalInputError, float_column, value_problem
+from trajval_ops.input_checks import arrow_numeric_column
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.input_checks import float_column, value_problem
 
 CASES = [
     # values, upper, expected message
@@ -53,3 +54,25 @@ def test_value_problem_bounds():
     assert value_problem(0.0, upper=1.0) is None and value_problem(1.0, upper=1.0) is None
     assert value_problem(1e9) is None  # no upper bound: weights
     assert value_problem(-1e-12) == "= -1e-12 is not a finite number >= 0"
+
+
+def test_repeated_ids_are_found_when_the_first_rows_have_none():
+    from trajval_ops.input_checks import check_unique_ids
+    from trajval_ops.pool_io import table_from_columns
+
+    table = table_from_columns({"id": [None, "x", "x"], "prompt": ["a", "b", "c"]})
+    with pytest.raises(TrajvalInputError, match="row 2 \\(id='x'\\): id field 'id' = 'x' repeats row 1"):
+        check_unique_ids(table)
+
+
+def test_integer_ids_beyond_64_bits_are_compared_exactly(tmp_path):
+    from trajval_ops.input_checks import check_unique_ids
+    from trajval_ops.pool_io import read_table
+
+    big = 2 ** 64
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text(f'{{"id": {big + 1}}}\n{{"id": {big + 2}}}\n')
+    check_unique_ids(read_table(pool))  # distinct ids: no error (they were both read as 1.8446744073709552e+19)
+    pool.write_text(f'{{"id": {big + 1}}}\n{{"id": {big + 1}}}\n')
+    with pytest.raises(TrajvalInputError, match=f"id field 'id' = '{big + 1}' repeats row 0"):
+        check_unique_ids(read_table(pool))

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 from trajval_ops import core
-from trajval_ops.analysis import pool_io
-from trajval_ops import atomic
-from trajval_ops.analysis.report import build_report
-from trajval_ops.validation import TrajvalInputError
+from trajval_ops.analysis import pool_columns
+from trajval_ops.analysis.pool_report import build_report
+from trajval_ops.errors import TrajvalInputError
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -161,8 +160,8 @@ def test_bad_trajectories_and_empty_pool(fixture_files, tmp_path):
 
 def test_join_on_id_refuses_duplicates():
     with pytest.raises(TrajvalInputError, match="duplicate id 'a'"):
-        pool_io.join_on_id(["a", "a"], ["a"])
-    ia, ib = pool_io.join_on_id(["a", "b", "c"], ["c", "a"])
+        pool_columns.join_on_id(["a", "a"], ["a"])
+    ia, ib = pool_columns.join_on_id(["a", "b", "c"], ["c", "a"])
     assert ia.tolist() == [0, 2] and ib.tolist() == [1, 0]
 
 
@@ -184,24 +183,10 @@ def test_comparison_with_a_second_pool(fixture_files, tmp_path):
     assert "Agreement with" in (tmp_path / "r" / "index.html").read_text()
 
 
-def test_atomic_write_keeps_old_file_on_failure(tmp_path):
-    target = tmp_path / "x.jsonl"
-    assert atomic.write_jsonl(target, [{"a": 1}]) == 1
-
-    def rows():
-        yield {"a": 2}
-        raise RuntimeError("interrupted")
-
-    with pytest.raises(RuntimeError):
-        atomic.write_jsonl(target, rows())
-    assert target.read_text() == '{"a": 1}\n'
-    assert [p.name for p in tmp_path.iterdir()] == ["x.jsonl"]
-
-
 def test_analysis_does_not_import_data_juicer():
     import subprocess
     import sys
 
-    code = ("import sys, trajval_ops.analysis.report, trajval_ops.analysis.within_bin, "
+    code = ("import sys, trajval_ops.analysis.pool_report, trajval_ops.analysis.within_bin, "
             "trajval_ops.analysis.curves; assert 'data_juicer' not in sys.modules, 'data_juicer imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

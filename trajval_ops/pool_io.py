@@ -1,4 +1,8 @@
-"""JSON rows <-> Arrow tables without rewriting a value.
+"""The one reader and writer of pools (JSON lines or parquet), rows or Arrow tables, without
+rewriting a value.
+
+- rows: :func:`read_rows` (streamed) and :func:`write_rows` (atomic);
+- Arrow tables: :func:`read_table` and :func:`write_table` (atomic), what the operators use.
 
 A pool is JSON lines (or parquet); operators work on Arrow tables. Arrow needs one type per
 column, JSON does not: a column may hold a chat list in one row and a string in the next, a
@@ -21,12 +25,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from trajval_ops.atomic import atomic_open
-from trajval_ops.validation import TrajvalInputError, get_path, row_label
+from trajval_ops.atomic import atomic_open, jsonable
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.rows import get_path, row_label
 
 JSONL_SUFFIXES = (".jsonl", ".json")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -53,22 +59,106 @@ def _may_hold_long_integer(data: bytes) -> bool:
 
 
 def pool_files(path: str | os.PathLike) -> list[Path]:
-    """The pool files of ``path``: the file itself, or a folder's JSONL and parquet files
-    (recursively, sorted)."""
+    """The pool files of ``path``: the file itself, or a folder's JSONL (also gzipped) and
+    parquet files (recursively, sorted), leaving out hidden files (an interrupted atomic write)
+    and the work folders Data-Juicer leaves beside an export (their event logs are not rows)."""
     path = Path(path)
     if path.is_file():
         return [path]
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in JSONL_SUFFIXES + PARQUET_SUFFIXES)
+        work = {folder for folder in path.rglob("*") if folder.is_dir() and _is_data_juicer_work_folder(folder)}
+        files = sorted(p for p in path.rglob("*") if p.is_file() and _pool_kind(p) is not None
+                       and not p.name.startswith(".") and not any(parent in work for parent in p.parents))
         if not files:
-            raise TrajvalInputError(f"{path}: no .jsonl, .json or .parquet file in this folder")
+            raise TrajvalInputError(f"{path}: no .jsonl, .json or .parquet file in this folder (nor a gzipped one)")
         return files
     raise TrajvalInputError(f"pool file not found: {path}")
 
 
-def iter_jsonl(path: str | os.PathLike) -> Iterator[dict]:
-    """The rows of a JSON-lines file (the one JSONL reader of the package; errors as
-    :func:`iter_json_blocks`)."""
+def _pool_kind(path: Path) -> str | None:
+    """``jsonl``, ``parquet`` or None by the file name (``.jsonl.gz`` / ``.json.gz``: gzipped JSON lines)."""
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    suffix = Path(name).suffix
+    if suffix in JSONL_SUFFIXES:
+        return "jsonl"
+    if suffix in PARQUET_SUFFIXES and not path.name.lower().endswith(".gz"):
+        return "parquet"
+    return None
+
+
+def _is_data_juicer_work_folder(folder: Path) -> bool:
+    """A folder Data-Juicer made for a run (``cli.yaml`` and ``events_*.jsonl`` in it)."""
+    return (folder / "cli.yaml").is_file() and any(folder.glob("events_*.jsonl"))
+
+
+def _open_binary(path: Path):
+    """A pool file for reading bytes; gzipped ones decompressed on the fly."""
+    if path.name.lower().endswith(".gz"):
+        import gzip
+
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def count_rows(path: str | os.PathLike) -> int:
+    """Rows of a pool (a file or a folder of them) without parsing it: parquet metadata, the
+    non-blank lines of JSON lines."""
+    total = 0
+    for file in pool_files(path):
+        if file.suffix.lower() in PARQUET_SUFFIXES:
+            import pyarrow.parquet as pq
+
+            total += pq.ParquetFile(file).metadata.num_rows
+            continue
+        if _is_json_array(file):
+            total += sum(1 for _ in _json_array_rows(file))
+            continue
+        with _open_binary(file) as handle:
+            total += sum(1 for line in handle if not line.isspace())
+    return total
+
+
+def _is_json_array(path: Path) -> bool:
+    """Whether a JSON file holds one array (a ``.json`` export of Data-Juicer's own writer),
+    not JSON lines."""
+    with _open_binary(path) as handle:
+        head = handle.read(4096).lstrip()
+    return head.startswith(b"[")
+
+
+def _json_array_rows(path: Path) -> list:
+    """The objects of a JSON-array file (parsed exactly), each checked to be an object."""
+    with _open_binary(path) as handle:
+        try:
+            rows = json.loads(handle.read().decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as bad:
+            raise TrajvalInputError(f"{path}: not a valid JSON array of rows: {bad}") from None
+    for position, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise TrajvalInputError(f"{path}: element {position} of the array is a JSON {_json_kind(row)}, "
+                                    "not a JSON object (a row must be an object)")
+    return rows
+
+
+def read_rows(path: str | os.PathLike) -> Iterator[dict]:
+    """The rows of a pool file, in order, streamed: JSON lines (``.jsonl``/``.json``) or parquet
+    (``.parquet``/``.pq``), whatever the tool.
+
+    :raises TrajvalInputError: a missing file, or a bad JSON line (named as
+        :func:`iter_json_blocks` names it).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TrajvalInputError(f"pool file not found: {path}")
+    if path.suffix.lower() in PARQUET_SUFFIXES:
+        import pyarrow as pa  # only parquet readers pay for pyarrow
+        import pyarrow.parquet as pq
+
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS):
+            yield from table_rows(pa.Table.from_batches([batch]))  # JSON columns decoded, absent keys left out
+        return
     for _, rows in iter_json_blocks(path):
         yield from rows
 
@@ -90,7 +180,12 @@ def iter_json_blocks(path: str | os.PathLike, first_row: int = 0,
     loads = orjson.loads
     position = first_row
     line_number = offset = 0
-    with open(path, "rb") as handle:
+    if _is_json_array(Path(path)):
+        rows = _json_array_rows(Path(path))
+        for start in range(0, len(rows), block_rows):
+            yield position + start, rows[start:start + block_rows]
+        return
+    with _open_binary(Path(path)) as handle:
         while True:
             lines = handle.readlines(1 << 22)
             if not lines:
@@ -147,9 +242,39 @@ def _slow_parse(line: bytes, where: str, start: int) -> Any:
             f"the file) is {line[bad.start:bad.start + 1]!r}; re-encode the file as UTF-8"
         ) from None
     try:
-        return json.loads(text)  # big integers, which orjson refuses
+        value = json.loads(text)  # big integers, which orjson refuses
     except ValueError as bad:
         raise TrajvalInputError(f"{where} is not valid JSON: {bad}") from None
+    except RecursionError:
+        raise TrajvalInputError(f"{where} is nested deeper than can be read (objects or arrays inside each other "
+                                f"more than {sys.getrecursionlimit()} levels deep)") from None
+    surrogate = _LONE_SURROGATE.search(text) and _first_surrogate(value)
+    if surrogate:
+        raise TrajvalInputError(f"{where} holds a lone surrogate escape ({surrogate}), which is no Unicode character "
+                                "and cannot be written as UTF-8; fix the text (a broken emoji or a cut string)")
+    return value
+
+
+#: A \uD800-\uDFFF escape in JSON text (a surrogate; orjson refuses it, the standard library keeps it).
+_LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _first_surrogate(value: Any) -> str | None:
+    """The first string in ``value`` (keys included) holding an unpaired surrogate, escaped."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as bad:
+                return f"\\u{ord(item[bad.start]):04x} in {item[max(0, bad.start - 10):bad.start + 10]!r}"
+    return None
 
 
 def _json_kind(value: Any) -> str:
@@ -431,8 +556,19 @@ def decoded_values(column) -> list:
 
     if is_json_type(column.type):
         chunks = column.chunks if hasattr(column, "chunks") else [column]
-        return [None if text is None else orjson.loads(text) for chunk in chunks for text in chunk.storage.to_pylist()]
+        texts = [text for chunk in chunks for text in chunk.storage.to_pylist()]
+        loads = orjson.loads
+        if _may_hold_long_integer("".join(t for t in texts if t is not None).encode()):
+            loads = _exact_loads  # orjson reads an integer beyond 64 bits as a float
+        return [None if text is None else loads(text) for text in texts]
     return column.to_pylist()
+
+
+def _exact_loads(text: str):
+    """One JSON text; the standard library where it may hold an integer beyond 64 bits."""
+    import orjson
+
+    return json.loads(text) if _LONG_DIGITS.search(text.encode()) else orjson.loads(text)
 
 
 # ----------------------------------------------------------------------------- row access
@@ -502,6 +638,25 @@ def write_table(table, path: str | os.PathLike) -> None:
         return
     with atomic_open(path, "wb") as handle:
         write_json_lines(table, handle)
+
+
+def write_rows(path: str | os.PathLike, rows: Iterable[Any]) -> int:
+    """Write rows atomically as JSON lines (values through :func:`trajval_ops.atomic.jsonable`,
+    UTF-8) or, for a ``.parquet`` path, as parquet (columns as :func:`read_table` builds them);
+    returns the number of rows."""
+    if Path(path).suffix.lower() in PARQUET_SUFFIXES:
+        rows = [jsonable(row) for row in rows]
+        names = list(dict.fromkeys(name for row in rows for name in row))
+        columns = {name: [row.get(name, _MISSING) for row in rows] for name in names}
+        write_table(table_from_columns(columns, len(rows)), path)
+        return len(rows)
+    count = 0
+    with atomic_open(path) as out:
+        for row in rows:
+            out.write(json.dumps(jsonable(row), ensure_ascii=False))
+            out.write("\n")
+            count += 1
+    return count
 
 
 def write_json_lines(table, handle) -> None:

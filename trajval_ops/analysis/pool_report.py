@@ -23,8 +23,10 @@ from loguru import logger
 from trajval_ops import core, fields
 from trajval_ops.atomic import write_json, write_text
 from trajval_ops.summary import log_rollout_noise, rollout_noise
-from trajval_ops.analysis import agreement, pool_io, trajectories
-from trajval_ops.validation import TrajvalInputError
+from trajval_ops.analysis import agreement, pool_columns, trajectories
+from trajval_ops.analysis.html_table import html_table
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.pool_io import read_rows
 
 PROFILE_COLOURS = {
     "stable": "#1b9e77",
@@ -54,7 +56,7 @@ def _scatter_subset(n: int, seed: int = 0) -> np.ndarray:
 
 
 def _save(plt, fig, out_dir: Path, name: str, written: list) -> None:
-    pool_io.write_figure_atomic(out_dir / name, fig)
+    pool_columns.write_figure_atomic(out_dir / name, fig)
     plt.close(fig)
     written.append(name)
 
@@ -196,9 +198,9 @@ def _load_manifest(path) -> dict:
 
 
 def _trajectory_section(cols, traj_path, trajectory_key, id_key, window):
-    ids, acc = pool_io.trajectory_matrix(pool_io.read_jsonl(traj_path), trajectory_key, id_key)
+    ids, acc = pool_columns.trajectory_matrix(list(read_rows(traj_path)), trajectory_key, id_key)
     dense = trajectories.trajectory_profiles(acc, window=window)
-    in_traj, in_pool = pool_io.join_on_id(ids, cols["id"])
+    in_traj, in_pool = pool_columns.join_on_id(ids, cols["id"])
     if in_traj.size == 0:
         raise TrajvalInputError(f"{traj_path}: no trajectory id matches a pool row id (check --id-key)")
     projection = trajectories.slope_r2_projection(
@@ -229,8 +231,8 @@ def _trajectory_section(cols, traj_path, trajectory_key, id_key, window):
 def _comparison_section(cols, other_path, id_key):
     """Agreement of this pool with another estimate of the same tasks (e.g. a second probe set or
     the oracle run), over the ids both hold."""
-    other = pool_io.pool_columns(pool_io.read_jsonl(other_path), id_key=id_key)
-    here, there = pool_io.join_on_id(cols["id"], other["id"])
+    other = pool_columns.pool_columns(list(read_rows(other_path)), id_key=id_key)
+    here, there = pool_columns.join_on_id(cols["id"], other["id"])
     if here.size < 2:
         raise TrajvalInputError(f"{other_path}: fewer than 2 ids shared with the pool; nothing to compare")
     keys = ("r_early", "r_late", "score", "profile")
@@ -242,19 +244,8 @@ def _comparison_section(cols, other_path, id_key):
     return result
 
 
-def _html_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
-    def cell(v):
-        if isinstance(v, float):
-            return "nan" if math.isnan(v) else f"{v:.4g}"
-        return html.escape(str(v))
-
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def _distribution_table(table: dict) -> str:
-    return _html_table(
+    return html_table(
         ["profile", "n", "share of rows", "share of weight", "mean score", "mean weight", "floor %"],
         [[name, r["n"], _pct(r["share_of_pool"]), _pct(r["weight_share"]), r["mean_score"], r["mean_weight"],
           _pct(r["floor_fraction"])] for name, r in table.items()],
@@ -263,7 +254,7 @@ def _distribution_table(table: dict) -> str:
 
 def _confusion_table(names: Sequence[str], matrix) -> str:
     matrix = np.asarray(matrix)
-    return _html_table(["rows \\ columns", *names], [[name, *matrix[i].tolist()] for i, name in enumerate(names)])
+    return html_table(["rows \\ columns", *names], [[name, *matrix[i].tolist()] for i, name in enumerate(names)])
 
 
 def _pct(x: float) -> str:
@@ -293,7 +284,7 @@ def build_report(
     alpha: float | None = None,
     eps: float | None = None,
     id_key: str | None = None,
-    trajectory_key: str = pool_io.TRAJECTORY_KEY,
+    trajectory_key: str = pool_columns.TRAJECTORY_KEY,
     window: int = 1,
 ) -> dict:
     """Build the report; returns the summary (also written to ``summary.json``).
@@ -305,8 +296,8 @@ def build_report(
         oracle run — for Spearman / kappa agreement on the shared ids.
     """
     out_dir = Path(out_dir)
-    rows = pool_io.read_jsonl(pool_path)
-    cols = pool_io.pool_columns(rows, alpha=alpha, eps=eps, id_key=id_key)
+    rows = list(read_rows(pool_path))
+    cols = pool_columns.pool_columns(rows, alpha=alpha, eps=eps, id_key=id_key)
     n = len(rows)
     logger.info(f"report: {n} rows from {pool_path}; computed here: {cols['computed'] or 'nothing'}")
     table = agreement.score_distribution(cols["profile"], cols["score"], cols["weight"], cols["eps"])
@@ -364,7 +355,7 @@ def build_report(
 
 def _render_html(summary: dict, figures: Sequence[str]) -> str:
     s = summary
-    overview = _html_table(
+    overview = html_table(
         ["quantity", "value"],
         [
             ["pool", s["pool"]],
@@ -382,7 +373,7 @@ def _render_html(summary: dict, figures: Sequence[str]) -> str:
     )
     if "rollout_noise" in s:
         noise = s["rollout_noise"]
-        overview += _html_table(["rollout noise (from the endpoint passes' n)", "value"], [
+        overview += html_table(["rollout noise (from the endpoint passes' n)", "value"], [
             ["median SE of r_early / r_late / delta",
              f"{noise['se_r_early_median']:.3f} / {noise['se_r_late_median']:.3f} / {noise['se_delta_median']:.3f}"],
             ["rows with a positive score", noise["rows_with_positive_score"]],
@@ -402,7 +393,7 @@ def _render_html(summary: dict, figures: Sequence[str]) -> str:
     ]
     if "manifest" in s:
         m = s["manifest"]
-        parts += ["<h2>Probe run</h2>", _html_table(["quantity", "value"], [[k, m.get(k)] for k in
+        parts += ["<h2>Probe run</h2>", html_table(["quantity", "value"], [[k, m.get(k)] for k in
                   ("base_model", "seed", "status", "wall_time_s", "config_hash")])]
     if "trajectories" in s:
         t = s["trajectories"]
@@ -417,7 +408,7 @@ def _render_html(summary: dict, figures: Sequence[str]) -> str:
         for key in ("spearman_r_early", "spearman_r_late", "spearman_score", "kappa_six_way", "kappa_binary"):
             if key in agree:
                 rows.append([f"pool vs trajectory: {key}", agree[key]])
-        parts += ["<h2>Dense trajectories</h2>", _html_table(["quantity", "value"], rows)]
+        parts += ["<h2>Dense trajectories</h2>", html_table(["quantity", "value"], rows)]
         if "confusion_six_way" in agree:
             parts += ["<p>Profiles of the shared tasks: pool endpoint profile (rows) vs Figure-1 profile of "
                       "the dense trajectory (columns).</p>",
@@ -426,7 +417,7 @@ def _render_html(summary: dict, figures: Sequence[str]) -> str:
         c = s["comparison"]
         parts += [f"<h2>Agreement with {html.escape(c['pool'])}</h2>",
                   f"<p>{c['n_shared']} tasks shared (joined on id).</p>",
-                  _html_table(["statistic", "value"],
+                  html_table(["statistic", "value"],
                               [[k, c[k]] for k in ("spearman_r_early", "spearman_r_late", "spearman_score",
                                                     "kappa_six_way", "kappa_binary")]),
                   "<p>Profiles: this pool (rows) vs the other (columns).</p>",

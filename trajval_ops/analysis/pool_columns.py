@@ -15,16 +15,12 @@ import numpy as np
 
 from trajval_ops import core, fields
 from trajval_ops.atomic import atomic_open
-from trajval_ops.jsontable import iter_jsonl
-from trajval_ops.validation import TrajvalInputError, float_column, get_path, row_label
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.input_checks import float_column
+from trajval_ops.rows import get_path, row_label
 
 #: Default field of a dense trajectory row: the list of per-checkpoint accuracies.
 TRAJECTORY_KEY = "accuracies"
-
-
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """All rows of a JSONL file; blank lines are skipped, a malformed line is an error."""
-    return list(iter_jsonl(path))
 
 
 def write_figure_atomic(path: str | os.PathLike, figure) -> Path:

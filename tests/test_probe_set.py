@@ -17,14 +17,14 @@ from trajval_ops.probe.manifest import (
     resolve_checkpoint,
     write_manifest,
 )
-from trajval_ops.probe.sampling import (
+from trajval_ops.probe.probe_set import (
     DEFAULT_PROBE_FRACTION,
     probe_size_for,
     resolve_id_key,
     unique_row_ids,
     sample_probe_positions,
 )
-from trajval_ops.validation import TrajvalInputError
+from trajval_ops.errors import TrajvalInputError
 
 
 # ---------------------------------------------------------------- sampling

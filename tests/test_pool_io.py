@@ -1,14 +1,15 @@
 """JSON rows <-> Arrow tables: every value comes back as it went in, bad input names the line."""
 
 import json
+import os
 
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trajval_ops import jsontable
-from trajval_ops.validation import TrajvalInputError
+from trajval_ops import pool_io
+from trajval_ops.errors import TrajvalInputError
 
 
 def canonical(rows) -> list[str]:
@@ -19,9 +20,9 @@ def canonical(rows) -> list[str]:
 def round_trip(tmp_path, rows, suffix=".jsonl"):
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    table = jsontable.read_table(src)
+    table = pool_io.read_table(src)
     out = tmp_path / f"out{suffix}"
-    jsontable.write_table(table, out)
+    pool_io.write_table(table, out)
     return table, [json.loads(line) for line in out.read_text(encoding="utf-8").split("\n") if line]
 
 
@@ -38,7 +39,7 @@ MIXED = [
 def test_mixed_columns_come_back_unchanged(tmp_path):
     table, out = round_trip(tmp_path, MIXED)
     assert canonical(out) == canonical(MIXED)
-    json_columns = {f.name for f in table.schema if jsontable.is_json_type(f.type)}
+    json_columns = {f.name for f in table.schema if pool_io.is_json_type(f.type)}
     # "w" and the owned types are native; the rest cannot be one Arrow type without rewriting
     assert json_columns == {"prompt", "reward_model", "extra_info", "score", "flag", "late"}
     assert table.schema.field("w").type == pa.float64()
@@ -59,21 +60,21 @@ def test_consistent_columns_stay_native(tmp_path):
     rows = [{"id": f"t{i}", "prompt": [{"role": "user", "content": str(i)}],
              "reward_model": {"ground_truth": str(i), "style": "rule"}, "trajval_r_early": i / 10} for i in range(5)]
     table, out = round_trip(tmp_path, rows)
-    assert not any(jsontable.is_json_type(f.type) for f in table.schema)
+    assert not any(pool_io.is_json_type(f.type) for f in table.schema)
     assert pa.types.is_struct(table.schema.field("reward_model").type)
     assert canonical(out) == canonical(rows)
 
 
 def test_chunks_of_different_types_and_late_columns(tmp_path, monkeypatch):
-    monkeypatch.setattr(jsontable, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(pool_io, "CHUNK_ROWS", 2)
     rows = [{"a": 1}, {"a": 2}, {"a": "x", "b": [1]}, {"a": 3, "b": [2]}, {"a": None, "b": None}]
     table, out = round_trip(tmp_path, rows)
     assert canonical(out) == canonical(rows)
-    assert jsontable.is_json_type(table.schema.field("a").type)
+    assert pool_io.is_json_type(table.schema.field("a").type)
 
 
 def test_null_chunks_join_a_native_column(tmp_path, monkeypatch):
-    monkeypatch.setattr(jsontable, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(pool_io, "CHUNK_ROWS", 2)
     rows = [{"a": None}, {"a": None}, {"a": "x"}, {"a": "y"}]
     table, out = round_trip(tmp_path, rows)
     assert table.schema.field("a").type == pa.string()
@@ -92,21 +93,21 @@ def test_parquet_keeps_nested_fields_nested(tmp_path):
     rows = [{"id": "a", "reward_model": {"ground_truth": "1"}}, {"id": "b", "reward_model": {"ground_truth": "2"}}]
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    jsontable.write_table(jsontable.read_table(src), tmp_path / "out.parquet")
+    pool_io.write_table(pool_io.read_table(src), tmp_path / "out.parquet")
     back = pq.read_table(tmp_path / "out.parquet")
     assert pa.types.is_struct(back.schema.field("reward_model").type)
     assert back.to_pylist() == rows
     # and a parquet pool reads back as the same table
-    assert jsontable.read_table(tmp_path / "out.parquet").to_pylist() == rows
+    assert pool_io.read_table(tmp_path / "out.parquet").to_pylist() == rows
 
 
 def test_folder_of_files_concatenates_by_name(tmp_path):
     (tmp_path / "pool").mkdir()
     (tmp_path / "pool" / "a.jsonl").write_text(json.dumps({"x": 1, "y": "a"}) + "\n")
     (tmp_path / "pool" / "b.jsonl").write_text(json.dumps({"x": "s"}) + "\n")
-    table = jsontable.read_table(tmp_path / "pool")
+    table = pool_io.read_table(tmp_path / "pool")
     out = tmp_path / "out.jsonl"
-    jsontable.write_table(table, out)
+    pool_io.write_table(table, out)
     assert canonical(json.loads(line) for line in out.read_text().splitlines()) == canonical([{"x": 1, "y": "a"}, {"x": "s"}])
 
 
@@ -123,15 +124,15 @@ def test_bad_input_names_the_line(tmp_path, content, message):
     path = tmp_path / "pool.jsonl"
     path.write_bytes(content)
     with pytest.raises(TrajvalInputError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
-        jsontable.read_table(path)
+        pool_io.read_table(path)
 
 
 def test_missing_file_and_empty_folder(tmp_path):
     with pytest.raises(TrajvalInputError, match="pool file not found"):
-        jsontable.read_table(tmp_path / "nope.jsonl")
+        pool_io.read_table(tmp_path / "nope.jsonl")
     (tmp_path / "empty").mkdir()
     with pytest.raises(TrajvalInputError, match="no .jsonl, .json or .parquet file"):
-        jsontable.read_table(tmp_path / "empty")
+        pool_io.read_table(tmp_path / "empty")
 
 
 def test_failed_write_leaves_previous_file(tmp_path, monkeypatch):
@@ -142,9 +143,9 @@ def test_failed_write_leaves_previous_file(tmp_path, monkeypatch):
         handle.write(b"partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(jsontable, "write_json_lines", broken)
+    monkeypatch.setattr(pool_io, "write_json_lines", broken)
     with pytest.raises(KeyboardInterrupt):
-        jsontable.write_table(pa.table({"a": [1]}), out)
+        pool_io.write_table(pa.table({"a": [1]}), out)
     assert out.read_text() == "previous\n"
     assert [p.name for p in tmp_path.iterdir()] == ["o.jsonl"]
 
@@ -175,7 +176,7 @@ def test_any_json_rows_round_trip(tmp_path, rows):
 def test_nested_values_arrow_would_change_stay_exact(tmp_path, values):
     table, out = round_trip(tmp_path, values)
     assert canonical(out) == canonical(values)
-    assert jsontable.is_json_type(table.schema.field("a").type)
+    assert pool_io.is_json_type(table.schema.field("a").type)
 
 
 def test_nested_floats_and_nulls_that_round_trip_stay_native(tmp_path):
@@ -183,3 +184,90 @@ def test_nested_floats_and_nulls_that_round_trip_stay_native(tmp_path):
     table, out = round_trip(tmp_path, rows)
     assert canonical(out) == canonical(rows)
     assert pa.types.is_struct(table.schema.field("a").type)
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path):
+    target = tmp_path / "x.jsonl"
+    assert pool_io.write_rows(target, [{"a": 1}]) == 1
+
+    def rows():
+        yield {"a": 2}
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        pool_io.write_rows(target, rows())
+    assert target.read_text() == '{"a": 1}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["x.jsonl"]
+
+
+def test_rows_round_trip_through_parquet_and_jsonl_alike(tmp_path):
+    rows = [{"id": 1, "prompt": [{"role": "user", "content": "2+2"}], "x": 1},
+            {"id": 2, "prompt": "plain text", "x": 1.5, "extra": None},
+            {"id": 3, "prompt": "no x"}]
+    for name in ("rows.jsonl", "rows.parquet"):
+        assert pool_io.write_rows(tmp_path / name, rows) == 3
+        assert list(pool_io.read_rows(tmp_path / name)) == rows, name
+
+
+def test_read_rows_names_a_missing_file(tmp_path):
+    with pytest.raises(TrajvalInputError, match="pool file not found"):
+        list(pool_io.read_rows(tmp_path / "nope.parquet"))
+
+
+def test_gzipped_json_lines_read_as_they_would_uncompressed(tmp_path):
+    import gzip
+
+    rows = [{"id": i, "x": [i, {"y": "z"}]} for i in range(5)]
+    with gzip.open(tmp_path / "pool.jsonl.gz", "wt", encoding="utf-8") as handle:
+        handle.write("".join(json.dumps(row) + "\n" for row in rows))
+    assert pool_io.table_rows(pool_io.read_table(tmp_path / "pool.jsonl.gz")) == rows
+    assert list(pool_io.read_rows(tmp_path / "pool.jsonl.gz")) == rows
+    assert pool_io.count_rows(tmp_path / "pool.jsonl.gz") == 5
+
+
+def test_a_json_array_file_reads_as_its_rows(tmp_path):
+    rows = [{"id": 1, "a": 1.5}, {"id": 2, "a": 2}]
+    (tmp_path / "pool.json").write_text(json.dumps(rows, indent=2))
+    assert list(pool_io.read_rows(tmp_path / "pool.json")) == rows
+    assert canonical(pool_io.table_rows(pool_io.read_table(tmp_path / "pool.json"))) == canonical(rows)
+    (tmp_path / "bad.json").write_text(json.dumps([{"id": 1}, 3]))
+    with pytest.raises(TrajvalInputError, match="element 1 of the array is a JSON number"):
+        pool_io.read_table(tmp_path / "bad.json")
+
+
+def test_a_pool_folder_leaves_out_work_folders_and_hidden_files(tmp_path):
+    (tmp_path / "part-0.jsonl").write_text('{"id": 1}\n')
+    work = tmp_path / "20261124_101200_e68a15"  # what Data-Juicer leaves beside an export
+    work.mkdir()
+    (work / "cli.yaml").write_text("x: 1\n")
+    (work / "events_20261124_101200.jsonl").write_text('{"event_type": "job_start"}\n')
+    (tmp_path / ".part-1.jsonl.123.abc.tmp").write_text('{"id": 2}\n')
+    assert pool_io.pool_files(tmp_path) == [tmp_path / "part-0.jsonl"]
+    assert pool_io.read_table(tmp_path).to_pylist() == [{"id": 1}]
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"a": ' + "[" * 5000 + "]" * 5000 + "}\n", "nested deeper than can be read"),
+    ('{"id": 1, "prompt": "x\\ud800y"}\n', r"lone surrogate escape \(\\ud800"),
+])
+def test_unreadable_json_is_named_by_file_and_line(tmp_path, text, message):
+    path = tmp_path / "pool.jsonl"
+    path.write_text('{"id": 0}\n' + text)
+    with pytest.raises(TrajvalInputError, match=f"pool.jsonl: line 2 \\(row 1\\) .*{message}"):
+        pool_io.read_table(path)
+
+
+def test_a_killed_writes_temporary_file_is_removed_by_the_next_write(tmp_path):
+    import subprocess
+    import sys
+
+    target = tmp_path / "out.jsonl"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".out.jsonl.{dead.pid}.abcd.tmp"  # what a SIGKILL in the middle of a write leaves
+    stale.write_text("half a row")
+    mine = tmp_path / f".out.jsonl.{os.getpid()}.efgh.tmp"
+    mine.write_text("a write of this process in progress")
+    pool_io.write_rows(target, [{"a": 1}])
+    assert not stale.exists() and mine.exists()
+    assert target.read_text() == '{"a": 1}\n'

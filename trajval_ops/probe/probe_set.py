@@ -15,7 +15,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from trajval_ops.fields import ID_CANDIDATES
-from trajval_ops.validation import TrajvalInputError, get_path, row_label
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.rows import get_path, row_label
 
 #: The paper's probe: 512 tasks of the 17,398-task math pool.
 DEFAULT_PROBE_FRACTION = 512 / 17398

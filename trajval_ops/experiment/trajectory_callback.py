@@ -8,7 +8,7 @@ line, in the order the tasks were given::
     {"id": "task-1", "accuracies": [0.25, 0.5, 0.5], "steps": [0, 10, 20]}
 
 This is the format ``tools/report.py --trajectories`` and
-:func:`trajval_ops.analysis.pool_io.trajectory_matrix` read (``accuracies`` and the id; the extra
+:func:`trajval_ops.analysis.pool_columns.trajectory_matrix` read (``accuracies`` and the id; the extra
 ``steps`` is read by :func:`read_trajectories`). The file is rewritten atomically after every
 evaluation, so a reader never sees half a file.
 
@@ -16,12 +16,11 @@ It works with any ``transformers.Trainer``: the probe run
 (``run_probe(..., extra_callbacks=[cb])``), :class:`trajval_ops.samplers.trl.TrajvalGRPOTrainer`
 and a plain ``trl.GRPOTrainer`` (``callbacks=[cb]`` or ``trainer.add_callback(cb)``).
 
-Prompts are built exactly as the endpoint mapper and the probe build them
-(:func:`~trajval_ops.rollout.prompts.build_messages`, the model's chat template through
-:func:`~trajval_ops.rollout.prompts.render_prompt`, :func:`~trajval_ops.rollout.prompts.fit_prompt`),
-sampled with :class:`~trajval_ops.rollout.engines.TransformersEngine`'s ``generate`` over the
-trainer's model (transformers ``generate``, also on GPUs where TRL itself generates with vLLM),
-and scored with :func:`~trajval_ops.rollout.verifiers.build_verifier`.
+Each evaluation is one rollout pass (:class:`~trajval_ops.rollout.pass_rates.RolloutPass`, the
+endpoint mapper's own: prompts built, rendered with the model's chat template and fitted to its
+context, sampled in calls of ``batch_size`` prompts, scored by the project's verifiers) over the
+trainer's live model through :class:`~trajval_ops.rollout.engines.TransformersEngine` (transformers
+``generate``, also on GPUs where TRL itself generates with vLLM).
 
 Determinism: the samples of step ``s`` are seeded from ``(seed, s)`` (and, as in the engine, the
 prompts of each generate call), so the same run writes the same file; the evaluation runs
@@ -51,19 +50,15 @@ import numpy as np
 from loguru import logger
 from transformers import TrainerCallback
 
-from trajval_ops.analysis import pool_io
-from trajval_ops.atomic import jsonable, write_jsonl
-from trajval_ops.rollout.engines import SamplingConfig, TransformersEngine, derive_seed
-from trajval_ops.rollout.prompts import (
-    DEFAULT_CATEGORY_KEY,
-    DEFAULT_GROUND_TRUTH_KEY,
-    DEFAULT_PROMPT_KEY,
-    build_messages,
-    fit_prompt,
-    render_prompt,
-)
+from trajval_ops.analysis import pool_columns
+from trajval_ops.atomic import jsonable
+from trajval_ops.rollout.engines import DecodingConfig, TransformersEngine, derive_seed
+from trajval_ops.rollout.pass_rates import PromptSettings, RolloutPass, build_task, pass_rate
+from trajval_ops.rollout.prompts import DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY
 from trajval_ops.rollout.verifiers import build_verifier
-from trajval_ops.validation import TrajvalInputError, get_path, row_label
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.pool_io import read_rows, write_rows
+from trajval_ops.rows import get_path, row_label
 
 #: Field of a trajectory row holding the training step of each accuracy.
 STEPS_KEY = "steps"
@@ -128,28 +123,28 @@ class TrajectoryCallback(TrainerCallback):
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if overlong_prompt not in ("error", "truncate_left"):
             raise ValueError(f"overlong_prompt must be 'error' or 'truncate_left', got {overlong_prompt!r}")
-        if id_key is not None and id_key in (pool_io.TRAJECTORY_KEY, STEPS_KEY):
+        if id_key is not None and id_key in (pool_columns.TRAJECTORY_KEY, STEPS_KEY):
             raise ValueError(f"id_key {id_key!r} collides with a field of the trajectory file")
         if not tasks:
             raise TrajvalInputError("trajectories: no tasks to evaluate (0 rows)")
         self.output_path = Path(output_path)
         self.every_steps = int(every_steps)
-        self.sampling = SamplingConfig(n=n, temperature=temperature, top_p=top_p,
+        self.decoding = DecodingConfig(n=n, temperature=temperature, top_p=top_p,
                                        max_new_tokens=max_new_tokens, seed=seed)
         self.seed = int(seed)
         self.prompt_key, self.ground_truth_key, self.id_key = prompt_key, ground_truth_key, id_key
         self.template, self.category_key, self.overlong_prompt = template, category_key, overlong_prompt
+        self.settings = PromptSettings(template, prompt_key, ground_truth_key, category_key)
         self.batch_size = int(batch_size)
         self.at_start = bool(at_start)
         self.verifier = build_verifier(verifier, **dict(verifier_options or {}))
         try:
-            self._rows, self._messages, self._truths, self.ids = self._check_tasks(tasks)
+            self._rows, self.ids = self._check_tasks(tasks)
         except BaseException:
             self.verifier.close()
             raise
         self.steps: list[int] = []
         self.accuracies: list[list[float]] = [[] for _ in self.ids]
-        self._rendered: tuple[int, int, list[str]] | None = None  # (tokenizer id, context, prompts)
 
     # ------------------------------------------------------------------ TrainerCallback events
 
@@ -188,31 +183,28 @@ class TrajectoryCallback(TrainerCallback):
             raise ValueError("trajectories: the trainer passed no model or processing_class to the callback")
         device = _model_device(model)
         engine = TransformersEngine.from_loaded(model, tokenizer, device)
-        prompts = self._prompts(tokenizer, engine.max_context)
-        sampling = dataclasses.replace(self.sampling, seed=derive_seed(self.seed, "trajectory-step", str(step)))
+        decoding = dataclasses.replace(self.decoding, seed=derive_seed(self.seed, "trajectory-step", str(step)))
+        rollout = RolloutPass(engine, decoding, self.verifier, self.settings, prompts_per_generate=self.batch_size,
+                              overlong_prompt=self.overlong_prompt, id_key=self.id_key, what="trajectories")
         was_training = model.training
         padding_side = tokenizer.padding_side
         gpus = []  # CUDA generators to save and restore with the CPU one
         if device.type == "cuda":
             gpus = [device.index if device.index is not None else torch.cuda.current_device()]
-        rates: list[float] = []
         try:
             model.eval()
             tokenizer.padding_side = "left"
             with torch.random.fork_rng(devices=gpus):
-                for start in range(0, len(prompts), self.batch_size):
-                    completions = engine.generate(prompts[start:start + self.batch_size], sampling)
-                    for offset, texts in enumerate(completions):
-                        rates.append(self._pass_rate(start + offset, texts))
+                results = rollout.results(self._rows, 0)
         finally:
             tokenizer.padding_side = padding_side
             if was_training:
                 model.train()
-        return rates
+        return [pass_rate(result) for result in results]
 
     def _evaluate_and_write(self, model, processing_class, step: int) -> None:
-        logger.info(f"trajectories: step {step}: evaluating {len(self.ids)} tasks x {self.sampling.n} samples "
-                    f"(temperature {self.sampling.temperature:g}, max {self.sampling.max_new_tokens} new tokens)")
+        logger.info(f"trajectories: step {step}: evaluating {len(self.ids)} tasks x {self.decoding.n} samples "
+                    f"(temperature {self.decoding.temperature:g}, max {self.decoding.max_new_tokens} new tokens)")
         start = time.perf_counter()
         rates = self.evaluate(model, processing_class, step)
         self.steps.append(int(step))
@@ -222,58 +214,23 @@ class TrajectoryCallback(TrainerCallback):
         logger.info(f"trajectories: step {step}: mean pass rate {float(np.mean(rates)):.4f} in "
                     f"{time.perf_counter() - start:.1f} s; {len(self.steps)} evaluations in {self.output_path}")
 
-    def _pass_rate(self, position: int, texts: list[str]) -> float:
-        try:
-            scores = [self.verifier(text, self._truths[position], self._rows[position]) for text in texts]
-        except ValueError as exc:  # a ground truth the verifier cannot read after all
-            raise TrajvalInputError(f"trajectories: {row_label(self._rows[position], position, self.id_key)}: "
-                                    f"field '{self.ground_truth_key}': {exc}") from None
-        return float(sum(scores) / len(scores))
-
-    def _prompts(self, tokenizer, max_context: int) -> list[str]:
-        """Rendered prompts, cached per tokenizer (the chat template is applied once per run)."""
-        if self._rendered is not None and self._rendered[:2] == (id(tokenizer), max_context):
-            return self._rendered[2]
-        prompts, cut = [], 0
-        for position, messages in enumerate(self._messages):
-            try:
-                prompt, cut_from = fit_prompt(tokenizer, render_prompt(tokenizer, messages), max_context,
-                                              self.sampling.max_new_tokens, self.overlong_prompt)
-            except OverflowError as exc:
-                raise TrajvalInputError(f"trajectories: {row_label(self._rows[position], position, self.id_key)}: "
-                                        f"field '{self.prompt_key}': {exc}") from None
-            cut += cut_from is not None
-            prompts.append(prompt)
-        if cut:
-            logger.warning(f"trajectories: {cut} of {len(prompts)} prompts were cut from the left to fit the context")
-        self._rendered = (id(tokenizer), max_context, prompts)
-        return prompts
-
     # ------------------------------------------------------------------ tasks and the file
 
     def _check_tasks(self, tasks):
-        rows, messages, truths, ids = [], [], [], []
-        truth_problems: dict[str, str | None] = {}
+        """The tasks as rows and their ids, each row's prompt, ground truth and id checked."""
+        rows, problems = [], {}
         for position, task in enumerate(tasks):
             row = dict(task)
-            label = f"trajectories: {row_label(row, position, self.id_key)}"
-            try:
-                messages.append(build_messages(row, self.template, self.prompt_key, self.category_key))
-            except TrajvalInputError as exc:
-                raise TrajvalInputError(f"{label}: {exc}") from None
-            truth = get_path(row, self.ground_truth_key, None)
-            if truth is None:
-                raise TrajvalInputError(f"{label}: field '{self.ground_truth_key}' (the ground truth) is missing")
-            key = repr(truth)
-            if key not in truth_problems:
-                truth_problems[key] = self.verifier.truth_problem(truth)
-            if truth_problems[key] is not None:
-                raise TrajvalInputError(f"{label}: field '{self.ground_truth_key}': {truth_problems[key]}")
+            built = build_task(row, position, self.settings, self.id_key, what="trajectories")
+            key = repr(built.ground_truth)
+            if key not in problems:
+                problems[key] = self.verifier.truth_problem(built.ground_truth)
+            if problems[key] is not None:
+                raise TrajvalInputError(f"trajectories: {built.label}: field '{self.ground_truth_key}': {problems[key]}")
             if self.id_key is not None and get_path(row, self.id_key, None) is None:
-                raise TrajvalInputError(f"{label}: field '{self.id_key}' (the task id) is missing")
+                raise TrajvalInputError(f"trajectories: {built.label}: field '{self.id_key}' (the task id) is missing")
             rows.append(row)
-            truths.append(truth)
-        ids = jsonable(pool_io.row_ids(rows, self.id_key))
+        ids = jsonable(pool_columns.row_ids(rows, self.id_key))
         seen: dict[str, int] = {}
         for position, value in enumerate(ids):
             key = repr(value)
@@ -281,14 +238,14 @@ class TrajectoryCallback(TrainerCallback):
                 raise TrajvalInputError(f"trajectories: rows {seen[key]} and {position} share the id {value!r}; "
                                         "task ids must be unique (set id_key)")
             seen[key] = position
-        return rows, messages, truths, ids
+        return rows, ids
 
     def _load(self, global_step: int) -> None:
         """Start from the file's evaluations at steps <= ``global_step`` (nothing when absent)."""
         self.steps, self.accuracies = [], [[] for _ in self.ids]
         if not self.output_path.exists():
             return
-        ids, steps, matrix = _parse_trajectories(pool_io.read_jsonl(self.output_path), str(self.output_path),
+        ids, steps, matrix = _parse_trajectories(list(read_rows(self.output_path)), str(self.output_path),
                                                  min_checkpoints=0)
         if ids != self.ids:
             difference = next((i for i, (a, b) in enumerate(zip(ids, self.ids)) if a != b),
@@ -316,10 +273,10 @@ class TrajectoryCallback(TrainerCallback):
             row = {ID_KEY: task_id}
             if self.id_key is not None and self.id_key != ID_KEY:
                 row[self.id_key] = task_id
-            row[pool_io.TRAJECTORY_KEY] = history
+            row[pool_columns.TRAJECTORY_KEY] = history
             row[STEPS_KEY] = self.steps
             rows.append(row)
-        write_jsonl(self.output_path, rows)
+        write_rows(self.output_path, rows)
 
 
 # ---------------------------------------------------------------------- reading the file
@@ -327,19 +284,19 @@ class TrajectoryCallback(TrainerCallback):
 
 def read_trajectories(
     source: str | os.PathLike | Sequence[Mapping[str, Any]],
-    key: str = pool_io.TRAJECTORY_KEY,
+    key: str = pool_columns.TRAJECTORY_KEY,
     steps_key: str = STEPS_KEY,
     id_key: str | None = None,
 ) -> tuple[list, np.ndarray, np.ndarray]:
     """``(ids, steps, acc)`` of a trajectories file (a path) or its rows.
 
-    ``ids`` and ``acc`` (tasks x T) are what :func:`pool_io.trajectory_matrix` reads (same
+    ``ids`` and ``acc`` (tasks x T) are what :func:`pool_columns.trajectory_matrix` reads (same
     checks: T >= 2, numbers in [0, 1]); ``steps`` (T integers, increasing) must be the same list on
     every row. Errors name the line and the field.
     """
     where = str(source) if isinstance(source, (str, os.PathLike)) else "trajectories"
-    rows = pool_io.read_jsonl(source) if isinstance(source, (str, os.PathLike)) else list(source)
-    ids, acc = pool_io.trajectory_matrix(rows, key, id_key)
+    rows = list(read_rows(source)) if isinstance(source, (str, os.PathLike)) else list(source)
+    ids, acc = pool_columns.trajectory_matrix(rows, key, id_key)
     steps = _steps_column(rows, where, steps_key, id_key, acc.shape[1])
     return ids, np.asarray(steps, dtype=np.int64), acc
 
@@ -351,22 +308,22 @@ def _parse_trajectories(rows, where: str, min_checkpoints: int):
         raise TrajvalInputError(f"{where}: the trajectory file is empty (0 rows)")
     matrix = []
     for position, row in enumerate(rows):
-        values = row.get(pool_io.TRAJECTORY_KEY)
+        values = row.get(pool_columns.TRAJECTORY_KEY)
         label = f"{where}: {row_label(row, position, ID_KEY)}"
         if not isinstance(values, list) or len(values) < min_checkpoints:
-            raise TrajvalInputError(f"{label}: field '{pool_io.TRAJECTORY_KEY}' must be a list of accuracies, "
+            raise TrajvalInputError(f"{label}: field '{pool_columns.TRAJECTORY_KEY}' must be a list of accuracies, "
                                     f"got {values!r:.80}")
         for value in values:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-                raise TrajvalInputError(f"{label}: field '{pool_io.TRAJECTORY_KEY}' holds {value!r}; "
+                raise TrajvalInputError(f"{label}: field '{pool_columns.TRAJECTORY_KEY}' holds {value!r}; "
                                         "accuracies must be numbers in [0, 1]")
         matrix.append(values)
     steps = _steps_column(rows, where, STEPS_KEY, ID_KEY, len(matrix[0]))
     for position, values in enumerate(matrix):
         if len(values) != len(steps):
             raise TrajvalInputError(f"{where}: {row_label(rows[position], position, ID_KEY)}: field "
-                                    f"'{pool_io.TRAJECTORY_KEY}' has {len(values)} entries for {len(steps)} steps")
-    return pool_io.row_ids(rows, ID_KEY), steps, matrix
+                                    f"'{pool_columns.TRAJECTORY_KEY}' has {len(values)} entries for {len(steps)} steps")
+    return pool_columns.row_ids(rows, ID_KEY), steps, matrix
 
 
 def _steps_column(rows, where: str, steps_key: str, id_key: str | None, length: int) -> list[int]:
@@ -392,14 +349,9 @@ def _steps_column(rows, where: str, steps_key: str, id_key: str | None, length: 
 
 def _refuse_sharded(args) -> None:
     """Evaluation runs on the main process alone: a sharded model would deadlock it."""
-    zero3 = False
-    try:
-        from transformers.integrations import is_deepspeed_zero3_enabled
+    from transformers.integrations import is_deepspeed_zero3_enabled
 
-        zero3 = bool(is_deepspeed_zero3_enabled())
-    except ImportError:  # pragma: no cover - older transformers
-        pass
-    if zero3 or getattr(args, "fsdp", None):
+    if is_deepspeed_zero3_enabled() or getattr(args, "fsdp", None):
         raise NotImplementedError(
             "TrajectoryCallback evaluates on the main process only, which a sharded model (FSDP / DeepSpeed "
             "ZeRO-3) cannot do; evaluate the saved checkpoints instead (endpoint mapper)"

@@ -1,0 +1,84 @@
+"""The price of a prior: `trajval cost` before a run, against hand-computed counts, and the cost
+a run records (tests/test_rollout_mapper.py checks the per-row record against the engine)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from trajval_ops.cli import cost as cost_cli
+from trajval_ops.cost import recipe_cost, recorded_cost
+
+DEMO = REPO / "recipes" / "demo_trajval.yaml"
+
+
+def run_json(capsys, *argv) -> dict:
+    assert cost_cli.main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("rows, probe_rows, probe_steps", [
+    (600, 18, 60),     # |P| = round(0.03 x 600) = 18: 2 batches of 8 per epoch, 30 epochs
+    (1000, 30, 90),    # 30 rows: 3 batches
+    (300, 9, 30),      # 9 rows: 1 batch (TRL drops the incomplete one)
+])
+def test_demo_recipe_cost_by_hand(tmp_path, capsys, rows, probe_rows, probe_steps):
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("{}\n" * rows + "\n")  # a blank line is not a row
+    report = run_json(capsys, "--config", str(DEMO), "--dataset_path", str(pool))
+    probe = probe_steps * 8 * 8  # prompts_per_batch x num_generations per step
+    assert report["pool_rows"] == rows
+    assert [(s["stage"], s["completions"], s["max_new_tokens_total"]) for s in report["stages"]] == [
+        ("probe", probe, probe * 8), ("early", rows * 16, rows * 16 * 8), ("late", rows * 16, rows * 16 * 8)]
+    assert report["stages"][0]["probe_rows"] == probe_rows
+    assert report["completions"] == probe + 2 * rows * 16
+    assert report["main_epochs_equivalent"] == pytest.approx((probe + 2 * rows * 16) / (rows * 16))
+
+
+def test_the_papers_setting_costs_two_and_a_half_main_run_epochs(capsys):
+    report = run_json(capsys, "--config", str(REPO / "recipes" / "dapo_trajval.yaml"), "--pool-rows", "17398")
+    assert [s["completions"] for s in report["stages"]] == [20 * (512 // 64) * 64 * 16, 17398 * 16, 17398 * 16]
+    assert report["completions"] == 720_576
+    assert report["main_epochs_equivalent"] == pytest.approx(720_576 / 278_368)
+
+
+def test_main_run_options_and_a_reused_or_greedy_pass():
+    recipe = yaml.safe_load(DEMO.read_text())
+    endpoint = [e for e in recipe["process"] if "trajval_endpoint_reward_mapper" in e]
+    endpoint[0]["trajval_endpoint_reward_mapper"].update(reuse_key="pass_rate", reuse_n=8)
+    endpoint[1]["trajval_endpoint_reward_mapper"].update(temperature=0)  # greedy: one completion a row
+    report = recipe_cost(recipe, 600, main_n=8, main_epochs=2)
+    early, late = report["stages"][1:]
+    assert early["completions"] == 0 and early["reused"] is True
+    assert late["completions"] == 600 and late["max_new_tokens_total"] == 600 * 8
+    assert report["main_epochs_equivalent"] == pytest.approx((3840 + 600) / (600 * 8))
+    assert report["main_runs_equivalent"] == pytest.approx(report["main_epochs_equivalent"] / 2)
+
+
+def test_a_pool_too_small_for_the_probe_is_refused_as_the_probe_would(tmp_path, capsys):
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("{}\n" * 200)  # |P| = 6 < prompts_per_batch 8
+    assert cost_cli.main(["--config", str(DEMO), "--dataset_path", str(pool)]) == 2
+    assert "fewer than prompts_per_batch (8)" in capsys.readouterr().err
+
+
+def test_recorded_cost_sums_each_pass_and_reads_the_probe_manifest(tmp_path):
+    from trajval_ops.probe.manifest import write_manifest
+
+    write_manifest(tmp_path, {"cost": {"completions": 640, "generated_tokens": 3000, "wall_time_s": 12.5}})
+    checkpoint = {"name": "epoch-2", "manifest": str(tmp_path / "manifest.json")}
+    early = [{"cost": {"completions": 16, "generated_tokens": 40}}, {"cost": {"completions": 0, "generated_tokens": 0}},
+             {"source": "pool_field"}]
+    late = [{"checkpoint": checkpoint, "cost": {"completions": 16, "generated_tokens": 50}}] * 3
+    columns = {"trajval_r_early_provenance": early, "trajval_r_late_provenance": late}
+    report = recorded_cost(columns.get, ["trajval_r_early"], ["trajval_r_late"])
+    assert list(report["stages"]) == ["probe", "early", "late"]
+    assert report["stages"]["probe"]["completions"] == 640 and report["stages"]["probe"]["wall_time_s"] == 12.5
+    assert report["stages"]["early"] == {"completions": 16, "generated_tokens": 40, "rows": 3, "rows_without_cost": 1}
+    assert report["stages"]["late"]["completions"] == 48
+    assert report["completions"] == 640 + 16 + 48 and report["generated_tokens"] == 3000 + 40 + 150
+    one_pass = recorded_cost(columns.get, ["trajval_r_early"], None)  # variance / band-pass: no probe, no late
+    assert list(one_pass["stages"]) == ["early"] and one_pass["completions"] == 16

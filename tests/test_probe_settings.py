@@ -1,0 +1,120 @@
+"""Every probe/GRPO setting is declared once (ProbeConfig: type, default, bounds, help); the probe
+trainer's parameters and docstring, the protocol's GRPO settings, grpo_run and docs/probe.md
+derive from that declaration."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+
+import pytest
+
+from tests.conftest import REPO
+from trajval_ops import settings
+from trajval_ops.experiment.config import ConfigError, GrpoSettings, load_config
+from trajval_ops.probe.config import EXECUTION_SETTINGS, ProbeConfig
+
+DOCS_BEGIN = "<!-- settings table: generated from ProbeConfig (tests/test_probe_settings.py) -->"
+DOCS_END = "<!-- end of settings table -->"
+
+
+def _canonical(hint) -> str:
+    """A type annotation with List/list/tuple[...] and Optional spellings made comparable."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType")):
+        return "|".join(sorted(_canonical(arg) for arg in typing.get_args(hint)))
+    if origin in (list, tuple):
+        return f"seq[{_canonical(typing.get_args(hint)[0])}]"
+    if hint is type(None):
+        return "None"
+    return getattr(origin or hint, "__name__", str(hint))
+
+
+def test_every_setting_is_declared_with_type_default_and_help():
+    hints = typing.get_type_hints(ProbeConfig)
+    for field in dataclasses.fields(ProbeConfig):
+        assert field.metadata.get("help"), f"{field.name} has no help"
+        assert field.name in hints
+    assert EXECUTION_SETTINGS == ("num_processes", "distributed_config")
+
+
+def test_the_operator_takes_each_setting_with_its_declared_default_and_type():
+    from trajval_ops.ops.probe_trainer import TrajvalProbeTrainer
+
+    parameters = inspect.signature(TrajvalProbeTrainer.__init__).parameters
+    operator_hints = typing.get_type_hints(TrajvalProbeTrainer.__init__)
+    config_hints = typing.get_type_hints(ProbeConfig)
+    for field in dataclasses.fields(ProbeConfig):
+        assert field.name in parameters, field.name
+        declared = settings.default_of(field)
+        default = parameters[field.name].default
+        # an empty list or mapping is None in the signature (no mutable default)
+        assert default == declared or (default is None and declared in ((), {})), field.name
+        operator_type = _canonical(operator_hints[field.name])
+        config_type = _canonical(config_hints[field.name])
+        if default is None and declared in ((), {}):
+            operator_type = operator_type.replace("|None", "").replace("None|", "")
+        assert operator_type == config_type, (field.name, operator_type, config_type)
+
+
+def test_the_operator_docstring_lines_come_from_the_declaration():
+    from trajval_ops.ops.probe_trainer import TrajvalProbeTrainer
+
+    doc = TrajvalProbeTrainer.__init__.__doc__
+    for field in dataclasses.fields(ProbeConfig):
+        assert f":param {field.name}: {settings.help_text(field)}" in doc, field.name
+    assert ":param epochs: GRPO epochs over P (the paper's T = 20). In [1, inf)." in doc
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"epochs": True}, "epochs must be an integer, got bool True"),
+    ({"learning_rate": "1e-6"}, "learning_rate must be a number, got str '1e-6'"),
+    ({"keep_epochs": [1, "2"]}, "keep_epochs must be a list of integers, got '2' in it"),
+    ({"gradient_checkpointing": 1}, "gradient_checkpointing must be true or false or null, got int 1"),
+    ({"vllm_mode": "remote"}, "vllm_mode must be one of 'colocate', 'server', got 'remote'"),
+])
+def test_values_the_declared_types_forbid_are_refused_naming_the_setting(values, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        ProbeConfig(**values)
+
+
+def test_the_protocols_grpo_settings_are_probe_settings_with_the_regimes_defaults():
+    probe_fields = {f.name: f for f in dataclasses.fields(ProbeConfig)}
+    for field in dataclasses.fields(GrpoSettings):
+        assert field.name in probe_fields
+        assert field.metadata == probe_fields[field.name].metadata, field.name
+    assert GrpoSettings().learning_rate == 3e-4 and ProbeConfig().learning_rate == 1e-6
+    with pytest.raises(ValueError, match="num_generations must be in"):
+        GrpoSettings(num_generations=1)
+
+
+def test_a_bad_grpo_setting_in_a_validation_config_names_section_and_setting(tmp_path):
+    import yaml
+
+    raw = yaml.safe_load((REPO / "recipes" / "validation" / "smoke.yaml").read_text())
+    raw["grpo"]["prompts_per_batch"] = 0
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"grpo: prompts_per_batch must be in \[1, inf\), got 0"):
+        load_config(path)
+
+
+def test_grpo_runs_and_the_probe_recipe_take_the_grpo_settings_whole(tmp_path):
+    from trajval_ops.experiment.protocol import _base_spec, probe_recipe
+
+    config = load_config(REPO / "recipes" / "validation" / "smoke.yaml")
+    spec = _base_spec(config, tmp_path / "unit", tmp_path / "pool.jsonl", seed=0)
+    ProbeConfig(**spec["grpo"])  # the spec's GRPO settings are ProbeConfig settings as they are
+    probe = probe_recipe(config, tmp_path)["process"][0]["trajval_probe_trainer"]
+    assert {k: probe[k] for k in spec["grpo"]} == dataclasses.asdict(config.grpo)
+
+
+def test_docs_list_the_settings_as_declared():
+    text = (REPO / "docs" / "probe.md").read_text()
+    assert DOCS_BEGIN in text and DOCS_END in text, "docs/probe.md lost its generated settings table"
+    block = text.split(DOCS_BEGIN)[1].split(DOCS_END)[0].strip()
+    assert block == settings.markdown_table(ProbeConfig), (
+        "docs/probe.md's settings table differs from ProbeConfig; regenerate it with "
+        "python -c 'from trajval_ops import settings; from trajval_ops.probe.config import ProbeConfig; "
+        "print(settings.markdown_table(ProbeConfig))'")

@@ -1,0 +1,96 @@
+"""A user error through dj-process ends with one readable block and exit code 2, its traceback in
+a log file the message names; operator parameters are checked against their declared types and
+bounds when the operator is built, naming the parameter."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from tests.conftest import FIXTURE_POOL, REPO, dj_process, read_jsonl, write_jsonl
+
+
+def _score_recipe(tmp_path, pool, **learnability) -> dict:
+    recipe = yaml.safe_load((REPO / "recipes" / "score_pool.yaml").read_text())
+    recipe.update(dataset_path=str(pool), export_path=str(tmp_path / "out.jsonl"))
+    recipe["process"][0]["trajval_learnability_mapper"].update(learnability)
+    return recipe
+
+
+def _ends_with_one_error_block(result, message: str) -> None:
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    assert "Traceback" not in output and "└" not in output  # no traceback, no variable dumps
+    tail = result.stderr.rstrip().splitlines()[-2:]
+    assert tail[0].startswith("trajval_ops: error: ") and message in tail[0], tail
+    log = re.fullmatch(r"\s*\(traceback: (.+)\)", tail[1]).group(1)
+    assert "Traceback (most recent call last)" in open(log, encoding="utf-8").read()
+
+
+def test_a_repeated_id(tmp_path):
+    rows = read_jsonl(FIXTURE_POOL)
+    rows[3]["extra_info"] = rows[1]["extra_info"]
+    pool = write_jsonl(tmp_path / "pool.jsonl", rows)
+    result = dj_process(_score_recipe(tmp_path, pool), tmp_path)
+    _ends_with_one_error_block(result, "row 3 (extra_info.index='fx-001'): id field 'extra_info.index' = 'fx-001' "
+                                       "repeats row 1")
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_missing_field(tmp_path):
+    rows = read_jsonl(FIXTURE_POOL)
+    del rows[2]["trajval_r_late"]
+    pool = write_jsonl(tmp_path / "pool.jsonl", rows)
+    result = dj_process(_score_recipe(tmp_path, pool), tmp_path)
+    _ends_with_one_error_block(result, "row 2 (extra_info.index='fx-002'): field 'trajval_r_late' is missing")
+
+
+def test_a_parameter_of_the_wrong_type(tmp_path):
+    result = dj_process(_score_recipe(tmp_path, FIXTURE_POOL, eps=True), tmp_path)  # YAML `true` for a float
+    _ends_with_one_error_block(result, "trajval_learnability_mapper: parameter 'eps' = True: Input should be a "
+                                       "valid number")
+
+
+@pytest.mark.parametrize("operator, parameters, message", [
+    ("resampler", {"mode": "systemic"}, "parameter 'mode' = 'systemic': Input should be 'multinomial'"),
+    ("resampler", {"num_samples": 2.5}, "parameter 'num_samples' = 2.5: Input should be a valid integer"),
+    ("resampler", {"num_samples": 0}, "parameter 'num_samples' = 0: Input should be greater than 0"),
+    ("resampler", {"threshold": "0.1"}, "parameter 'threshold' = '0.1': Input should be a valid number"),
+    ("learnability", {"alpha": True}, "parameter 'alpha' = True: Input should be a valid number"),
+    ("endpoint", {"n": 16.0}, "parameter 'n' = 16.0: Input should be a valid integer"),
+    ("probe", {"output_dir": "x", "epochs": "20"}, "parameter 'epochs' = '20': Input should be a valid integer"),
+])
+def test_operator_parameters_are_checked_when_the_operator_is_built(operator, parameters, message):
+    from trajval_ops.ops.dj_adapter import SettingError
+    from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
+    from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
+    from trajval_ops.ops.probe_trainer import TrajvalProbeTrainer
+    from trajval_ops.ops.weighted_resampler import TrajvalWeightedResampler
+
+    cls = {"resampler": TrajvalWeightedResampler, "learnability": TrajvalLearnabilityMapper,
+           "endpoint": TrajvalEndpointRewardMapper, "probe": TrajvalProbeTrainer}[operator]
+    with pytest.raises(SettingError, match=re.escape(message)):
+        cls(**parameters)
+
+
+def test_signatures_and_docstrings_stay_the_operators_own():
+    import inspect
+
+    from trajval_ops.ops.weighted_resampler import TrajvalWeightedResampler
+
+    parameters = inspect.signature(TrajvalWeightedResampler.__init__).parameters
+    assert list(parameters)[:3] == ["self", "mode", "num_samples"]
+    assert ":param mode:" in TrajvalWeightedResampler.__init__.__doc__
+    json.dumps(list(parameters))  # Data-Juicer's config parser reads the same names
+
+
+def test_a_column_named_like_data_juicers_own_is_refused(tmp_path):
+    rows = read_jsonl(FIXTURE_POOL)
+    for row in rows:
+        row["__dj__stats__"] = {"mine": 1}  # Data-Juicer's exporter would move this column out
+    pool = write_jsonl(tmp_path / "pool.jsonl", rows)
+    result = dj_process(_score_recipe(tmp_path, pool), tmp_path)
+    _ends_with_one_error_block(result, "column '__dj__stats__' is named like Data-Juicer's own")

@@ -1,0 +1,152 @@
+"""Benchmark: the cost-agreement frontier of priors on the validation regime.
+
+For finished ``trajval validate`` runs (``--runs``, one per split), each prior's score is ranked
+against oracle A's gain (its full-pool GRPO run's per-task delta), per task and per task family,
+with its cost in main-run epochs (the pool x the run's ``grpo.num_generations`` completions):
+
+- TrajVal (probe + early + late passes at the run's ``probe.n``), the run's own pipeline;
+- the one-pass priors (variance, band-pass) from early passes of the base model at
+  ``--ns`` rollouts per task (4, 8, 16), sampled here (seeded, ``--seeds`` repeats; the mean and
+  range of the Spearman are printed), and from the run's own early pass.
+
+Writes ``frontier.json`` and ``frontier.png`` into ``--out``.
+
+    python tools/bench/bench_frontier.py --runs outputs/validation/priors-2026 outputs/validation/priors-2027 \\
+        --out docs/frontier
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def family_spearman(score, gain, families) -> float:
+    """Spearman of the per-family mean score against the per-family mean gain."""
+    from scipy.stats import spearmanr
+
+    names = sorted(set(families))
+    at = np.asarray(families, dtype=object)
+    return float(spearmanr([score[at == f].mean() for f in names], [gain[at == f].mean() for f in names]).statistic)
+
+
+def early_pass(rows, n: int, seed: int, model: str, verifier: tuple) -> tuple[np.ndarray, int]:
+    """The base model's pass rates at ``n`` rollouts per task, and the completions spent."""
+    from trajval_ops.models import resolve_model
+    from trajval_ops.rollout.engines import DecodingConfig
+    from trajval_ops.rollout.pass_rates import RolloutPass, pass_rate
+    from trajval_ops.rollout.session import EngineSession
+    from trajval_ops.rollout.verifiers import build_verifier
+
+    checker = build_verifier(verifier[0], **verifier[1])
+    with EngineSession("transformers", resolve_model(model), torch_threads=2) as session:
+        results = RolloutPass(session, DecodingConfig(n=n, max_new_tokens=8, seed=seed), checker,
+                              prompts_per_generate=64, what="frontier").results(rows, 0)
+    checker.close()
+    return np.array([pass_rate(r) for r in results]), sum(r["cost"]["completions"] for r in results)
+
+
+def one_run(run: Path, ns: list[int], seeds: int) -> dict:
+    from scipy.stats import spearmanr
+
+    from trajval_ops import core, fields
+    from trajval_ops.cost import recorded_cost
+    from trajval_ops.experiment.config import load_config
+    from trajval_ops.experiment.protocol import regime_verifier
+    from trajval_ops.experiment.results import oracle_figures
+    from trajval_ops.pool_io import read_rows
+    from trajval_ops.rows import get_path
+
+    protocol = json.loads((run / "protocol.json").read_text())
+    config = load_config(protocol["source"]) if Path(protocol["source"]).is_file() else None
+    grpo = protocol["config"]["grpo"]
+    rows = list(read_rows(run / "probe" / "weighted.jsonl"))
+    oracle = oracle_figures(run, "context-a", protocol["config"]["oracle"]["window"])
+    at = {task: i for i, task in enumerate(oracle["ids"])}
+    gain = oracle["delta"][[at[row["id"]] for row in rows]]
+    families = [get_path(row, "extra_info.family", None) for row in rows]
+    epoch = len(rows) * grpo["num_generations"]
+
+    def point(name, score, completions, spread=None):
+        return {"prior": name, "cost_epochs": completions / epoch, "completions": completions,
+                "spearman_task": float(spearmanr(score, gain).statistic),
+                "spearman_family": family_spearman(np.asarray(score), gain, families), **(spread or {})}
+
+    column = lambda name: [get_path(row, name, None) for row in rows]  # noqa: E731
+    trajval_cost = recorded_cost(column, [fields.R_EARLY], [fields.R_LATE])["completions"]
+    early_cost = recorded_cost(column, [fields.R_EARLY], None)["completions"]
+    r_early = np.array(column(fields.R_EARLY), dtype=np.float64)
+    points = [point("trajval", np.array(column(fields.SCORE), dtype=np.float64), trajval_cost),
+              point(f"variance n={protocol['config']['probe']['n']} (the run's early pass)",
+                    core.variance_score(r_early), early_cost)]
+    verifier = regime_verifier(config) if config else ("math", {"fallback_last_number": True})
+    for n in ns:
+        passes = [early_pass(rows, n, 1000 + seed, protocol["config"]["model"], verifier) for seed in range(seeds)]
+        for kind, score_of in (("variance", core.variance_score), ("bandpass", core.bandpass_score)):
+            repeats = [point(f"{kind} n={n}", score_of(rates), spent) for rates, spent in passes]
+            task = [p["spearman_task"] for p in repeats]
+            family = [p["spearman_family"] for p in repeats]
+            points.append({**repeats[0], "spearman_task": float(np.mean(task)), "spearman_family": float(np.mean(family)),
+                           "spearman_task_range": [min(task), max(task)],
+                           "spearman_family_range": [min(family), max(family)]})
+    return {"run": str(run), "split_seed": protocol["config"]["tasks"]["seed"], "pool_rows": len(rows),
+            "main_epoch_completions": epoch, "points": points}
+
+
+def plot(results: list[dict], path: Path) -> None:
+    """Colour = prior, marker = split; the sampled one-pass priors joined across n."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"trajval": "C0", "variance": "C1", "bandpass": "C2"}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, key, title in ((axes[0], "spearman_task", "per task"), (axes[1], "spearman_family", "per family")):
+        for result, marker in zip(results, "os^D"):
+            for kind, color in colors.items():
+                sampled = [p for p in result["points"] if p["prior"].startswith(kind) and "(" not in p["prior"]]
+                sampled.sort(key=lambda p: p["cost_epochs"])
+                ax.plot([p["cost_epochs"] for p in sampled], [p[key] for p in sampled], marker=marker, color=color,
+                        linewidth=0.8, markersize=6, label=f"{kind}, split {result['split_seed']}")
+        ax.set_xscale("log")
+        ax.set_xlabel("cost of the prior (main-run epochs of completions)")
+        ax.set_title(f"Spearman against oracle A's gain, {title}")
+        ax.axhline(0, color="grey", linewidth=0.6)
+    axes[0].set_ylabel("Spearman")
+    axes[1].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", nargs="+", required=True, help="finished trajval validate output folders")
+    parser.add_argument("--ns", type=int, nargs="+", default=[4, 8, 16])
+    parser.add_argument("--seeds", type=int, default=3, help="repeats of each sampled early pass")
+    parser.add_argument("--out", default="outputs/bench/frontier")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = [one_run(Path(run), args.ns, args.seeds) for run in args.runs]
+    (out / "frontier.json").write_text(json.dumps(results, indent=1))
+    plot(results, out / "frontier.png")
+    for result in results:
+        print(f"split {result['split_seed']} ({result['pool_rows']} tasks; a main-run epoch = "
+              f"{result['main_epoch_completions']:,} completions)")
+        print(f"  {'prior':42} {'epochs':>7} {'per task':>9} {'per family':>11}")
+        for p in result["points"]:
+            print(f"  {p['prior']:42} {p['cost_epochs']:7.2f} {p['spearman_task']:9.3f} {p['spearman_family']:11.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""What a prior costs, in the main run's currency (completions), before anything runs.
+
+    trajval cost --config recipes/dapo_trajval.yaml [--dataset_path POOL | --pool-rows N] \
+        [--main-n 16] [--main-epochs 1] [--json]
+    trajval cost --pool outputs/demo/weighted.jsonl [--json]     # what a finished run recorded
+
+With ``--config``: per stage (the probe, each endpoint pass) the completions the recipe will
+generate on its pool (exact for a fixed n) and their upper bound of generated tokens (every
+completion at its length limit), and the total as a multiple of one main-run epoch over the
+pool (``pool rows x --main-n`` completions). With ``--pool``: the completions and tokens the
+weighted pool's provenance records (each endpoint pass per row; the probe from its manifest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _parser(prog: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", help="a dj-process recipe (probe trainer, endpoint passes)")
+    source.add_argument("--pool", help="a weighted pool written by a recipe: report its recorded cost")
+    parser.add_argument("--dataset_path", help="the pool the recipe will read (default: the recipe's dataset_path)")
+    parser.add_argument("--pool-rows", type=int, help="price a pool of this many rows instead of reading one "
+                        "(e.g. 17398 for DAPO-Math-17k)")
+    parser.add_argument("--main-n", type=int, default=16, help="rollouts per prompt in the main run (default 16)")
+    parser.add_argument("--main-epochs", type=float, default=1.0,
+                        help="epochs of the main run over the pool (default 1)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+    """Exit code 0, or 2 on a missing or unreadable recipe or pool."""
+    args = _parser(prog).parse_args(argv)
+    from trajval_ops.errors import TrajvalInputError
+
+    try:
+        report = _recorded(args.pool) if args.pool else _estimate(args)
+    except (TrajvalInputError, ValueError, FileNotFoundError, OSError) as err:
+        print(f"cost: error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report))
+    elif args.pool:
+        _print_recorded(report)
+    else:
+        _print_estimate(report)
+    return 0
+
+
+def _estimate(args) -> dict:
+    import yaml
+
+    from trajval_ops.cost import recipe_cost
+    from trajval_ops.pool_io import count_rows
+
+    with open(args.config, encoding="utf-8") as handle:
+        recipe = yaml.safe_load(handle)
+    if not isinstance(recipe, dict):
+        raise ValueError(f"{args.config}: a recipe is a YAML mapping")
+    pool = args.dataset_path or recipe.get("dataset_path")
+    if args.pool_rows is None and not pool:
+        raise ValueError(f"{args.config} names no dataset_path; pass --dataset_path or --pool-rows")
+    rows = args.pool_rows if args.pool_rows is not None else count_rows(pool)
+    return recipe_cost(recipe, rows, main_n=args.main_n, main_epochs=args.main_epochs)
+
+
+def _recorded(path: str) -> dict:
+    from trajval_ops.cost import recorded_cost
+    from trajval_ops.fields import SCORE_PROVENANCE
+    from trajval_ops.pool_io import read_rows
+    from trajval_ops.rows import get_path
+
+    rows = list(read_rows(path))
+    if not rows:
+        raise ValueError(f"{path}: the pool is empty")
+    early, late = _sources(rows[0].get(SCORE_PROVENANCE))
+    report = recorded_cost(lambda name: [get_path(row, name, None) for row in rows], early, late)
+    report["pool_rows"] = len(rows)
+    return report
+
+
+def _sources(provenance) -> tuple[list[str], list[str] | None]:
+    """The early and late pass-rate fields a weighted pool's score provenance names (the
+    default fields when the pool has no score provenance)."""
+    from trajval_ops.fields import R_EARLY, R_LATE
+
+    if not isinstance(provenance, dict):
+        return [R_EARLY], [R_LATE]
+    late = provenance.get("r_late_source")
+    return list(provenance.get("r_early_source") or [R_EARLY]), (list(late) if late else None)
+
+
+def _print_estimate(report: dict) -> None:
+    print(f"pool: {report['pool_rows']:,} rows; one main-run epoch = {report['pool_rows']:,} x n = {report['main_n']} "
+          f"= {report['pool_rows'] * report['main_n']:,} completions")
+    print(f"{'stage':8} {'field':24} {'completions':>14} {'max new tokens':>18}")
+    for stage in report["stages"]:
+        field = stage.get("output_key", f"|P| = {stage.get('probe_rows')}, {stage.get('steps')} steps")
+        note = " (read from the pool)" if stage.get("reused") else ""
+        print(f"{stage['stage']:8} {field:24} {stage['completions']:>14,} {stage['max_new_tokens_total']:>18,}{note}")
+    print(f"{'total':33} {report['completions']:>14,} {report['max_new_tokens_total']:>18,}")
+    print(f"the prior costs {report['main_epochs_equivalent']:.3g} main-run epoch(s) "
+          f"({report['main_runs_equivalent']:.3g} main run(s) of {report['main_epochs']:g} epoch(s))")
+
+
+def _print_recorded(report: dict) -> None:
+    print(f"pool: {report['pool_rows']:,} rows")
+    for name, stage in report["stages"].items():
+        extra = f", {stage['wall_time_s']:.1f} s training" if "wall_time_s" in stage else ""
+        unknown = f" ({stage['rows_without_cost']} rows without a recorded cost)" if stage.get("rows_without_cost") else ""
+        print(f"{name:8} {stage['completions']:>14,} completions {stage['generated_tokens']:>14,} tokens{extra}{unknown}")
+    print(f"{'total':8} {report['completions']:>14,} completions {report['generated_tokens']:>14,} tokens")

@@ -1,0 +1,11 @@
+"""The errors trajval_ops raises for bad user input, each with a message a user can act on."""
+
+from __future__ import annotations
+
+
+class TrajvalInputError(ValueError):
+    """Bad input data or settings: the message names the row and the field (or the path)."""
+
+
+class InputOverwriteError(TrajvalInputError):
+    """An output path that would replace (or join) an input of the same run."""

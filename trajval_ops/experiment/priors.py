@@ -1,0 +1,124 @@
+"""Every static prior the protocol's arms sample by, as one weight column each of the training
+pool (``priors/train_pool.jsonl``).
+
+- ``trajval``: the weight the learnability mapper wrote in the probe unit's pipeline;
+- ``variance`` / ``bandpass``: the one-pass priors from that pipeline's early pass
+  (:func:`trajval_ops.core.one_pass_weight`, the learnability mapper's own formula);
+- ``trajval_posterior`` / ``trajval_pooled``: TrajVal's score under the beta-binomial
+  posterior of each end's pass rate (:func:`trajval_ops.core.noise_aware_score`), the prior
+  fitted on the pool or on each task's group;
+- ceilings (the paper's section 3.2): ``oracle`` (oracle A's own learnability score, from its
+  full-pool run, through TrajVal's weight mapping), ``oracle_subset`` (a hard cut to oracle A's
+  learnable profiles: weight 1, the rest 0), and with the config's ``group_key`` the
+  group-mean variants ``oracle_group`` and ``trajval_group`` (each row given its group's mean
+  score, then TrajVal's weight mapping).
+
+The ceilings use knowledge no prior can have (a full GRPO run on the pool): they say how much a
+static prior could help in the regime at all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from trajval_ops import core, fields
+
+#: prior -> the weight column of the training pool
+PRIOR_COLUMNS = {
+    "trajval": fields.WEIGHT, "variance": "trajval_variance_weight", "bandpass": "trajval_bandpass_weight",
+    "oracle": "trajval_oracle_weight", "oracle_subset": "trajval_oracle_subset_weight",
+    "oracle_group": "trajval_oracle_group_weight", "trajval_group": "trajval_group_weight",
+    "trajval_posterior": "trajval_posterior_weight", "trajval_pooled": "trajval_pooled_weight",
+    "trajval_adaptive": "trajval_adaptive_weight",
+}
+#: the late pass rate of the adaptive budget's pass (probe.adaptive_late)
+ADAPTIVE_LATE = "trajval_r_late_adaptive"
+#: priors that read oracle A's trajectories (its unit must finish before the pool is written)
+ORACLE_PRIORS = frozenset({"oracle", "oracle_subset", "oracle_group"})
+#: priors that need the config's group_key
+GROUP_PRIORS = frozenset({"oracle_group", "trajval_group", "trajval_pooled"})
+#: priors that are TrajVal's score from the same probe and passes (they cost what TrajVal costs)
+TRAJVAL_PRIORS = frozenset({"trajval", "trajval_group", "trajval_posterior", "trajval_pooled"})
+#: the ceiling priors, whose best arm is the regime's headroom
+CEILING_PRIORS = frozenset({"oracle", "oracle_subset", "oracle_group"})
+
+
+def group_mean(values: np.ndarray, groups: list) -> np.ndarray:
+    """Each row's value replaced by the mean over the rows of its group."""
+    values = np.asarray(values, dtype=np.float64)
+    keys = np.asarray([repr(g) for g in groups], dtype=object)
+    out = np.empty_like(values)
+    for key in set(keys.tolist()):
+        rows = keys == key
+        out[rows] = values[rows].mean()
+    return out
+
+
+def _rollouts(rows: list[dict], window: str) -> np.ndarray:
+    """Rollouts behind each row's window mean: its ``_n`` (K = 1) or the sum over its K passes."""
+    key = fields.window_mean_key(window)
+    if f"{key}_n" in rows[0]:
+        return np.array([row[f"{key}_n"] for row in rows], dtype=np.float64)
+    passes = sorted(name for name in rows[0] if name.startswith(f"{key}_") and name.endswith("_n"))
+    return np.array([sum(row[name] for name in passes) for row in rows], dtype=np.float64)
+
+
+def prior_weights(rows: list[dict], priors: set[str], oracle: dict | None = None,
+                  group_key: str | None = None) -> dict[str, np.ndarray]:
+    """Weight arrays (pool order) of the requested priors.
+
+    :param rows: the probe unit's weighted pool (TrajVal's columns, the early pass).
+    :param oracle: oracle A's per-task figures (``ids``, ``score``, ``profile``), for ceilings.
+    :param group_key: dotted path of a row's group, for the group-mean priors.
+    """
+    from trajval_ops.rows import get_path
+
+    r_early = np.array([row[fields.R_EARLY] for row in rows], dtype=np.float64)
+    groups = [get_path(row, group_key, None) for row in rows] if group_key else None
+    out: dict[str, np.ndarray] = {}
+    if "variance" in priors:
+        out["variance"] = core.one_pass_weight("variance", core.variance_score(r_early))
+    if "bandpass" in priors:
+        out["bandpass"] = core.one_pass_weight("bandpass", core.bandpass_score(r_early))
+    for estimator in ("posterior", "pooled"):
+        if f"trajval_{estimator}" in priors:
+            counts = [_rollouts(rows, window) for window in fields.WINDOWS]
+            r_late = np.array([row[fields.R_LATE] for row in rows], dtype=np.float64)
+            mean, *_ = core.noise_aware_score(estimator, r_early, counts[0], r_late, counts[1],
+                                              groups if estimator == "pooled" else None)
+            out[f"trajval_{estimator}"] = core.sampling_weight(mean)
+    if "trajval_adaptive" in priors:
+        late = np.array([row[ADAPTIVE_LATE] for row in rows], dtype=np.float64)
+        out["trajval_adaptive"] = core.sampling_weight(core.learnability_score(r_early, late))
+    if "trajval_group" in priors:
+        score = np.array([row[fields.SCORE] for row in rows], dtype=np.float64)
+        out["trajval_group"] = core.sampling_weight(group_mean(score, groups))
+    if priors & ORACLE_PRIORS:
+        at = {task: i for i, task in enumerate(oracle["ids"])}
+        index = np.array([at[row["id"]] for row in rows])
+        score, profile = oracle["score"][index], oracle["profile"][index]
+        if "oracle" in priors:
+            out["oracle"] = core.sampling_weight(score)
+        if "oracle_subset" in priors:
+            out["oracle_subset"] = core.is_learnable(profile).astype(np.float64)
+        if "oracle_group" in priors:
+            out["oracle_group"] = core.sampling_weight(group_mean(score, groups))
+    return out
+
+
+def write_priors(out: Path, priors: set[str], oracle: dict | None = None, group_key: str | None = None) -> Path:
+    """The training pool (``priors/train_pool.jsonl``): the probe unit's rows plus one weight
+    column per prior (TrajVal's is already there)."""
+    from trajval_ops.pool_io import read_rows, write_rows
+
+    target = out / "priors" / "train_pool.jsonl"
+    if target.is_file():
+        return target
+    rows = list(read_rows(out / "probe" / "weighted.jsonl"))
+    for prior, weights in prior_weights(rows, priors, oracle, group_key).items():
+        for row, weight in zip(rows, weights):
+            row[PRIOR_COLUMNS[prior]] = float(weight)
+    write_rows(target, rows)
+    return target

@@ -1,0 +1,469 @@
+"""``results.json`` and ``index.html`` of a validation run, computed from its units' files.
+
+Statistics: Spearman and Cohen's kappa from :mod:`trajval_ops.analysis.agreement`, profiles
+from :mod:`trajval_ops.analysis.trajectories`, Best Acc / AUC / S2B from
+:mod:`trajval_ops.analysis.curves`; 95% intervals are percentile bootstraps over seeds
+(:func:`bootstrap_ci`).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import re
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from trajval_ops import core, fields
+from trajval_ops.analysis import agreement, curves
+from trajval_ops.analysis.html_table import html_table
+from trajval_ops.analysis.trajectories import trajectory_profiles
+from trajval_ops.experiment.config import ARMS, BASELINE_ARM, MODE_SUFFIX, ValidationConfig, protocol_hash
+from trajval_ops.experiment.trajectory_callback import read_trajectories
+from trajval_ops.pool_io import read_rows
+
+BOOTSTRAP_SAMPLES = 2000
+#: Keys results.json always has (tests/test_validate.py checks the full schema).
+RESULT_KEYS = ("reproducibility", "probe_vs_oracle", "baselines", "training", "headroom", "cost", "protocol")
+
+
+def bootstrap_ci(samples: Sequence[np.ndarray], statistic: Callable[..., float], seed: int = 0,
+                 n_boot: int = BOOTSTRAP_SAMPLES) -> list[float]:
+    """Percentile 95% interval of ``statistic(*resampled)``: each array in ``samples`` (seeds
+    along axis 0) is resampled with replacement independently."""
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(n_boot):
+        drawn = [s[rng.integers(0, len(s), len(s))] for s in samples]
+        value = statistic(*drawn)
+        if value is not None and math.isfinite(value):
+            values.append(value)
+    if not values:
+        return [float("nan"), float("nan")]
+    return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
+
+
+def oracle_figures(out: Path, context: str, window: int) -> dict | None:
+    """An oracle context's per-task figures from its dense trajectories (None before it ran)."""
+    path = out / "oracle" / context / "trajectories.jsonl"
+    if not path.is_file():
+        return None
+    ids, steps, acc = read_trajectories(path)
+    profiles = trajectory_profiles(acc, window=window, x=steps)
+    return {"ids": ids, "steps": steps, "acc": acc, "r_early": profiles["r_early"], "r_late": profiles["r_late"],
+            "delta": profiles["delta"], "profile": profiles["profile"],
+            "score": core.learnability_score(profiles["r_early"], profiles["r_late"])}
+
+
+def _index(ids: Sequence) -> dict:
+    return {task: i for i, task in enumerate(ids)}
+
+
+def reproducibility(oracle_a: dict, oracle_b: dict | None, shared: Sequence) -> dict:
+    if oracle_b is None or not shared:
+        return {"skipped": "no second context"}
+    ia, ib = _index(oracle_a["ids"]), _index(oracle_b["ids"])
+    a = np.array([ia[t] for t in shared])
+    b = np.array([ib[t] for t in shared])
+    agree = agreement.profile_agreement(oracle_a["profile"][a], oracle_b["profile"][b])
+    # each run's gain against its own base measurement (independent sampling seeds) ...
+    independent = agreement.spearman(oracle_a["delta"][a], oracle_b["delta"][b])
+    # ... and against one shared base: the common base term correlates the gains by construction
+    shared_base = agreement.spearman(oracle_a["delta"][a], oracle_b["r_late"][b] - oracle_a["r_early"][a])
+    return {"n_shared": len(shared), "kappa_six": agree["kappa_six_way"], "kappa_binary": agree["kappa_binary"],
+            "spearman_gain": shared_base, "spearman_gain_independent_base": independent,
+            "confusion_six_way": agree["confusion_six_way"].tolist(), "categories": agree["categories_six_way"]}
+
+
+def probe_vs_oracle(probe_rows: list[dict], oracle: dict, stability_epochs: Sequence[int]) -> tuple[dict, dict, dict]:
+    """(probe_vs_oracle, baselines, per-task arrays for figures)."""
+    index = _index(oracle["ids"])
+    rows = [row for row in probe_rows if row["id"] in index]
+    at = np.array([index[row["id"]] for row in rows])
+    r_early = np.array([row[fields.R_EARLY] for row in rows])
+    r_late = np.array([row[fields.R_LATE] for row in rows])
+    score = np.array([row[fields.SCORE] for row in rows])
+    profile = np.array([row[fields.PROFILE] for row in rows], dtype=object)
+    gain = oracle["delta"][at]
+    agree = agreement.profile_agreement(profile, oracle["profile"][at])
+    in_probe = np.array([bool(row.get(fields.IN_PROBE)) for row in rows])
+    result = {
+        "n_tasks": len(rows), "n_probe_tasks": int(in_probe.sum()),
+        "spearman_r_early": agreement.spearman(r_early, oracle["r_early"][at]),
+        "spearman_r_late": agreement.spearman(r_late, oracle["r_late"][at]),
+        "spearman_score": agreement.spearman(score, oracle["score"][at]),
+        "spearman_score_vs_gain": agreement.spearman(score, gain),
+        "spearman_score_vs_gain_outside_probe": agreement.spearman(score[~in_probe], gain[~in_probe]),
+        "kappa_six": agree["kappa_six_way"], "kappa_binary": agree["kappa_binary"],
+        "probe_epoch_stability": None,
+    }
+    if stability_epochs:
+        late_by_epoch = np.stack([[row[f"trajval_acc_epoch_{e}"] for row in rows] for e in stability_epochs]
+                                 + [r_late], axis=1)
+        rho = agreement.probe_epoch_stability(r_early, late_by_epoch)
+        result["probe_epoch_stability"] = {"epochs": [*stability_epochs, "last"], "spearman_vs_final": rho.tolist()}
+    baselines = {
+        "trajval_score": agreement.spearman(score, gain),
+        "variance_r_early": agreement.spearman(core.variance_score(r_early), gain),
+        "bandpass_r_early": agreement.spearman(core.bandpass_score(r_early), gain),
+        "r_early_only": agreement.spearman(-r_early, gain),
+    }
+    arrays = {"score": score, "gain": gain, "r_early": r_early, "oracle_r_early": oracle["r_early"][at]}
+    return result, baselines, arrays
+
+
+def _run_records(config: ValidationConfig, out: Path, name: str) -> tuple[np.ndarray, list, list[dict]]:
+    """One trained arm's held-out curves (seeds x evaluations), evaluation steps and per-seed
+    ``result.json`` records."""
+    per_seed, records, steps = [], [], None
+    for seed in config.training_seeds():
+        folder = out / "arms" / name / f"seed-{seed}"
+        _, steps, acc = read_trajectories(folder / "heldout.jsonl")
+        per_seed.append(acc.mean(axis=0))
+        records.append(json.loads((folder / "result.json").read_text()))
+    return np.stack(per_seed), steps, records
+
+
+def cumulative_completions(records: list[dict], steps, batch_completions: int) -> np.ndarray:
+    """Completions generated up to each evaluation step, averaged over seeds (a run recorded
+    before per-step completions were: the batch per step)."""
+    per_seed = []
+    for record in records:
+        per_step = record.get("completions_per_step") or [batch_completions] * int(record["steps"])
+        cumulative = np.concatenate(([0], np.cumsum(per_step)))
+        per_seed.append([cumulative[min(int(step), len(per_step))] for step in steps])
+    return np.mean(np.asarray(per_seed, dtype=np.float64), axis=0)
+
+
+def training(config: ValidationConfig, out: Path) -> tuple[dict, dict]:
+    """Per trained arm (and sampling mode): Best Acc, AUC and S2B against the uniform arm of the
+    same mode, with bootstrap intervals over seeds, and what its runs generated."""
+    batch = config.grpo.prompts_per_batch * config.grpo.num_generations
+    curves_by_run, completions_by_run, records_by_run, steps = {}, {}, {}, None
+    for name, _, _ in config.training_runs():
+        curves_by_run[name], steps, records_by_run[name] = _run_records(config, out, name)
+        completions_by_run[name] = cumulative_completions(records_by_run[name], steps, batch)
+
+    def s2b(method, baseline):
+        value = curves.steps_to_baseline(method, baseline, steps)["s2b"]
+        return value if math.isfinite(value) else None
+
+    table = {}
+    for name, arm, mode in config.training_runs():
+        arm_curves, base = curves_by_run[name], curves_by_run[BASELINE_ARM + MODE_SUFFIX[mode]]
+        records = records_by_run[name]
+        shares = [v for r in records for v in r.get("zero_variance_share") or [] if v is not None]
+        table[name] = {
+            "arm": arm, "sampling": mode,
+            "best_acc": curves.best_acc(arm_curves), "auc": curves.auc(arm_curves),
+            "best_acc_ci95": bootstrap_ci([arm_curves], lambda c: curves.best_acc(c)),
+            "auc_ci95": bootstrap_ci([arm_curves], lambda c: curves.auc(c)),
+            "s2b": curves.steps_to_baseline(arm_curves, base, steps)["s2b"],
+            "s2b_ci95": bootstrap_ci([arm_curves, base], s2b),
+            "auc_minus_uniform": curves.auc(arm_curves) - curves.auc(base),
+            "auc_minus_uniform_ci95": bootstrap_ci([arm_curves, base], lambda c, b: curves.auc(c) - curves.auc(b)),
+            "seeds": config.training_seeds(),
+            "per_seed_auc": [curves.auc(c) for c in arm_curves],
+            "per_seed_best_acc": [curves.best_acc(c) for c in arm_curves],
+            "completions": float(completions_by_run[name][-1]),
+            "zero_variance_share": float(np.mean(shares)) if shares else None,
+            "wall_time_s": float(np.mean([r.get("wall_time_s", float("nan")) for r in records])),
+        }
+    return table, {"steps": steps, "curves": curves_by_run, "completions": completions_by_run}
+
+
+def prior_costs(config: ValidationConfig, out: Path) -> dict:
+    """What each arm's static prior cost, recorded by the probe unit's run (its endpoint passes'
+    provenance and the probe manifest): probe and both passes for TrajVal, the early pass alone
+    for the one-pass priors, nothing for uniform and the online schedulers' own weights."""
+    from trajval_ops.cost import recorded_cost
+    from trajval_ops.experiment.priors import ADAPTIVE_LATE, TRAJVAL_PRIORS
+    from trajval_ops.rows import get_path
+
+    rows = list(read_rows(out / "probe" / "weighted.jsonl"))
+    k = config.probe.window_k
+    early = [fields.R_EARLY] if k == 1 else fields.window_keys("early", k)
+    late = [fields.R_LATE] if k == 1 else fields.window_keys("late", k)
+
+    def column(name):
+        return [get_path(row, name, None) for row in rows]
+
+    full, one_pass = recorded_cost(column, early, late), recorded_cost(column, early, None)
+    by_prior = {None: 0, **{prior: full["completions"] for prior in TRAJVAL_PRIORS}}
+    if config.probe.adaptive_late:
+        by_prior["trajval_adaptive"] = recorded_cost(column, early, [ADAPTIVE_LATE])["completions"]
+    by_prior.update({kind: one_pass["completions"] for kind in core.ONE_PASS_PRIORS})
+    # a ceiling's knowledge comes from oracle A's full-pool run: its training and its evaluations
+    oracle = config.oracle
+    evaluations = oracle.steps // oracle.every_steps + 1
+    oracle_cost = (sum(_oracle_step_completions(out, config))
+                   + evaluations * oracle.n * len(rows))
+    by_prior.update({kind: oracle_cost for kind in ("oracle", "oracle_subset", "oracle_group")})
+    return {"stages": full["stages"], "by_arm": {arm: by_prior[ARMS[arm][0]] for arm in config.training.arms}}
+
+
+def _oracle_step_completions(out: Path, config: ValidationConfig) -> list[int]:
+    """Completions per training step of oracle A's run (its record, else the fixed batch)."""
+    result = out / "oracle" / "context-a" / "result.json"
+    batch = config.grpo.prompts_per_batch * config.grpo.num_generations
+    record = json.loads(result.read_text()) if result.is_file() else {}
+    return record.get("completions_per_step") or [batch] * config.oracle.steps
+
+
+def break_even(arm_curves: np.ndarray, base_curves: np.ndarray, arm_completions, base_completions,
+               prior: int) -> dict:
+    """Completions an arm needs to reach uniform's Best Acc, its prior charged, against uniform's.
+
+    :param arm_completions, base_completions: completions generated up to each evaluation (the
+        curves' x axis in the main run's currency; with dynamic sampling they differ by arm).
+    :param prior: the completions the arm's prior cost.
+    :return: ``completions_to_uniform_best`` (prior included), ``net_saved`` (uniform's
+        completions to its Best Acc minus the arm's, prior included), ``s2b_completions`` (the
+        arm's training completions to that accuracy in percent of uniform's) and
+        ``break_even_runs`` (the runs reusing the prior over which the completions it saves pay
+        its cost back; None when it saves none). All None when the arm never reaches it.
+    """
+    target = curves.best_acc(base_curves)
+    reach_base = curves.first_step_reaching(base_curves, target)  # evaluation index, from 1
+    reach_arm = curves.first_step_reaching(arm_curves, target)
+    if reach_arm is None or reach_base is None:
+        return {"completions_to_uniform_best": None, "net_saved": None, "s2b_completions": None,
+                "break_even_runs": None}
+    spent, spent_base = float(arm_completions[int(reach_arm) - 1]), float(base_completions[int(reach_base) - 1])
+    saved_in_training = spent_base - spent
+    return {"completions_to_uniform_best": spent + prior, "net_saved": saved_in_training - prior,
+            "s2b_completions": 100.0 * spent / spent_base if spent_base else None,
+            "break_even_runs": prior / saved_in_training if saved_in_training > 0 else (0.0 if prior == 0 else None)}
+
+
+def accounting(config: ValidationConfig, out: Path, curve_data: dict) -> dict:
+    """Per trained arm, with bootstrap intervals over seeds: completions to reach uniform's Best
+    Acc (same sampling mode) with the prior charged, the net saving and the runs to break even."""
+    costs = prior_costs(config, out)
+    table = {}
+    for name, arm, mode in config.training_runs():
+        base_name = BASELINE_ARM + MODE_SUFFIX[mode]
+        prior, x, base_x = costs["by_arm"][arm], curve_data["completions"][name], curve_data["completions"][base_name]
+
+        def statistic(key, x=x, base_x=base_x, prior=prior):
+            return lambda c, b: break_even(c, b, x, base_x, prior)[key]
+
+        arm_curves, base = curve_data["curves"][name], curve_data["curves"][base_name]
+        table[name] = {"prior_completions": prior, **break_even(arm_curves, base, x, base_x, prior),
+                       "net_saved_ci95": bootstrap_ci([arm_curves, base], statistic("net_saved")),
+                       "s2b_completions_ci95": bootstrap_ci([arm_curves, base], statistic("s2b_completions")),
+                       "break_even_runs_ci95": bootstrap_ci([arm_curves, base], statistic("break_even_runs"))}
+    uniform_run = curve_data["completions"][BASELINE_ARM + MODE_SUFFIX[config.training.sampling[0]]][-1]
+    return {"main_run_completions": float(uniform_run), "prior_stages": costs["stages"], "arms": table}
+
+
+def headroom(train: dict) -> dict | None:
+    """The best ceiling arm's AUC minus uniform, with its interval and a plain verdict: whether
+    any static prior could beat uniform per step in this regime (None without ceiling arms)."""
+    from trajval_ops.experiment.priors import CEILING_PRIORS
+
+    ceilings = [name for name, row in train.items() if ARMS[row["arm"]][0] in CEILING_PRIORS
+                and row["sampling"] == "standard"]
+    if not ceilings:
+        return None
+    best = max(ceilings, key=lambda arm: train[arm]["auc_minus_uniform"])
+    lo, hi = train[best]["auc_minus_uniform_ci95"]
+    if lo > 0:
+        verdict = (f"a learnability prior can beat uniform per step in this regime: the best ceiling ({best}, a "
+                   f"full run's knowledge of each task's learnability) lies above uniform")
+    else:
+        verdict = (f"no learnability prior beats uniform per step in this regime: even the best ceiling ({best}, a "
+                   f"full run's knowledge of each task's learnability) has an AUC difference whose interval does not "
+                   f"lie above 0 (priors of another kind are judged by their own verdicts)")
+    return {"arm": best, "auc_minus_uniform": train[best]["auc_minus_uniform"],
+            "auc_minus_uniform_ci95": [lo, hi], "verdict": verdict}
+
+
+def verdicts(results: dict) -> dict[str, str]:
+    """A plain verdict per claim, from the intervals (no tuning, no judgement calls)."""
+    out = {}
+    rep = results["reproducibility"]
+    if "kappa_binary" in rep:
+        out["profiles_reproducible"] = (
+            f"binary kappa {rep['kappa_binary']:.2f}, gain Spearman {rep['spearman_gain_independent_base']:.2f} "
+            f"(independent bases)")
+    pvo = results["probe_vs_oracle"]
+    out["probe_ranks_learnability"] = f"Spearman(score, oracle gain) = {pvo['spearman_score_vs_gain']:.2f}"
+    train = results["training"]
+    for arm, row in train.items():
+        if row["arm"] == BASELINE_ARM:
+            continue
+        lo, hi = row["auc_minus_uniform_ci95"]
+        if lo > 0:
+            word = "better than uniform"
+        elif hi < 0:
+            word = "worse than uniform"
+        else:
+            word = "not distinguishable from uniform"
+        out[f"{arm}_vs_uniform_auc"] = f"{word} (AUC difference {row['auc_minus_uniform']:+.4f}, 95% CI [{lo:+.4f}, {hi:+.4f}])"
+    if results.get("headroom"):
+        out["headroom"] = results["headroom"]["verdict"]
+    for arm, row in results.get("cost", {}).get("arms", {}).items():
+        if results["training"][arm]["arm"] != BASELINE_ARM:
+            out[f"{arm}_pays_for_itself"] = _cost_verdict(row, results["cost"]["main_run_completions"])
+    return out
+
+
+def _cost_verdict(row: dict, main_run: int) -> str:
+    """Whether a prior's cost is paid back, in words, from its accounting row."""
+    prior = f"its prior cost {row['prior_completions']:,} completions ({row['prior_completions'] / main_run:.2g} main runs)"
+    if row["net_saved"] is None:
+        return f"never reaches uniform's Best Acc in this run; {prior}"
+    lo, hi = row["net_saved_ci95"]
+    word = "pays for itself in one run" if lo > 0 else "does not pay for itself in one run" if hi < 0 else \
+        "not distinguishable from paying for itself in one run"
+    runs = row["break_even_runs"]
+    reuse = "never (it saves no training steps)" if runs is None else f"after {runs:.2g} runs reusing it"
+    return (f"{word}: net {row['net_saved']:+,.0f} completions to reach uniform's Best Acc (95% CI "
+            f"[{lo:+,.0f}, {hi:+,.0f}]), {prior}; breaks even {reuse}")
+
+
+def compute_results(config: ValidationConfig, out: Path, wall_time_s: float = float("nan")) -> dict:
+    window = config.oracle.window
+    oracle_a = oracle_figures(out, "context-a", window)
+    oracle_b = oracle_figures(out, "context-b", window)
+    shared = json.loads((out / "data" / "shared_ids.json").read_text())
+    probe_rows = list(read_rows(out / "probe" / "weighted.jsonl"))
+    pvo, baselines, _ = probe_vs_oracle(probe_rows, oracle_a, sorted(config.probe.stability_epochs))
+    train, curve_data = training(config, out)
+    results = {
+        "reproducibility": reproducibility(oracle_a, oracle_b, shared),
+        "probe_vs_oracle": pvo,
+        "baselines": baselines,
+        "training": train,
+        "headroom": headroom(train),
+        "cost": accounting(config, out, curve_data),
+        "protocol": {
+            "config": config.to_dict(), "config_hash": protocol_hash(config),
+            "data": json.loads((out / "data" / "data.json").read_text()),
+            "arms": {arm: {"prior": ARMS[arm][0], "online": ARMS[arm][1]} for arm in config.training.arms},
+            "wall_time_s": round(wall_time_s, 1), "versions": _versions(),
+        },
+    }
+    results["verdicts"] = verdicts(results)
+    return results
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("trajval_ops", "torch", "transformers", "trl", "py-data-juicer"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+# ----------------------------------------------------------------------------- index.html
+
+
+def _png(figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def figure_file_name(title: str) -> str:
+    """``Held-out accuracy per arm`` -> ``held_out_accuracy_per_arm.png``."""
+    return "_".join(re.findall(r"[a-z0-9]+", title.lower())) + ".png"
+
+
+def _figures(config: ValidationConfig, out: Path) -> dict[str, bytes]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures = {}
+    _, series = training(config, out)
+    names = list(series["curves"])
+
+    def style(name: str) -> dict:
+        """One colour per arm, dashed under dynamic sampling; uniform and TrajVal drawn thicker."""
+        arm = name.split("+")[0]
+        bases = list(dict.fromkeys(n.split("+")[0] for n in names))
+        return {"color": f"C{bases.index(arm) % 10}", "linestyle": "--" if "+" in name else "-",
+                "linewidth": 2.2 if arm in (BASELINE_ARM, "trajval") else 1.2}
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arm, arm_curves in series["curves"].items():
+        mean = arm_curves.mean(axis=0)
+        ax.plot(series["steps"], mean, label=arm, **style(arm))
+        if len(arm_curves) > 1:
+            se = arm_curves.std(axis=0, ddof=1) / math.sqrt(len(arm_curves))
+            ax.fill_between(series["steps"], mean - se, mean + se, alpha=0.12, color=style(arm)["color"])
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("held-out accuracy (mean over seeds, ±1 SE)")
+    ax.legend(fontsize=8, ncol=2)
+    figures["Held-out accuracy per arm"] = _png(fig)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arm, arm_curves in series["curves"].items():
+        ax.plot(series["completions"][arm], arm_curves.mean(axis=0), label=arm, **style(arm))
+    ax.set_xlabel("completions generated in training (mean over seeds; priors' own cost not included)")
+    ax.set_ylabel("held-out accuracy (mean over seeds)")
+    ax.legend(fontsize=8, ncol=2)
+    figures["Held-out accuracy per arm against completions"] = _png(fig)
+    plt.close(fig)
+
+    oracle_a = oracle_figures(out, "context-a", config.oracle.window)
+    _, _, arrays = probe_vs_oracle(list(read_rows(out / "probe" / "weighted.jsonl")), oracle_a, [])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    axes[0].scatter(arrays["gain"], arrays["score"], s=6, alpha=0.4)
+    axes[0].set_xlabel("oracle gain (dense trajectory)")
+    axes[0].set_ylabel("probe score s")
+    axes[1].scatter(arrays["oracle_r_early"], arrays["r_early"], s=6, alpha=0.4)
+    axes[1].set_xlabel("oracle r_early")
+    axes[1].set_ylabel("probe r_early")
+    figures["Probe vs oracle, per task"] = _png(fig)
+    plt.close(fig)
+    return figures
+
+
+def _table(rows: dict[str, dict], columns: Sequence[str]) -> str:
+    """One row per named entry of ``rows``, its values in ``columns``."""
+    return html_table(("", *columns), [[name, *(row.get(c) for c in columns)] for name, row in rows.items()],
+                      number_format=".4f")
+
+
+def write_index(results: dict, config: ValidationConfig, out: Path) -> Path:
+    from trajval_ops.atomic import atomic_open, write_text
+    parts = ["<!doctype html><meta charset='utf-8'><title>TrajVal validation</title>",
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}</style>",
+             f"<h1>TrajVal validation: {html.escape(results['protocol']['config']['name'])}</h1>",
+             "<h2>Verdicts</h2><ul>" + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
+                                               for k, v in results["verdicts"].items()) + "</ul>",
+             "<h2>Training (held-out accuracy)</h2>",
+             _table(results["training"], ["best_acc", "best_acc_ci95", "auc", "auc_ci95", "s2b", "s2b_ci95",
+                                          "auc_minus_uniform", "auc_minus_uniform_ci95"]),
+             "<h2>Cost: completions to reach uniform's Best Acc, each prior charged its own rollouts</h2>",
+             _table(results["cost"]["arms"], ["prior_completions", "completions_to_uniform_best", "s2b_completions",
+                                              "net_saved", "net_saved_ci95", "break_even_runs", "break_even_runs_ci95"]),
+             "<h2>Probe vs oracle</h2>",
+             _table({"probe": results["probe_vs_oracle"]}, ["spearman_r_early", "spearman_r_late", "spearman_score",
+                                                            "spearman_score_vs_gain", "kappa_six", "kappa_binary"]),
+             "<h2>Baselines (Spearman against the oracle gain)</h2>",
+             _table({k: {"spearman": v} for k, v in results["baselines"].items()}, ["spearman"]),
+             "<h2>Reproducibility of the oracle</h2>",
+             _table({"oracle A vs B": results["reproducibility"]},
+                    ["n_shared", "kappa_six", "kappa_binary", "spearman_gain", "spearman_gain_independent_base"])]
+    for title, png in _figures(config, out).items():
+        # each figure also as a file, so documentation can quote the run's own output
+        with atomic_open(out / "figures" / figure_file_name(title), "wb") as handle:
+            handle.write(png)
+        parts.append(f"<h2>{html.escape(title)}</h2><img src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
+    parts.append(f"<h2>Protocol</h2><pre>{html.escape(json.dumps(results['protocol'], indent=1, default=str))}</pre>")
+    return write_text(out / "index.html", "\n".join(parts))

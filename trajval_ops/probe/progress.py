@@ -1,0 +1,88 @@
+"""The probe run's ``TrainerCallback``: a progress line per step with the time left, and after each
+epoch's save the pruned checkpoints and the updated manifest (main process only: the trainer
+saves there too). Imported only when a probe trains (transformers at import)."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from loguru import logger
+from transformers import TrainerCallback
+
+from trajval_ops.probe.checkpoints import base_entry, checkpoint_entries, prune_checkpoints
+from trajval_ops.probe.manifest import write_manifest
+
+
+def reward_per_epoch(log_history: Sequence[Mapping[str, Any]], steps_per_epoch: int) -> list[float]:
+    """Mean logged training reward of each finished or started epoch (one log entry per step)."""
+    sums: dict[int, list[float]] = {}
+    for entry in log_history:
+        if "reward" in entry and "step" in entry:
+            epoch = math.ceil(entry["step"] / steps_per_epoch)
+            sums.setdefault(epoch, []).append(float(entry["reward"]))
+    return [sum(v) / len(v) for _, v in sorted(sums.items())]
+
+
+def training_cost(log_history: Sequence[Mapping[str, Any]], completions_per_step: int, wall_time_s: float) -> dict:
+    """What the probe's training generated: completions (steps x the global batch), completion
+    tokens (each step's logged mean length x its completions; TRL logs every step here) and the
+    wall time of every session."""
+    steps = [entry for entry in log_history if "completions/mean_length" in entry and "step" in entry]
+    return {
+        "completions": len(steps) * completions_per_step,
+        "generated_tokens": int(round(sum(entry["completions/mean_length"] for entry in steps) * completions_per_step)),
+        "wall_time_s": wall_time_s,
+    }
+
+
+class ProbeProgress(TrainerCallback):
+    """Logs progress and keeps ``manifest`` (a dict it updates in place) current on disk.
+
+    :param manifest: the run's manifest; its ``wall_time_s`` is the time of earlier sessions.
+    """
+
+    def __init__(self, config, output_dir: Path, base_model: Path, steps_per_epoch: int, manifest: dict):
+        self.config, self.output_dir, self.base_model = config, output_dir, base_model
+        self.steps_per_epoch, self.manifest = steps_per_epoch, manifest
+        self.kept = set(config.kept_epochs())
+        self.wall_before = manifest["wall_time_s"]
+        self.session_start = time.monotonic()
+        self.first_step = 0
+
+    def wall_time_s(self) -> float:
+        """Training wall time of every session of this probe so far."""
+        return round(self.wall_before + time.monotonic() - self.session_start, 3)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.first_step = state.global_step
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "reward" not in logs or not state.is_world_process_zero:
+            return
+        done = state.global_step - self.first_step
+        elapsed = time.monotonic() - self.session_start
+        left = (state.max_steps - state.global_step) * elapsed / done if done else float("nan")
+        epoch = math.ceil(state.global_step / self.steps_per_epoch)
+        logger.info(
+            f"probe: epoch {epoch}/{self.config.epochs} step {state.global_step}/{state.max_steps} "
+            f"reward {logs['reward']:.4f} ({elapsed:.0f} s elapsed, ~{left:.0f} s left)"
+        )
+
+    def on_save(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        prune_checkpoints(self.output_dir, self.kept)
+        self.manifest["checkpoints"] = ([base_entry(self.base_model)]
+                                        + checkpoint_entries(self.output_dir, self.kept, self.config))
+        self.record(state.log_history)
+        write_manifest(self.output_dir, self.manifest)
+
+    def record(self, log_history: Sequence[Mapping[str, Any]]) -> None:
+        """The manifest's figures from the trainer's log so far: reward per epoch, wall time, cost."""
+        self.manifest["train_reward_per_epoch"] = reward_per_epoch(log_history, self.steps_per_epoch)
+        self.manifest["wall_time_s"] = self.wall_time_s()
+        per_step = self.config.prompts_per_batch * self.config.num_generations
+        self.manifest["cost"] = training_cost(log_history, per_step, self.manifest["wall_time_s"])

@@ -1,0 +1,339 @@
+"""One rollout pass: rows -> prompts and ground truths -> truth check -> cache -> generate calls
+-> verify -> each row's result. No Data-Juicer here: the endpoint-reward mapper, the trajectory
+callback (evaluation during training) and the probe's example building all use it.
+
+A row's result is ``{"scores", "methods", "engine", "dtype", "status", "cost"}`` (plus
+``"completions"`` when kept): the verifier's score of each of its completions, how each was
+decided, what sampled it, ``ok`` / ``truncated_prompt`` / ``bad_ground_truth``, and the
+completions and tokens generated for it. The pass rate is the mean score.
+
+Generate calls: the rows in order, ``prompts_per_generate`` at a time, each distinct (prompt,
+ground truth) once. An engine that samples a call as a whole (transformers: one generator
+seeded from the call's prompts) repeats the calls of an uninterrupted run when resuming from
+the cache, so a resumed pass gives the same completions; an engine with a seed per prompt
+(vLLM) samples only the missing rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+from loguru import logger
+
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.rollout.budget import STATUS_SKIPPED, STATUS_STOPPED
+from trajval_ops.rollout.engines import DecodingConfig, derive_seed
+from trajval_ops.rollout.prompts import (
+    DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY, build_messages, fit_prompt, render_prompt,
+)
+from trajval_ops.rows import get_path, row_label
+
+STATUS_OK = "ok"
+STATUS_BAD_TRUTH = "bad_ground_truth"
+STATUS_TRUNCATED = "truncated_prompt"
+#: The cost of a row that generated nothing (a repeated row, an unusable ground truth, a reused pass).
+NO_COST = {"completions": 0, "generated_tokens": 0}
+#: How many warnings of each kind a pass logs before it only counts.
+WARN_LIMIT = 20
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """How a row becomes a prompt and a ground truth (the probe, every pass and the evaluation
+    use the same)."""
+
+    template: str = "auto"
+    prompt_key: str = DEFAULT_PROMPT_KEY
+    ground_truth_key: str = DEFAULT_GROUND_TRUTH_KEY
+    category_key: str = DEFAULT_CATEGORY_KEY
+
+    def as_dict(self) -> dict:
+        return {"template": self.template, "prompt_key": self.prompt_key,
+                "ground_truth_key": self.ground_truth_key, "category_key": self.category_key}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One row as the pass sees it: its name in messages, chat messages, ground truth and the
+    hash of what decides its result (messages and truth)."""
+
+    label: str
+    messages: list
+    ground_truth: Any
+    hash: str
+
+
+def build_task(row: Mapping[str, Any], position: int | None, settings: PromptSettings,
+               id_key: str | None = None, what: str = "") -> Task:
+    """A row's messages and ground truth, or an error naming the row and the field."""
+    from trajval_ops.canonical import stable_hash
+
+    prefix = f"{what}: " if what else ""
+    label = row_label(row, position, id_key)
+    try:
+        messages = build_messages(dict(row), settings.template, settings.prompt_key, settings.category_key)
+    except TrajvalInputError as exc:
+        raise TrajvalInputError(f"{prefix}{label}: {exc}") from None
+    truth = get_path(row, settings.ground_truth_key, None)
+    if truth is None:
+        raise TrajvalInputError(f"{prefix}{label}: field '{settings.ground_truth_key}' is missing (the ground truth)")
+    return Task(label, messages, truth, stable_hash([messages, truth]))
+
+
+@dataclass
+class PassCounters:
+    """What a pass did in this process (for its logs and throughput figures)."""
+
+    completions: int = 0
+    generate_s: float = 0.0
+    bad_truth: int = 0
+    truncated: int = 0
+    problems: dict = field(default_factory=dict)  # ground truth -> the verifier's problem with it
+
+
+class RolloutPass:
+    """One checkpoint's pass over rows (see the module docstring).
+
+    :param session: the engine (an :class:`~trajval_ops.rollout.session.EngineSession` or an
+        engine object): ``tokenizer``, ``max_context``, ``name``, ``dtype``,
+        ``seeds_each_prompt``, ``generate_counted``; or a callable returning one, called when
+        the first row missing from the cache needs it.
+    :param decoding: how to sample (n, temperature, ...).
+    :param verifier: a :mod:`trajval_ops.rollout.verifiers` verifier.
+    :param cache: a :class:`~trajval_ops.rollout.cache.RolloutCache`, or None.
+    :param max_bad_truth_share: > 0: a row whose ground truth the verifier cannot read is
+        counted (status ``bad_ground_truth``, no rollout) instead of stopping the pass.
+    :param overlong_prompt: ``error`` or ``truncate_left`` for prompts over the context.
+    :param budget: an :class:`~trajval_ops.rollout.budget.AdaptiveBudget` (rollouts in rounds, a
+        row stopped once its weight is pinned), or None for a fixed ``n``.
+    :param early_key: (an adaptive late pass) the field holding each row's early pass rate.
+    """
+
+    def __init__(self, session, decoding: DecodingConfig, verifier, settings: PromptSettings = PromptSettings(),
+                 cache=None, *, prompts_per_generate: int = 4, keep_completions: bool = False,
+                 max_bad_truth_share: float = 0.0, overlong_prompt: str = "error", id_key: str | None = None,
+                 what: str = "", budget=None, early_key: str | None = None):
+        if budget is not None and (decoding.temperature == 0 or budget.cap != decoding.n):
+            raise ValueError("an adaptive budget samples in rounds at temperature > 0 up to its cap, the pass's n")
+        self._session = session
+        self.decoding, self.verifier, self.settings, self.cache = decoding, verifier, settings, cache
+        self.prompts_per_generate = int(prompts_per_generate)
+        self.keep_completions = keep_completions
+        self.max_bad_truth_share = float(max_bad_truth_share)
+        self.overlong_prompt = overlong_prompt
+        self.id_key, self.what = id_key, what
+        self.budget, self.early_key = budget, early_key
+        self.counters = PassCounters()
+
+    @property
+    def session(self):
+        if callable(self._session) and not hasattr(self._session, "generate_counted"):
+            self._session = self._session()
+        return self._session
+
+    def results(self, rows: Sequence[Mapping[str, Any]], first_row: int | None = 0,
+                on_rows_done: Callable[[int], None] | None = None) -> list[dict]:
+        """Each row's result, in row order (see the module docstring).
+
+        :param first_row: the first row's position in the pool, for messages (None: unknown).
+        :param on_rows_done: called with the number of rows each step finished (progress).
+        """
+        tasks = [build_task(row, None if first_row is None else first_row + i, self.settings, self.id_key,
+                            self.what) for i, row in enumerate(rows)]
+        results = self._cached(tasks)
+        for i, task in enumerate(tasks):
+            if results[i] is None and self._bad_truth(task):
+                results[i] = {"scores": [], "methods": [], "engine": None, "dtype": None,
+                              "status": STATUS_BAD_TRUTH, "cost": NO_COST}
+        first_of = {}
+        for i, task in enumerate(tasks):
+            first_of.setdefault(task.hash, i)
+        samplable = [i for i, task in enumerate(tasks) if first_of[task.hash] == i
+                     and (results[i] is None or results[i]["status"] != STATUS_BAD_TRUTH)]
+        missing = {i for i in samplable if results[i] is None}
+        if on_rows_done:
+            on_rows_done(len(rows) - len(missing))
+        if self.budget is not None:
+            self._rounds(tasks, rows, results, samplable, missing, first_row)
+            if on_rows_done:
+                on_rows_done(len(missing))
+        for call in (self._calls(samplable, missing) if self.budget is None else []):
+            for i, result in zip(call, self._sample_call([tasks[i] for i in call], [rows[i] for i in call],
+                                                         [i in missing for i in call])):
+                if i in missing:
+                    results[i] = result
+            if on_rows_done:
+                on_rows_done(sum(i in missing for i in call))
+        # a repeated row shares its first copy's rollouts and costs nothing of its own
+        return [result if first_of[task.hash] == i else
+                {**(result or results[first_of[task.hash]]), "cost": NO_COST}
+                for i, (task, result) in enumerate(zip(tasks, results))]
+
+    # ------------------------------------------------------------------ steps
+
+    def _cached(self, tasks: list[Task]) -> list[dict | None]:
+        if self.cache is None:
+            return [None] * len(tasks)
+        if any(self.cache.get(task.hash) is None for task in tasks):
+            self.cache.reload()  # rows another worker or actor sampled since (a retried batch)
+        results = []
+        for task in tasks:
+            record = self.cache.get(task.hash)
+            if record is not None and self.keep_completions and "completions" not in record:
+                record = None  # cached without texts: sample again to keep them
+            results.append(record)
+        return results
+
+    def _bad_truth(self, task: Task) -> bool:
+        """Check a ground truth once per distinct value; True when it is unusable and the pass
+        tolerates it (counted and logged), an error naming the row when it does not."""
+        key = repr(task.ground_truth)
+        if key not in self.counters.problems:
+            self.counters.problems[key] = self.verifier.truth_problem(task.ground_truth)
+        problem = self.counters.problems[key]
+        if problem is None:
+            return False
+        prefix = f"{self.what}: " if self.what else ""
+        message = f"{prefix}{task.label}: field '{self.settings.ground_truth_key}': {problem}"
+        if self.max_bad_truth_share <= 0:
+            raise TrajvalInputError(
+                f"{message}; fix or remove the row, or allow a share of such rows with max_bad_truth_share")
+        self.counters.bad_truth += 1
+        if self.counters.bad_truth <= WARN_LIMIT:
+            logger.warning(f"{message}: not sampled, pass rate 0, status {STATUS_BAD_TRUTH}")
+        return True
+
+    def _calls(self, samplable: list[int], missing: set[int]) -> list[list[int]]:
+        """The rows of each generate call (see the module docstring)."""
+        if not missing:
+            return []
+        rows = samplable if not self.session.seeds_each_prompt else [i for i in samplable if i in missing]
+        calls = [rows[start:start + self.prompts_per_generate] for start in range(0, len(rows), self.prompts_per_generate)]
+        return [call for call in calls if any(i in missing for i in call)]
+
+    def _rounds(self, tasks: list[Task], rows, results: list, samplable: list[int], missing: set[int],
+                first_row: int | None) -> None:
+        """An adaptive pass over the batch: rounds of ``round_size`` rollouts for the rows whose
+        weight is not yet pinned (every samplable row takes part, cached ones included, so each
+        round's generate calls are the uninterrupted run's; only the missing rows' results are
+        kept and cached)."""
+        if not missing:
+            return
+        budget, session = self.budget, self.session
+        r_early = self._early_rates(rows, samplable, first_row)
+        fitted = {i: self._fit(render_prompt(session.tokenizer, tasks[i].messages), tasks[i]) for i in samplable}
+        drawn = {i: {"scores": [], "methods": [], "tokens": 0, "texts": []} for i in samplable}
+        done, round_index = 0, 0
+        while True:
+            successes = np.array([sum(drawn[i]["scores"]) for i in samplable])
+            active = [i for i, stop in zip(samplable, budget.decided(successes, done, r_early)) if not stop]
+            if not active:
+                break
+            decoding = dataclasses.replace(self.decoding, n=min(budget.round_size, budget.cap - done),
+                                           seed=derive_seed(self.decoding.seed, "round", str(round_index)))
+            for start in range(0, len(active), self.prompts_per_generate):
+                self._round_call(active[start:start + self.prompts_per_generate], tasks, rows, fitted, decoding, drawn)
+            done, round_index = done + decoding.n, round_index + 1
+        new = []
+        for i in samplable:
+            got = drawn[i]
+            status = fitted[i][1] if len(got["scores"]) == budget.cap else (
+                STATUS_SKIPPED if not got["scores"] else STATUS_STOPPED)
+            result = {"scores": got["scores"], "methods": got["methods"], "engine": session.name,
+                      "dtype": session.dtype, "status": status,
+                      "cost": {"completions": len(got["scores"]), "generated_tokens": got["tokens"]}}
+            if status == STATUS_SKIPPED:  # s = 0 whatever the late pass gives: no change assumed
+                result["pass_rate"] = float(r_early[samplable.index(i)])
+            if self.keep_completions:
+                result["completions"] = got["texts"]
+            if i in missing:
+                results[i] = result
+                new.append((tasks[i].hash, result))
+        if self.cache is not None:
+            self.cache.put_many(new)
+
+    def _round_call(self, call: list[int], tasks, rows, fitted, decoding, drawn) -> None:
+        """One generate call of a round: sample, verify, add to each row's draws."""
+        start = time.perf_counter()
+        completions, tokens = self.session.generate_counted([fitted[i][0] for i in call], decoding)
+        self.counters.generate_s += time.perf_counter() - start
+        self.counters.completions += sum(len(c) for c in completions)
+        for i, texts, row_tokens in zip(call, completions, tokens):
+            checks = self._check(texts, tasks[i], rows[i])
+            drawn[i]["scores"] += [c.score for c in checks]
+            drawn[i]["methods"] += [c.method for c in checks]
+            drawn[i]["tokens"] += int(row_tokens)
+            drawn[i]["texts"] += texts
+
+    def _early_rates(self, rows, samplable: list[int], first_row: int | None):
+        """The early pass rates an adaptive late pass reads (None for an early pass)."""
+        if self.budget.window != "late":
+            return None
+        from trajval_ops.input_checks import float_column
+
+        samples = {key: [row.get(key) for row in rows] for key in {k for row in rows for k in row}}
+        samples[self.early_key] = [get_path(row, self.early_key, None) for row in rows]
+        rates = float_column(samples, self.early_key, upper=1.0, id_key=self.id_key, position_offset=first_row)
+        return rates[samplable]
+
+    def _check(self, texts: list[str], task: Task, row) -> list:
+        """The verifier's checks of one row's completions (an unreadable truth named)."""
+        try:
+            return self.verifier.check_many(texts, task.ground_truth, row)
+        except ValueError as exc:  # a ground truth the verifier cannot read
+            prefix = f"{self.what}: " if self.what else ""
+            raise TrajvalInputError(f"{prefix}{task.label}: field '{self.settings.ground_truth_key}': {exc}") from None
+
+    def _fit(self, prompt: str, task: Task) -> tuple[str, str]:
+        """The prompt within the model's context (minus ``max_new_tokens``) and its status."""
+        session = self.session
+        try:
+            prompt, cut_from = fit_prompt(session.tokenizer, prompt, session.max_context,
+                                          self.decoding.max_new_tokens, self.overlong_prompt)
+        except OverflowError as exc:
+            prefix = f"{self.what}: " if self.what else ""
+            raise TrajvalInputError(f"{prefix}{task.label}: field '{self.settings.prompt_key}': {exc}") from None
+        if cut_from is None:
+            return prompt, STATUS_OK
+        self.counters.truncated += 1
+        if self.counters.truncated <= WARN_LIMIT:
+            logger.warning(f"{self.what}: {task.label}: prompt of {cut_from} tokens cut to its last "
+                           f"{session.max_context - self.decoding.max_new_tokens}")
+        return prompt, STATUS_TRUNCATED
+
+    def _sample_call(self, tasks: list[Task], rows: list[Mapping], fresh: list[bool]) -> list[dict]:
+        """Sample the tasks in one generate call and verify; ``fresh`` marks the results new to
+        the cache (written with one write when the call is done)."""
+        session = self.session
+        fitted = [self._fit(render_prompt(session.tokenizer, task.messages), task) for task in tasks]
+        start = time.perf_counter()
+        completions, tokens = session.generate_counted([prompt for prompt, _ in fitted], self.decoding)
+        self.counters.generate_s += time.perf_counter() - start
+        self.counters.completions += sum(len(c) for c in completions)
+        generated = 1 if self.decoding.temperature == 0 else self.decoding.n  # greedy: one, counted n times
+        results, new = [], []
+        for task, row, texts, (_, status), is_new, row_tokens in zip(tasks, rows, completions, fitted, fresh, tokens):
+            checks = self._check(texts, task, row)
+            result = {"scores": [c.score for c in checks], "methods": [c.method for c in checks],
+                      "engine": session.name, "dtype": session.dtype, "status": status,
+                      "cost": {"completions": generated, "generated_tokens": int(row_tokens)}}
+            if self.keep_completions:
+                result["completions"] = texts
+            if is_new:
+                new.append((task.hash, result))
+            results.append(result)
+        if self.cache is not None:
+            self.cache.put_many(new)
+        return results
+
+
+def pass_rate(result: Mapping[str, Any]) -> float:
+    """A row result's pass rate: the mean verifier score; for a late row an adaptive budget
+    skipped, its early pass rate; 0 for a row not sampled (an unusable ground truth)."""
+    if "pass_rate" in result:
+        return float(result["pass_rate"])
+    return sum(result["scores"]) / len(result["scores"]) if result["scores"] else 0.0

@@ -1,0 +1,54 @@
+"""Reading fields of a row (a dict, dotted paths through nested and JSON-string levels) and
+naming a row in messages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+from trajval_ops.fields import ID_CANDIDATES
+
+_MISSING = object()
+
+
+def get_path(row: Mapping[str, Any], path: str, default: Any = _MISSING) -> Any:
+    """Read a dotted path (``reward_model.ground_truth``) from a row.
+
+    Intermediate values may be dicts or JSON strings holding a dict (GURU stores
+    ``reward_model`` and ``extra_info`` that way). A top-level key containing dots is tried
+    first. Returns ``default`` when the path is absent; raises KeyError when no default is given.
+    """
+    if path in row:
+        return row[path]
+    node: Any = row
+    for part in path.split("."):
+        if isinstance(node, str):
+            try:
+                node = json.loads(node)
+            except ValueError:
+                node = _MISSING
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        else:
+            if default is _MISSING:
+                raise KeyError(path)
+            return default
+    return node
+
+
+def batch_row(samples: Mapping[str, Sequence[Any]], i: int) -> dict:
+    """Row ``i`` of a batched dict-of-lists as a plain dict."""
+    return {key: values[i] for key, values in samples.items()}
+
+
+def row_label(row: Mapping[str, Any], position: int | None, id_key: str | None = None) -> str:
+    """Human-readable name of a row for error messages: ``row 12 (id=abc)``."""
+    keys = (id_key,) if id_key else ID_CANDIDATES
+    for key in keys:
+        value = get_path(row, key, None)
+        if value is not None:
+            where = f"row {position} " if position is not None else "row "
+            return f"{where}({key}={value!r})"
+    if position is not None:
+        return f"row {position}"
+    return "row (no id field; set id_key)"
