@@ -478,14 +478,15 @@ def _write_ray_dataset(dataset, path) -> None:
 
     from trajval_ops.pool_io import write_table
 
+    if os.path.isdir(path) and not os.listdir(path):
+        os.rmdir(path)  # first: a user error below ends the process, which must leave no export behind
     with user_errors():
         table = gather_ray_table(dataset)
         for finish in getattr(dataset, "_trajval_finishers", ()):
             finish(table)  # raises for a run that must not be written
-    if os.path.isdir(path) and not os.listdir(path):
-        os.rmdir(path)
     write_table(table, path)
     logger.info(f"trajval_ops: wrote {table.num_rows} rows to {path}")
+
 
 _EXACT_SUFFIXES = ("jsonl", "parquet")
 

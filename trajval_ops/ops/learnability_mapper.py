@@ -154,12 +154,14 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
 
     def _provenance(self) -> dict:
         """How every weight of this mapper is made (written with each row)."""
-        provenance = {"score": self.score}
+        # alpha and eps lead, as in the provenance written before one-pass priors existed
+        provenance = {"alpha": self.alpha} if self.score == "trajval" else {}
+        provenance.update(eps=self.eps, score=self.score)
         if self.score == "trajval":
-            provenance.update(estimator=self.estimator, alpha=self.alpha)
+            provenance["estimator"] = self.estimator
         if self.score == "bandpass":
             provenance["band"] = list(self.band)
-        provenance.update(eps=self.eps, r_early_source=self.early_window_keys or [self.r_early_key])
+        provenance["r_early_source"] = self.early_window_keys or [self.r_early_key]
         if not self.one_pass:
             provenance.update(r_late_source=self.late_window_keys or [self.r_late_key], profile_rule=core.PROFILE_RULE)
         provenance["trajval_ops_version"] = __version__
