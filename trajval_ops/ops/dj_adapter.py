@@ -289,16 +289,7 @@ def _register_load_strategies() -> None:
         def load_data(self, **kwargs):
             if not uses_trajval_operators(self.cfg):
                 return super().load_data(**kwargs)
-            from trajval_ops.pool_io import read_table
-
-            path = self.ds_config["path"]
-            note_run_log_dir(self.cfg)
-            with user_errors():
-                check_export_spares_pool(self.cfg, path)
-                table = read_table(path)
-                check_column_names(table, path)
-            logger.info(f"trajval_ops: loaded {table.num_rows} rows from {path} ({_describe_columns(table)})")
-            return table_to_dataset(table)
+            return table_to_dataset(_read_pool(self.cfg, self.ds_config["path"]))
 
     class TrajvalRayLocalLoadStrategy(RayLocalJsonDataLoadStrategy):
         """The same for the Ray executor: the pool is read on the driver and handed to Ray, and
@@ -309,19 +300,12 @@ def _register_load_strategies() -> None:
                 return super().load_data(**kwargs)
             import ray.data
 
-            from trajval_ops.pool_io import read_table
             from trajval_ops.lifetime import guard_descendants
 
             # Under Ray the operators run in actors, not here: the driver, which started Ray's
             # local daemons (raylet, agents, workers), guards them from the start.
             guard_descendants()
-            path = self.ds_config["path"]
-            note_run_log_dir(self.cfg)
-            with user_errors():
-                check_export_spares_pool(self.cfg, path)
-                table = read_table(path)
-                check_column_names(table, path)
-            logger.info(f"trajval_ops: loaded {table.num_rows} rows from {path} ({_describe_columns(table)})")
+            table = _read_pool(self.cfg, self.ds_config["path"])
             # output rows in input order whatever actor finished first
             ray.data.DataContext.get_current().execution_options.preserve_order = True
             # no dataset_path: Data-Juicer would rewrite media path columns to absolute paths
@@ -332,6 +316,21 @@ def _register_load_strategies() -> None:
 
     DataLoadStrategyRegistry.register("default", "local", "*")(TrajvalLocalLoadStrategy)
     DataLoadStrategyRegistry.register("ray", "local", "*")(TrajvalRayLocalLoadStrategy)
+
+
+def _read_pool(cfg, path):
+    """The pool of a trajval run as one Arrow table, every value as it is in the file; a user
+    error (the export would replace the pool, an unreadable line, a reserved column name) ends
+    the run with one message."""
+    from trajval_ops.pool_io import read_table
+
+    note_run_log_dir(cfg)
+    with user_errors():
+        check_export_spares_pool(cfg, path)
+        table = read_table(path)
+        check_column_names(table, path)
+    logger.info(f"trajval_ops: loaded {table.num_rows} rows from {path} ({_describe_columns(table)})")
+    return table
 
 
 #: Data-Juicer's own column names begin so; its exporter moves such columns out or drops them.
