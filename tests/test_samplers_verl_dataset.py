@@ -498,7 +498,7 @@ def test_validation_files_are_served_unchanged(report):
 def test_bad_weights_name_the_row_and_the_field(report, case, row, says):
     error = _result(report, "bad")[case]
     assert error is not None, f"{case}: no error"
-    assert error["trajval"], error  # trajval_ops.validation.TrajvalInputError
+    assert error["trajval"], error  # trajval_ops.errors.TrajvalInputError
     assert row in error["message"] and f"'{FIELD}'" in error["message"] and says in error["message"], error
 
 

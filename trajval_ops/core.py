@@ -1,7 +1,7 @@
 """The TrajVal numeric core: plain numpy functions shared by operators, samplers and tools.
 
 Everything here is pure (no I/O, no Data-Juicer): arrays in, arrays out, so the math exists
-once.  Inputs are validated by the callers (see :mod:`trajval_ops.validation`); the functions
+once.  Inputs are validated by the callers (see :mod:`trajval_ops.input_checks`); the functions
 here still refuse values that would make the formulas meaningless.
 
 Paper, section 4.2:

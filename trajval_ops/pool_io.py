@@ -16,7 +16,7 @@ Arrow null for a row that lacks the key. ``datasets`` decodes such columns to th
 Python values, and :func:`write_table` writes their text back verbatim and omits absent keys,
 so every value comes out as it came in.
 
-Bad input raises :class:`~trajval_ops.validation.TrajvalInputError` naming the file, the line
+Bad input raises :class:`~trajval_ops.errors.TrajvalInputError` naming the file, the line
 (and byte offset for text that is not UTF-8) and the row.
 """
 

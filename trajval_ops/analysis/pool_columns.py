@@ -1,6 +1,6 @@
 """Reading pools and trajectories for the diagnostics, and writing figures atomically.
 
-Bad input raises :class:`trajval_ops.validation.TrajvalInputError` naming the file line or the
+Bad input raises :class:`trajval_ops.errors.TrajvalInputError` naming the file line or the
 row (id or position) and the field.
 """
 
