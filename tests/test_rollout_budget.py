@@ -4,12 +4,19 @@ mapper (late rows skipped exactly where the rule says, deterministic, resumable)
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.conftest import REPO, write_jsonl
 from tests.test_rollout_mapper import _batch, _op
 from trajval_ops import core
+from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
 from trajval_ops.rollout.budget import AdaptiveBudget
 
 LATE = AdaptiveBudget("late", cap=16, round_size=4, tolerance=0.05)
@@ -26,6 +33,30 @@ LATE = AdaptiveBudget("late", cap=16, round_size=4, tolerance=0.05)
 ])
 def test_late_rule_by_hand(r_early, successes, rollouts, decided):
     assert LATE.decided([successes], rollouts, np.array([r_early]))[0] == decided
+
+
+EARLY = AdaptiveBudget("early", cap=16, round_size=4, tolerance=0.05)
+
+
+@pytest.mark.parametrize("successes, rollouts, decided", [
+    (0, 4, False),      # all wrong so far: the late pass may still lift s to 1
+    (4, 4, False),      # all correct so far: r_early >= 4/16, s up to (12/16)^2
+    (15, 15, False),    # r_early >= 15/16, yet w can reach (1/16)^(2 * 0.3) = 0.19, above 0.05 + 0.05
+    (0, 12, False),     # never decided before the cap
+    (0, 16, True),      # the cap
+])
+def test_early_rule_by_hand(successes, rollouts, decided):
+    """Under the paper's w = max(s ** 0.3, 0.05) the early rule stops no row before the cap at a
+    tolerance of 0.05 (docs/rollouts.md): a single success of the late pass lifts w far off the floor."""
+    assert EARLY.decided([successes], rollouts)[0] == decided
+
+
+def test_the_early_rule_stops_no_row_before_the_cap_at_the_default_tolerance():
+    successes = np.array([k for m in range(16) for k in range(m + 1)])
+    rollouts = np.array([m for m in range(16) for _ in range(m + 1)])
+    assert not EARLY.decided(successes, rollouts).any()
+    assert not AdaptiveBudget("early", 16, 4, tolerance=0.9).decided([0], 12)[0]  # w may still reach 1: 0.95 > 0.9
+    assert AdaptiveBudget("early", 16, 4, tolerance=0.2).decided([15], 15)[0]  # looser: 0.19 - 0.05 <= 0.2
 
 
 def test_the_weight_range_is_the_weights_at_the_two_ends_of_the_pass_rate():
@@ -92,6 +123,46 @@ def test_a_resumed_adaptive_pass_writes_the_uninterrupted_bytes(tmp_path):
     resumed = resumed_op.process_batched(_batch(_late_rows()))
     resumed_op.release()
     assert json.dumps(resumed, sort_keys=True, default=str) == json.dumps(uninterrupted, sort_keys=True, default=str)
+
+
+def test_an_adaptive_pass_killed_mid_round_resumes_to_the_uninterrupted_bytes(tmp_path):
+    """Two batches of the pool: the first finishes (its rounds cached), a kill -9 strikes in the
+    second batch's second round; a rerun on the same cache writes the bytes of a run never killed
+    (the adaptive pass caches a batch once its rounds end, so the cut batch is sampled again)."""
+    options = dict(model="tiny-random-llama", engine="transformers", window="late", output_key=None, n=8,
+                   budget="adaptive", round_size=2, max_new_tokens=6, prompts_per_generate=2, seed=3,
+                   verifier="custom", verifier_options={"function": "tests.test_rollout_budget:odd_length"})
+    rows = _late_rows()[2:] + _late_rows()[2:]  # rows 1-2 (early rate 1) are skipped by the rule
+    for i, row in enumerate(rows):
+        row["id"] = f"adaptive-{i}"
+        row["prompt"] = f"{row['prompt']} (copy {i})"
+
+    def run(op, batches):
+        outputs = [op.process_batched(_batch(batch)) for batch in batches]
+        op.release()
+        return {key: [v for out in outputs for v in out[key]] for key in outputs[0]}
+
+    batches = [rows[:4], rows[4:]]
+    uninterrupted = run(TrajvalEndpointRewardMapper(**options, cache_dir=str(tmp_path / "uninterrupted")), batches)
+    assert max(uninterrupted["trajval_r_late_n"]) > 2  # some rows went past the first round
+
+    pool, cache = write_jsonl(tmp_path / "pool.jsonl", rows), tmp_path / "killed"
+    # generate calls of a batch: per round, its rows still active (n > 2 k) two at a time
+    calls = [[-(-sum(1 for n in got if n > 2 * k) // 2) for k in range(4)]
+             for got in (uninterrupted["trajval_r_late_n"][:4], uninterrupted["trajval_r_late_n"][4:])]
+    assert calls[1][1] > 0  # the second batch has a second round to cut
+    kill_at = f"round_call:{sum(calls[0]) + calls[1][0] + 1}"  # the second batch, its second round's first call
+    worker = subprocess.run([sys.executable, str(Path(__file__).with_name("resume_worker.py")), str(pool), str(cache),
+                             json.dumps(options), kill_at, "4"], cwd=REPO, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})  # the verifier lives in tests/
+    assert worker.returncode == -signal.SIGKILL, worker.stderr[-2000:]
+    records = [line for log in cache.rglob("results-*.jsonl") for line in log.read_text().splitlines()]
+    assert len(records) == 4  # the first batch cached, nothing of the cut one
+
+    resumed_op = TrajvalEndpointRewardMapper(**options, cache_dir=str(cache))
+    resumed = run(resumed_op, batches)
+    assert json.dumps(resumed, sort_keys=True, default=str) == json.dumps(uninterrupted, sort_keys=True, default=str)
+    assert resumed_op._stats["completions"] == sum(uninterrupted["trajval_r_late_n"][4:])  # only the cut batch again
 
 
 def test_adaptive_budget_needs_a_window_and_sampling(tmp_path):

@@ -416,3 +416,23 @@ def test_a_reused_pass_refuses_values_out_of_range_and_a_missing_or_mixed_n(tmp_
 def test_a_reused_pass_needs_its_n(tmp_path):
     with pytest.raises(ValueError, match="needs the rollouts behind its pass rates"):
         _op(tmp_path, window="early", output_key=None, reuse_key="base_pass_rate")
+
+
+def test_a_fixed_n_pass_writes_what_the_mapper_wrote_before_the_pass_moved(tmp_path):
+    """Pinned against the endpoint mapper at commit 5c2f345 (before issue 24 moved the pass into
+    rollout/pass_rates.py): the same pass rates, counts, statuses, provenance (less the later
+    ``cost`` and this machine's paths) and completions, repeated row included."""
+    pinned = json.loads((REPO / "tests" / "data" / "fixed_pass_before_the_move.json").read_text())
+    pool = (REPO / "trajval_ops" / "data" / "demo_arith_pool.jsonl").read_text().splitlines()[:10]
+    rows = [json.loads(line) for line in pool]
+    rows[7] = rows[2]
+    op = _op(tmp_path, model="tiny-arith", output_key="acc", n=6, max_new_tokens=8, prompts_per_generate=4, seed=7,
+             keep_completions=True, verifier_options={"fallback_last_number": True})
+    out = op.process_batched(_batch(rows))
+    op.release()
+    assert (out["acc"], out["acc_n"], out["acc_status"]) == (pinned["acc"], pinned["acc_n"], pinned["acc_status"])
+    kept = [{k: v for k, v in p.items() if k not in ("cost", "model_path", "completions")} for p in out["acc_provenance"]]
+    assert kept == pinned["provenance_without_cost_and_paths"]
+    completions = {record["row"]: record["completions"] for log in (tmp_path / "rollouts").rglob("results-*.jsonl")
+                   for record in map(json.loads, log.read_text().splitlines())}
+    assert completions == pinned["completions_by_prompt_hash"]
