@@ -2,6 +2,7 @@
 on plain processes (no vLLM needed)."""
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -48,11 +49,10 @@ def test_end_group_stops_every_process_of_the_group():
 
 def test_end_group_kills_what_ignores_sigterm():
     leader = _leader("ignore-term")
-    start = time.monotonic()
     end_group(leader.pid, term_grace_s=0.5)
     leader.wait(5)
     assert group_members(leader.pid) == []
-    assert time.monotonic() - start < 5
+    assert leader.returncode == -signal.SIGKILL  # SIGTERM ignored: the grace ran out, then SIGKILL
 
 
 def test_end_group_can_spare_the_caller():
@@ -136,7 +136,6 @@ def test_the_guardian_ends_every_descendant_of_a_killed_process(tmp_path):
 
 def test_without_the_guardian_a_forked_family_outlives_its_parent():
     """The control: the test above can fail (plain forks survive a SIGKILLed parent)."""
-    import signal as signals
     import uuid
 
     from trajval_ops.lifetime import process_info
@@ -151,13 +150,12 @@ def test_without_the_guardian_a_forked_family_outlives_its_parent():
     finally:
         for pid in (child, grandchild):
             try:
-                os.kill(pid, signals.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 
 
 def test_die_with_parent_takes_the_child_down_with_its_parent():
-    import signal as signals
     import uuid
 
     from trajval_ops.lifetime import process_info
@@ -173,7 +171,7 @@ def test_die_with_parent_takes_the_child_down_with_its_parent():
         assert process_info(grandchild) is not None  # its own child (no request) is an orphan
     finally:
         try:
-            os.kill(grandchild, signals.SIGKILL)
+            os.kill(grandchild, signal.SIGKILL)
         except ProcessLookupError:
             pass
 

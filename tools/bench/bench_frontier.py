@@ -7,7 +7,12 @@ with its cost in main-run epochs (the pool x the run's ``grpo.num_generations`` 
 - TrajVal (probe + early + late passes at the run's ``probe.n``), the run's own pipeline;
 - the one-pass priors (variance, band-pass) from early passes of the base model at
   ``--ns`` rollouts per task (4, 8, 16), sampled here (seeded, ``--seeds`` repeats; the mean and
-  range of the Spearman are printed), and from the run's own early pass.
+  range of the Spearman are printed), and from the run's own early pass;
+- the sampled prior (``trajval_ops.sampled_prior``) at ``--fractions`` of the pool: TrajVal's
+  score measured on a seeded sample stratified by family (the run's own passes, charged per
+  measured row, the probe in full), every other row predicted from its family alone
+  (``sampled-group``) or from its family and a short early pass at the smallest of ``--ns``
+  (``sampled-short``, that pass charged for every row); one sample per seed.
 
 Writes ``frontier.json`` and ``frontier.png`` into ``--out``.
 
@@ -53,7 +58,38 @@ def early_pass(rows, n: int, seed: int, model: str, verifier: tuple) -> tuple[np
     return np.array([pass_rate(r) for r in results]), sum(r["cost"]["completions"] for r in results)
 
 
-def one_run(run: Path, ns: list[int], seeds: int) -> dict:
+def sampled_points(point, rows, column, score, families, fractions, short_passes) -> list[dict]:
+    """TrajVal measured on a stratified sample, the rest predicted (see the module docstring)."""
+    from trajval_ops import fields
+    from trajval_ops.cost import recorded_cost
+    from trajval_ops.sampled_prior import predict_scores, stratified_sample
+
+    probe = recorded_cost(column, [fields.R_EARLY], [fields.R_LATE])["stages"].get("probe", {}).get("completions", 0)
+    per_row = np.zeros(len(rows))
+    for key in (fields.R_EARLY, fields.R_LATE):
+        per_row += [((p or {}).get("cost") or {}).get("completions", 0) for p in column(f"{key}_provenance")]
+    ids = [row["id"] for row in rows]
+    points = []
+    for fraction in fractions:
+        for kind in ("sampled-group", "sampled-short"):
+            repeats = []
+            for seed, (short, short_spent) in enumerate(short_passes):
+                measured = stratified_sample(ids, fraction, seed, families)
+                features = short[:, None] if kind == "sampled-short" else None
+                predicted = predict_scores(score, measured, features, families, seed=seed)
+                spent = probe + int(per_row[measured].sum()) + (short_spent if kind == "sampled-short" else 0)
+                repeats.append(point(f"{kind} f={fraction:.2f}", predicted.score, spent))
+            task = [p["spearman_task"] for p in repeats]
+            family = [p["spearman_family"] for p in repeats]
+            points.append({**repeats[0], "completions": int(np.mean([p["completions"] for p in repeats])),
+                           "cost_epochs": float(np.mean([p["cost_epochs"] for p in repeats])),
+                           "spearman_task": float(np.mean(task)), "spearman_family": float(np.mean(family)),
+                           "spearman_task_range": [min(task), max(task)],
+                           "spearman_family_range": [min(family), max(family)]})
+    return points
+
+
+def one_run(run: Path, ns: list[int], seeds: int, fractions: list[float]) -> dict:
     from scipy.stats import spearmanr
 
     from trajval_ops import core, fields
@@ -87,8 +123,10 @@ def one_run(run: Path, ns: list[int], seeds: int) -> dict:
               point(f"variance n={protocol['config']['probe']['n']} (the run's early pass)",
                     core.variance_score(r_early), early_cost)]
     verifier = regime_verifier(config) if config else ("math", {"fallback_last_number": True})
+    passes_at = {}
     for n in ns:
-        passes = [early_pass(rows, n, 1000 + seed, protocol["config"]["model"], verifier) for seed in range(seeds)]
+        passes = passes_at[n] = [early_pass(rows, n, 1000 + seed, protocol["config"]["model"], verifier)
+                                 for seed in range(seeds)]
         for kind, score_of in (("variance", core.variance_score), ("bandpass", core.bandpass_score)):
             repeats = [point(f"{kind} n={n}", score_of(rates), spent) for rates, spent in passes]
             task = [p["spearman_task"] for p in repeats]
@@ -96,6 +134,8 @@ def one_run(run: Path, ns: list[int], seeds: int) -> dict:
             points.append({**repeats[0], "spearman_task": float(np.mean(task)), "spearman_family": float(np.mean(family)),
                            "spearman_task_range": [min(task), max(task)],
                            "spearman_family_range": [min(family), max(family)]})
+    score = np.array(column(fields.SCORE), dtype=np.float64)
+    points += sampled_points(point, rows, column, score, families, fractions, passes_at[min(ns)])
     return {"run": str(run), "split_seed": protocol["config"]["tasks"]["seed"], "pool_rows": len(rows),
             "main_epoch_completions": epoch, "points": points}
 
@@ -107,7 +147,7 @@ def plot(results: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"trajval": "C0", "variance": "C1", "bandpass": "C2"}
+    colors = {"trajval": "C0", "variance": "C1", "bandpass": "C2", "sampled-group": "C3", "sampled-short": "C4"}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, key, title in ((axes[0], "spearman_task", "per task"), (axes[1], "spearman_family", "per family")):
         for result, marker in zip(results, "os^D"):
@@ -131,20 +171,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", nargs="+", required=True, help="finished trajval validate output folders")
     parser.add_argument("--ns", type=int, nargs="+", default=[4, 8, 16])
-    parser.add_argument("--seeds", type=int, default=3, help="repeats of each sampled early pass")
+    parser.add_argument("--seeds", type=int, default=3, help="repeats of each sampled early pass and sample")
+    parser.add_argument("--fractions", type=float, nargs="+", default=[0.05, 0.1, 0.25, 0.5, 1.0],
+                        help="shares of the pool the sampled prior measures")
     parser.add_argument("--out", default="outputs/bench/frontier")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = [one_run(Path(run), args.ns, args.seeds) for run in args.runs]
+    results = [one_run(Path(run), args.ns, args.seeds, args.fractions) for run in args.runs]
     (out / "frontier.json").write_text(json.dumps(results, indent=1))
     plot(results, out / "frontier.png")
     for result in results:
         print(f"split {result['split_seed']} ({result['pool_rows']} tasks; a main-run epoch = "
               f"{result['main_epoch_completions']:,} completions)")
-        print(f"  {'prior':42} {'epochs':>7} {'per task':>9} {'per family':>11}")
+        print(f"  {'prior':42} {'epochs':>7} {'per task':>9} {'(range)':>15} {'per family':>11} {'(range)':>15}")
         for p in result["points"]:
-            print(f"  {p['prior']:42} {p['cost_epochs']:7.2f} {p['spearman_task']:9.3f} {p['spearman_family']:11.3f}")
+            spread = lambda key: "[{:.3f}, {:.3f}]".format(*p[key]) if key in p else ""  # noqa: E731
+            print(f"  {p['prior']:42} {p['cost_epochs']:7.2f} {p['spearman_task']:9.3f} "
+                  f"{spread('spearman_task_range'):>15} {p['spearman_family']:11.3f} {spread('spearman_family_range'):>15}")
     return 0
 
 

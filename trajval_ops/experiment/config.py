@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from trajval_ops.probe.config import ProbeConfig
+from trajval_ops.rollout.budget import DEFAULT_TOLERANCE
 from trajval_ops.settings import settings_subset
 
 #: arm -> (static prior, online scheduler); a prior of None samples uniformly.
@@ -110,7 +111,7 @@ class ProbeSettings:
     #: also a late pass with the adaptive budget (for the trajval_adaptive arm)
     adaptive_late: bool = False
     round_size: int = 4                    #: the adaptive late pass's rollouts per round
-    weight_tolerance: float = 0.05         #: the adaptive late pass's weight tolerance
+    weight_tolerance: float = DEFAULT_TOLERANCE  #: the adaptive late pass's weight tolerance
 
 
 @dataclass(frozen=True)

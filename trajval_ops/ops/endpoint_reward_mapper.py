@@ -13,6 +13,7 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import __version__, fields, settings
+from trajval_ops.rollout.budget import DEFAULT_TOLERANCE
 from trajval_ops.rollout.engines import DecodingConfig
 from trajval_ops.rollout.pass_rates import (
     NO_COST, STATUS_BAD_TRUTH, STATUS_OK, STATUS_TRUNCATED, PromptSettings, pass_rate,
@@ -137,7 +138,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         reuse_n_key: Optional[str] = None,
         budget: Literal["fixed", "adaptive"] = "fixed",
         round_size: Optional[PositiveInt] = None,
-        weight_tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.05,
+        weight_tolerance: Annotated[float, Field(ge=0, lt=1)] = DEFAULT_TOLERANCE,
         early_key: str = fields.R_EARLY,
         *args,
         **kwargs,

@@ -29,6 +29,8 @@ from trajval_ops import core
 STATUS_STOPPED = "stopped_weight_bounded"
 STATUS_SKIPPED = "skipped_early_saturated"
 BUDGETS = ("fixed", "adaptive")
+#: the weight change a stopped row may leave unseen, unless a recipe says otherwise
+DEFAULT_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class AdaptiveBudget:
     window: str
     cap: int
     round_size: int
-    tolerance: float = 0.05
+    tolerance: float = DEFAULT_TOLERANCE
     alpha: float = core.DEFAULT_ALPHA
     eps: float = core.DEFAULT_EPS
 
