@@ -141,16 +141,20 @@ def one_run(run: Path, ns: list[int], seeds: int, fractions: list[float]) -> dic
 
 
 def plot(results: list[dict], path: Path) -> None:
-    """Colour = prior, marker = split; the sampled one-pass priors joined across n."""
+    """Colour = prior, marker = split (TrajVal's full prior in black: a star, a cross); each
+    prior's points joined across n or sample fraction."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"trajval": "C0", "variance": "C1", "bandpass": "C2", "sampled-group": "C3", "sampled-short": "C4"}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    colors = {"variance": "C1", "bandpass": "C2", "sampled-group": "C3", "sampled-short": "C4"}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, key, title in ((axes[0], "spearman_task", "per task"), (axes[1], "spearman_family", "per family")):
-        for result, marker in zip(results, "os^D"):
+        for result, marker, full_marker in zip(results, "os^D", "*XPd"):
+            full = next(p for p in result["points"] if p["prior"] == "trajval")  # drawn over sampled f = 1
+            ax.plot([full["cost_epochs"]], [full[key]], marker=full_marker, color="black", markersize=11, zorder=5,
+                    linestyle="none", label=f"trajval (full), split {result['split_seed']}")
             for kind, color in colors.items():
                 sampled = [p for p in result["points"] if p["prior"].startswith(kind) and "(" not in p["prior"]]
                 sampled.sort(key=lambda p: p["cost_epochs"])
@@ -161,7 +165,7 @@ def plot(results: list[dict], path: Path) -> None:
         ax.set_title(f"Spearman against oracle A's gain, {title}")
         ax.axhline(0, color="grey", linewidth=0.6)
     axes[0].set_ylabel("Spearman")
-    axes[1].legend(fontsize=7, loc="lower right")
+    axes[1].legend(fontsize=6.5, loc="lower right", ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -175,9 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.05, 0.1, 0.25, 0.5, 1.0],
                         help="shares of the pool the sampled prior measures")
     parser.add_argument("--out", default="outputs/bench/frontier")
+    parser.add_argument("--replot", action="store_true", help="redraw frontier.png from --out's frontier.json")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.replot:
+        plot(json.loads((out / "frontier.json").read_text()), out / "frontier.png")
+        return 0
     results = [one_run(Path(run), args.ns, args.seeds, args.fractions) for run in args.runs]
     (out / "frontier.json").write_text(json.dumps(results, indent=1))
     plot(results, out / "frontier.png")

@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     unknown = [ref for ref in args.refs if ref not in KNOWN_MODELS]
     if unknown:
         parser.error(f"unknown model reference(s) {unknown}; known: {', '.join(KNOWN_MODELS)}")
+    # the models are built from installed files only: keep transformers off the hub (this command's
+    # own process; a user's HF_HUB_OFFLINE=0 is kept)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     for ref in args.refs or KNOWN_MODELS:
         print(f"{ref}\t{resolve_model(ref)}")
