@@ -89,6 +89,27 @@ def test_the_protocols_grpo_settings_are_probe_settings_with_the_regimes_default
         GrpoSettings(num_generations=1)
 
 
+def test_the_protocols_probe_run_settings_are_probe_settings(tmp_path):
+    """The probe unit's epochs and window_k are ProbeConfig's declarations (bounds, help), and a
+    window longer than the run is an error before anything trains, as the operator makes it."""
+    import yaml
+
+    from trajval_ops.experiment.config import ProbeSettings
+
+    probe_fields = {f.name: f for f in dataclasses.fields(ProbeConfig)}
+    for name in ("epochs", "window_k"):
+        field = next(f for f in dataclasses.fields(ProbeSettings) if f.name == name)
+        assert field.metadata == probe_fields[name].metadata, name
+    raw = yaml.safe_load((REPO / "recipes" / "validation" / "smoke.yaml").read_text())
+    for values, message in (({"epochs": 0}, r"probe: epochs must be in \[1, inf\), got 0"),
+                            ({"epochs": 2, "window_k": 3}, r"probe.window_k \(3\) must not exceed probe.epochs")):
+        raw["probe"].update(values)
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        with pytest.raises(ConfigError, match=message):
+            load_config(path)
+
+
 def test_a_bad_grpo_setting_in_a_validation_config_names_section_and_setting(tmp_path):
     import yaml
 

@@ -205,3 +205,26 @@ def test_lora_probe_writes_merged_model_folders(tmp_path):
     base = AutoModelForCausalLM.from_pretrained(manifest["base_model"])
     assert type(merged) is type(base)
     assert max((a - b).abs().max().item() for a, b in zip(merged.parameters(), base.parameters())) > 0
+
+
+def test_probe_trains_with_gradient_checkpointing_on_cpu(tmp_path):
+    """The GPU recipes' probe turns gradient checkpointing on (``device: auto`` on a GPU); the
+    same path runs on CPU when asked: checkpointing is on while the model trains, and it learns."""
+    from transformers import AutoModelForCausalLM, TrainerCallback
+
+    class Checkpointing(TrainerCallback):
+        def __init__(self):
+            self.seen = []
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            self.seen.append(bool(model.is_gradient_checkpointing) and model.training)
+
+    rows = pool(2)
+    out = tmp_path / "probe"
+    probe = Checkpointing()
+    config = tiny_config(epochs=1, gradient_checkpointing=True, learning_rate=5e-2)
+    manifest = run_probe(rows, [r["id"] for r in rows], config, out, show_progress=False, extra_callbacks=[probe])
+    assert probe.seen and all(probe.seen)
+    late = AutoModelForCausalLM.from_pretrained(resolve_checkpoint(out, "late[0]")["path"])
+    base = AutoModelForCausalLM.from_pretrained(manifest["base_model"])
+    assert max((a - b).abs().max().item() for a, b in zip(late.parameters(), base.parameters())) > 0

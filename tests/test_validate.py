@@ -1,6 +1,7 @@
 """tools/validate.py: config errors before training, statistics, and the smoke protocol end to end."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -82,6 +83,43 @@ def test_bootstrap_interval_covers_the_mean_and_shrinks_with_seeds():
     assert hi_many - lo_many < hi_few - lo_few
 
 
+def test_bootstrap_counts_resamples_that_never_reach_the_target():
+    """A statistic undefined on some resamples (a target never reached) is counted as what the
+    caller says, never left out: an arm whose seeds mostly miss the target gets an open interval."""
+    import math
+
+    reached = np.array([[1.0], [0.0], [0.0], [0.0], [0.0]])  # one seed of five reaches it
+
+    def steps(c):
+        return 40.0 if c.mean() >= 0.5 else None  # reached only when the resample is mostly that seed
+
+    lo, hi = bootstrap_ci([reached], steps, undefined=math.inf)
+    assert lo == 40.0 and hi == math.inf
+    assert bootstrap_ci([reached], steps) == [pytest.approx(float("nan"), nan_ok=True)] * 2  # undefined: NaN
+    assert bootstrap_ci([reached * 0], steps, undefined=-math.inf) == [-math.inf, -math.inf]
+    finite = np.arange(10.0).reshape(10, 1)
+    assert bootstrap_ci([finite], lambda c: float(c.mean()), undefined=math.inf) == bootstrap_ci(
+        [finite], lambda c: float(c.mean()))  # all defined: the usual percentile interval
+
+
+def test_headroom_names_the_best_ceiling_and_says_whether_it_lies_above_uniform():
+    from trajval_ops.experiment.results import headroom
+
+    def row(arm, diff, ci, sampling="standard"):
+        return {"arm": arm, "sampling": sampling, "auc_minus_uniform": diff, "auc_minus_uniform_ci95": ci}
+
+    train = {"uniform": row("uniform", 0.0, [0.0, 0.0]), "trajval": row("trajval", 0.02, [0.01, 0.03]),
+             "oracle": row("oracle", -0.004, [-0.01, 0.002]), "oracle_subset": row("oracle_subset", 0.001, [-0.003, 0.005]),
+             "oracle_subset+dynamic": row("oracle_subset", 0.05, [0.04, 0.06], "dynamic")}
+    result = headroom(train)
+    assert result["arm"] == "oracle_subset" and result["auc_minus_uniform_ci95"] == [-0.003, 0.005]
+    assert result["verdict"].startswith("no learnability prior beats uniform")
+    train["oracle"] = row("oracle", 0.01, [0.002, 0.02])
+    above = headroom(train)
+    assert above["arm"] == "oracle" and above["verdict"].startswith("a learnability prior can beat uniform")
+    assert headroom({"uniform": train["uniform"], "trajval": train["trajval"]}) is None  # no ceiling arm
+
+
 def test_baseline_priors():
     r = np.array([0.0, 0.25, 0.5, 1.0])
     assert core.variance_score(r).tolist() == [0.0, 0.1875, 0.25, 0.0]
@@ -95,7 +133,9 @@ def test_baseline_priors():
 @pytest.mark.slow
 def test_smoke_protocol_end_to_end_and_resume(tmp_path):
     out = tmp_path / "smoke"
-    command = [sys.executable, str(REPO / "tools" / "validate.py"), "--config", str(SMOKE), "--out", str(out)]
+    # --out relative to the working folder: the training units run elsewhere and must get it whole
+    command = [sys.executable, str(REPO / "tools" / "validate.py"), "--config", str(SMOKE),
+               "--out", os.path.relpath(out, REPO)]
     first = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=1200)
     assert first.returncode == 0, first.stderr[-4000:]
     results = json.loads((out / "results.json").read_text())
@@ -190,14 +230,36 @@ def test_ceiling_priors_from_a_hand_made_oracle():
     oracle = {"ids": ["t3", "t2", "t1", "t0"],  # its own order: joined on id
               "score": np.array([0.5, 0.0, 0.1, 0.3]),
               "profile": np.array(["stable", "mastered", "unlearned", "sluggish"], dtype=object)}
-    weights = prior_weights(rows, {"oracle", "oracle_subset", "oracle_group", "trajval_group", "variance"},
-                            oracle, group_key="extra_info.family")
+    weights = prior_weights(rows, {"oracle", "oracle_subset", "oracle_group", "oracle_subset_group", "trajval_group",
+                                   "variance"}, oracle, group_key="extra_info.family")
     oracle_score = np.array([0.3, 0.1, 0.0, 0.5])  # t0..t3
     assert weights["oracle"].tolist() == core.sampling_weight(oracle_score).tolist()
     assert weights["oracle_subset"].tolist() == [1.0, 0.0, 0.0, 1.0]  # sluggish, unlearned, mastered, stable
     assert weights["oracle_group"].tolist() == core.sampling_weight([0.2, 0.2, 0.25, 0.25]).tolist()
+    assert weights["oracle_subset_group"].tolist() == [0.5, 0.5, 0.5, 0.5]  # one learnable task of two per family
+    rows[2]["extra_info"]["family"] = "a"  # a: t0 (learnable), t1, t2; b: t3 (learnable)
+    share = prior_weights(rows, {"oracle_subset_group"}, oracle, group_key="extra_info.family")["oracle_subset_group"]
+    assert share.tolist() == pytest.approx([1 / 3, 1 / 3, 1 / 3, 1.0])
     assert weights["trajval_group"].tolist() == core.sampling_weight([0.1, 0.1, 0.3, 0.3]).tolist()
     assert weights["variance"].tolist() == [1.0, 0.05, 0.05, 0.75]
+
+
+def test_breadth_keeping_mappings_of_trajvals_score_by_hand():
+    from trajval_ops.experiment.priors import BREADTH_FLOOR, UNIFORM_SHARE, prior_weights
+
+    score = [0.0, 0.001, 0.2, 0.5]
+    weight = core.sampling_weight(score)  # [0.05, 0.126, 0.617, 0.812]
+    rows = [{"id": f"t{i}", "trajval_r_early": 0.5, "trajval_score": s, "trajval_weight": w}
+            for i, (s, w) in enumerate(zip(score, weight))]
+    weights = prior_weights(rows, {"trajval_floor", "trajval_mix"})
+    assert BREADTH_FLOOR == 0.2 and UNIFORM_SHARE == 0.5
+    assert weights["trajval_floor"].tolist() == pytest.approx([0.2, 0.2, 0.2 ** 0.3, 0.5 ** 0.3])
+    p = weight / weight.sum()
+    assert weights["trajval_mix"].tolist() == pytest.approx((4 * (0.5 * p + 0.5 / 4)).tolist())
+    assert core.uniform_mixture([1.0, 3.0], 1.0).tolist() == [1.0, 1.0]  # all uniform
+    assert core.uniform_mixture([1.0, 3.0], 0.0).tolist() == [0.5, 1.5]  # the prior itself (mean 1)
+    with pytest.raises(ValueError, match="uniform_share must be in"):
+        core.uniform_mixture([1.0], 1.5)
 
 
 def test_group_arms_need_a_group_key_and_every_row_its_group(tmp_path):

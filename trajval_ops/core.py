@@ -113,6 +113,16 @@ def normalize(weight) -> np.ndarray:
     return w / total
 
 
+def uniform_mixture(weight, uniform_share: float) -> np.ndarray:
+    """Weights that sample by the mixture ``p = (1 - u) * w / sum(w) + u / N``: a share ``u`` of
+    the draws uniform, the rest by the prior (a prior that keeps breadth). Returned as ``N * p``
+    (mean 1), so they go wherever a weight column goes."""
+    if isinstance(uniform_share, bool) or not 0 <= uniform_share <= 1:
+        raise ValueError(f"uniform_share must be in [0, 1], got {uniform_share!r}")
+    p = normalize(weight)
+    return p.size * ((1.0 - uniform_share) * p + uniform_share / p.size)
+
+
 def compose_online(weight, online_weight) -> np.ndarray:
     """``w_final = w_trajval * w_online``: the static prior times an online scheduler's weight."""
     w = _as_float_array(weight, "weight")

@@ -44,9 +44,9 @@ def bench_one(model_ref: str, steps: int, prompts: int, n: int, max_tokens: int,
     from trajval_ops.probe.trainer import run_probe
     from trajval_ops.rollout.prompts import build_messages, render_prompt
 
-    with open(DEMO_POOL) as handle:
-        pool = [json.loads(line) for line in handle if line.strip()]
-    rows = pool[: prompts * steps]
+    from trajval_ops.pool_io import read_rows
+
+    rows = list(read_rows(DEMO_POOL))[: prompts * steps]
     # the real thing first (so peak RSS is the probe's own): run_probe for `steps` steps, one epoch
     config = ProbeConfig(model=model_ref, epochs=1, prompts_per_batch=prompts, num_generations=n,
                          micro_batch_size=micro, max_completion_length=max_tokens,

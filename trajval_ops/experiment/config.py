@@ -33,15 +33,19 @@ ARMS: dict[str, tuple[str | None, str | None]] = {
     "oracle": ("oracle", None),
     "oracle_subset": ("oracle_subset", None),
     "oracle_group": ("oracle_group", None),
+    "oracle_subset_group": ("oracle_subset_group", None),
     "trajval_group": ("trajval_group", None),
     # noise-aware TrajVal scores from the same passes (core.noise_aware_score)
     "trajval_posterior": ("trajval_posterior", None),
     "trajval_pooled": ("trajval_pooled", None),
     # TrajVal with the adaptive budget's late pass (probe.adaptive_late)
     "trajval_adaptive": ("trajval_adaptive", None),
+    # TrajVal's score mapped to keep breadth (a higher floor; a mixture with uniform)
+    "trajval_floor": ("trajval_floor", None),
+    "trajval_mix": ("trajval_mix", None),
 }
 #: arms whose prior averages the score per group (they need the config's group_key)
-GROUP_ARMS = frozenset({"oracle_group", "trajval_group", "trajval_pooled"})
+GROUP_ARMS = frozenset({"oracle_group", "oracle_subset_group", "trajval_group", "trajval_pooled"})
 #: the arm every other arm's S2B is measured against
 BASELINE_ARM = "uniform"
 #: the batch-generation modes of the training runs (TrainingSettings.sampling)
@@ -99,13 +103,18 @@ class OracleSettings:
     window: int = 1                #: evaluations averaged at each end (r_early / r_late)
 
 
+#: The probe's own settings in the protocol: declared by ProbeConfig, with the regime's defaults.
+_ProbeRunSettings = settings_subset("_ProbeRunSettings", ProbeConfig, {"epochs": 4, "window_k": 1},
+                                   module=__name__, doc="The probe's GRPO run settings (declared by ProbeConfig).")
+
+
 @dataclass(frozen=True)
-class ProbeSettings:
-    probe_fraction: float = 0.03
-    epochs: int = 4
+class ProbeSettings(_ProbeRunSettings):
+    """The probe unit: its run settings (declared by ProbeConfig), its probe set and its endpoint passes."""
+
+    probe_fraction: float = 0.03   #: share of the pool in P, in (0, 1) (the operator's probe_fraction)
     n: int = 16                    #: endpoint rollouts per task
     engine: str = "transformers"
-    window_k: int = 1
     #: probe epochs (besides the last) that get an endpoint pass, for probe-epoch stability
     stability_epochs: tuple[int, ...] = ()
     #: also a late pass with the adaptive budget (for the trajval_adaptive arm)
@@ -235,7 +244,7 @@ def check_config(config: ValidationConfig) -> None:
         "training.steps": config.training.steps, "oracle.steps": config.oracle.steps,
         "evaluation.every_steps": config.evaluation.every_steps, "evaluation.n": config.evaluation.n,
         "oracle.every_steps": config.oracle.every_steps, "oracle.n": config.oracle.n, "probe.n": config.probe.n,
-        "probe.epochs": config.probe.epochs, "workers": config.workers, "threads_per_worker": config.threads_per_worker,
+        "workers": config.workers, "threads_per_worker": config.threads_per_worker,
         "training.max_generation_rounds": config.training.max_generation_rounds,
     }
     for name, value in positive.items():
@@ -246,6 +255,9 @@ def check_config(config: ValidationConfig) -> None:
         raise ConfigError(f"{where}: probe.stability_epochs {bad} outside 1..{config.probe.epochs - 1}")
     if not 0 < config.probe.probe_fraction < 1:
         raise ConfigError(f"{where}: probe.probe_fraction must be in (0, 1)")
+    if config.probe.window_k > config.probe.epochs:
+        raise ConfigError(f"{where}: probe.window_k ({config.probe.window_k}) must not exceed probe.epochs "
+                          f"({config.probe.epochs})")
     if config.tasks is not None:
         t = config.tasks
         if t.heldout_size < config.evaluation.min_heldout:

@@ -4,6 +4,9 @@ pool (``priors/train_pool.jsonl``).
 - ``trajval``: the weight the learnability mapper wrote in the probe unit's pipeline;
 - ``variance`` / ``bandpass``: the one-pass priors from that pipeline's early pass
   (:func:`trajval_ops.core.one_pass_weight`, the learnability mapper's own formula);
+- ``trajval_floor`` / ``trajval_mix``: TrajVal's score mapped to keep more breadth: the floor
+  raised to :data:`BREADTH_FLOOR`, or half of the draws uniform (:data:`UNIFORM_SHARE`,
+  :func:`trajval_ops.core.uniform_mixture`);
 - ``trajval_posterior`` / ``trajval_pooled``: TrajVal's score under the beta-binomial
   posterior of each end's pass rate (:func:`trajval_ops.core.noise_aware_score`), the prior
   fitted on the pool or on each task's group;
@@ -11,7 +14,8 @@ pool (``priors/train_pool.jsonl``).
   full-pool run, through TrajVal's weight mapping), ``oracle_subset`` (a hard cut to oracle A's
   learnable profiles: weight 1, the rest 0), and with the config's ``group_key`` the
   group-mean variants ``oracle_group`` and ``trajval_group`` (each row given its group's mean
-  score, then TrajVal's weight mapping).
+  score, then TrajVal's weight mapping) and ``oracle_subset_group`` (the hard cut averaged per
+  group: each row weighted by the share of its group's tasks that are learnable).
 
 The ceilings use knowledge no prior can have (a full GRPO run on the pool): they say how much a
 static prior could help in the regime at all.
@@ -30,19 +34,27 @@ PRIOR_COLUMNS = {
     "trajval": fields.WEIGHT, "variance": "trajval_variance_weight", "bandpass": "trajval_bandpass_weight",
     "oracle": "trajval_oracle_weight", "oracle_subset": "trajval_oracle_subset_weight",
     "oracle_group": "trajval_oracle_group_weight", "trajval_group": "trajval_group_weight",
+    "oracle_subset_group": "trajval_oracle_subset_group_weight",
     "trajval_posterior": "trajval_posterior_weight", "trajval_pooled": "trajval_pooled_weight",
     "trajval_adaptive": "trajval_adaptive_weight",
+    "trajval_floor": "trajval_floor_weight", "trajval_mix": "trajval_mix_weight",
 }
+#: the breadth-keeping mappings of TrajVal's score (fixed before any run that compares them):
+#: the floor of ``trajval_floor`` (the paper's eps is 0.05; at alpha 0.3, s below 0.005 maps under 0.2) ...
+BREADTH_FLOOR = 0.2
+#: ... and the share of uniform draws in ``trajval_mix``
+UNIFORM_SHARE = 0.5
 #: the late pass rate of the adaptive budget's pass (probe.adaptive_late)
 ADAPTIVE_LATE = "trajval_r_late_adaptive"
 #: priors that read oracle A's trajectories (its unit must finish before the pool is written)
-ORACLE_PRIORS = frozenset({"oracle", "oracle_subset", "oracle_group"})
+ORACLE_PRIORS = frozenset({"oracle", "oracle_subset", "oracle_group", "oracle_subset_group"})
 #: priors that need the config's group_key
-GROUP_PRIORS = frozenset({"oracle_group", "trajval_group", "trajval_pooled"})
+GROUP_PRIORS = frozenset({"oracle_group", "oracle_subset_group", "trajval_group", "trajval_pooled"})
 #: priors that are TrajVal's score from the same probe and passes (they cost what TrajVal costs)
-TRAJVAL_PRIORS = frozenset({"trajval", "trajval_group", "trajval_posterior", "trajval_pooled"})
+TRAJVAL_PRIORS = frozenset({"trajval", "trajval_group", "trajval_posterior", "trajval_pooled", "trajval_floor",
+                            "trajval_mix"})
 #: the ceiling priors, whose best arm is the regime's headroom
-CEILING_PRIORS = frozenset({"oracle", "oracle_subset", "oracle_group"})
+CEILING_PRIORS = ORACLE_PRIORS
 
 
 def group_mean(values: np.ndarray, groups: list) -> np.ndarray:
@@ -92,19 +104,27 @@ def prior_weights(rows: list[dict], priors: set[str], oracle: dict | None = None
     if "trajval_adaptive" in priors:
         late = np.array([row[ADAPTIVE_LATE] for row in rows], dtype=np.float64)
         out["trajval_adaptive"] = core.sampling_weight(core.learnability_score(r_early, late))
-    if "trajval_group" in priors:
+    if priors & {"trajval_group", "trajval_floor"}:
         score = np.array([row[fields.SCORE] for row in rows], dtype=np.float64)
+    if "trajval_group" in priors:
         out["trajval_group"] = core.sampling_weight(group_mean(score, groups))
+    if "trajval_floor" in priors:
+        out["trajval_floor"] = core.sampling_weight(score, eps=BREADTH_FLOOR)
+    if "trajval_mix" in priors:
+        trajval_weight = np.array([row[fields.WEIGHT] for row in rows], dtype=np.float64)
+        out["trajval_mix"] = core.uniform_mixture(trajval_weight, UNIFORM_SHARE)
     if priors & ORACLE_PRIORS:
         at = {task: i for i, task in enumerate(oracle["ids"])}
         index = np.array([at[row["id"]] for row in rows])
-        score, profile = oracle["score"][index], oracle["profile"][index]
+        oracle_score, profile = oracle["score"][index], oracle["profile"][index]
         if "oracle" in priors:
-            out["oracle"] = core.sampling_weight(score)
+            out["oracle"] = core.sampling_weight(oracle_score)
         if "oracle_subset" in priors:
             out["oracle_subset"] = core.is_learnable(profile).astype(np.float64)
         if "oracle_group" in priors:
-            out["oracle_group"] = core.sampling_weight(group_mean(score, groups))
+            out["oracle_group"] = core.sampling_weight(group_mean(oracle_score, groups))
+        if "oracle_subset_group" in priors:
+            out["oracle_subset_group"] = group_mean(core.is_learnable(profile).astype(np.float64), groups)
     return out
 
 

@@ -32,20 +32,40 @@ BOOTSTRAP_SAMPLES = 2000
 RESULT_KEYS = ("reproducibility", "probe_vs_oracle", "baselines", "training", "headroom", "cost", "protocol")
 
 
-def bootstrap_ci(samples: Sequence[np.ndarray], statistic: Callable[..., float], seed: int = 0,
-                 n_boot: int = BOOTSTRAP_SAMPLES) -> list[float]:
+def bootstrap_ci(samples: Sequence[np.ndarray], statistic: Callable[..., float | None], seed: int = 0,
+                 n_boot: int = BOOTSTRAP_SAMPLES, undefined: float = math.nan) -> list[float]:
     """Percentile 95% interval of ``statistic(*resampled)``: each array in ``samples`` (seeds
-    along axis 0) is resampled with replacement independently."""
+    along axis 0) is resampled with replacement independently.
+
+    :param undefined: what a resample counts as where the statistic is None or NaN: ``math.inf``
+        for a target never reached (steps or runs to it), ``-math.inf`` for a saving never made.
+        Every resample counts: left out, such resamples would give an interval of the resamples
+        that happened to reach the target. With the default (NaN), any such resample makes the
+        interval NaN; a bound that falls on or next to an infinite value is that infinity.
+    """
     rng = np.random.default_rng(seed)
-    values = []
-    for _ in range(n_boot):
+    values = np.empty(n_boot)
+    for b in range(n_boot):
         drawn = [s[rng.integers(0, len(s), len(s))] for s in samples]
         value = statistic(*drawn)
-        if value is not None and math.isfinite(value):
-            values.append(value)
-    if not values:
+        values[b] = undefined if value is None or math.isnan(value) else value
+    if np.isnan(values).any():
         return [float("nan"), float("nan")]
-    return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
+    if np.isfinite(values).all():
+        return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
+    return [_percentile_with_infinities(values, 2.5), _percentile_with_infinities(values, 97.5)]
+
+
+def _percentile_with_infinities(values: np.ndarray, q: float) -> float:
+    """numpy's linear percentile, except that a bound between a finite value and an infinite one
+    is the infinite one (numpy's interpolation gives NaN or a finite value there)."""
+    ordered = np.sort(values)
+    position = q / 100 * (len(ordered) - 1)
+    low, high = ordered[int(math.floor(position))], ordered[int(math.ceil(position))]
+    for bound in (low, high):
+        if math.isinf(bound):
+            return float(bound)
+    return float(np.percentile(values, q))
 
 
 def oracle_figures(out: Path, context: str, window: int) -> dict | None:
@@ -150,8 +170,7 @@ def training(config: ValidationConfig, out: Path) -> tuple[dict, dict]:
         completions_by_run[name] = cumulative_completions(records_by_run[name], steps, batch)
 
     def s2b(method, baseline):
-        value = curves.steps_to_baseline(method, baseline, steps)["s2b"]
-        return value if math.isfinite(value) else None
+        return curves.steps_to_baseline(method, baseline, steps)["s2b"]  # inf: never reaches uniform's Best Acc
 
     table = {}
     for name, arm, mode in config.training_runs():
@@ -182,7 +201,7 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
     provenance and the probe manifest): probe and both passes for TrajVal, the early pass alone
     for the one-pass priors, nothing for uniform and the online schedulers' own weights."""
     from trajval_ops.cost import recorded_cost
-    from trajval_ops.experiment.priors import ADAPTIVE_LATE, TRAJVAL_PRIORS
+    from trajval_ops.experiment.priors import ADAPTIVE_LATE, ORACLE_PRIORS, TRAJVAL_PRIORS
     from trajval_ops.rows import get_path
 
     rows = list(read_rows(out / "probe" / "weighted.jsonl"))
@@ -203,7 +222,7 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
     evaluations = oracle.steps // oracle.every_steps + 1
     oracle_cost = (sum(_oracle_step_completions(out, config))
                    + evaluations * oracle.n * len(rows))
-    by_prior.update({kind: oracle_cost for kind in ("oracle", "oracle_subset", "oracle_group")})
+    by_prior.update({kind: oracle_cost for kind in ORACLE_PRIORS})
     return {"stages": full["stages"], "by_arm": {arm: by_prior[ARMS[arm][0]] for arm in config.training.arms}}
 
 
@@ -255,9 +274,13 @@ def accounting(config: ValidationConfig, out: Path, curve_data: dict) -> dict:
 
         arm_curves, base = curve_data["curves"][name], curve_data["curves"][base_name]
         table[name] = {"prior_completions": prior, **break_even(arm_curves, base, x, base_x, prior),
-                       "net_saved_ci95": bootstrap_ci([arm_curves, base], statistic("net_saved")),
-                       "s2b_completions_ci95": bootstrap_ci([arm_curves, base], statistic("s2b_completions")),
-                       "break_even_runs_ci95": bootstrap_ci([arm_curves, base], statistic("break_even_runs"))}
+                       # a resample that never reaches uniform's Best Acc saves nothing and never breaks even
+                       "net_saved_ci95": bootstrap_ci([arm_curves, base], statistic("net_saved"),
+                                                      undefined=-math.inf),
+                       "s2b_completions_ci95": bootstrap_ci([arm_curves, base], statistic("s2b_completions"),
+                                                            undefined=math.inf),
+                       "break_even_runs_ci95": bootstrap_ci([arm_curves, base], statistic("break_even_runs"),
+                                                            undefined=math.inf)}
     uniform_run = curve_data["completions"][BASELINE_ARM + MODE_SUFFIX[config.training.sampling[0]]][-1]
     return {"main_run_completions": float(uniform_run), "prior_stages": costs["stages"], "arms": table}
 
