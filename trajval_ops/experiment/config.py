@@ -44,7 +44,7 @@ ARMS: dict[str, tuple[str | None, str | None]] = {
     "trajval_floor": ("trajval_floor", None),
     "trajval_mix": ("trajval_mix", None),
 }
-#: arms whose prior averages the score per group (they need the config's group_key)
+#: arms whose prior averages per group (they need the config's group_key; checked before anything trains)
 GROUP_ARMS = frozenset({"oracle_group", "oracle_subset_group", "trajval_group", "trajval_pooled"})
 #: the arm every other arm's S2B is measured against
 BASELINE_ARM = "uniform"

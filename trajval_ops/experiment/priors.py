@@ -48,8 +48,6 @@ UNIFORM_SHARE = 0.5
 ADAPTIVE_LATE = "trajval_r_late_adaptive"
 #: priors that read oracle A's trajectories (its unit must finish before the pool is written)
 ORACLE_PRIORS = frozenset({"oracle", "oracle_subset", "oracle_group", "oracle_subset_group"})
-#: priors that need the config's group_key
-GROUP_PRIORS = frozenset({"oracle_group", "oracle_subset_group", "trajval_group", "trajval_pooled"})
 #: priors that are TrajVal's score from the same probe and passes (they cost what TrajVal costs)
 TRAJVAL_PRIORS = frozenset({"trajval", "trajval_group", "trajval_posterior", "trajval_pooled", "trajval_floor",
                             "trajval_mix"})
