@@ -51,8 +51,6 @@ def bootstrap_ci(samples: Sequence[np.ndarray], statistic: Callable[..., float |
         values[b] = undefined if value is None or math.isnan(value) else value
     if np.isnan(values).any():
         return [float("nan"), float("nan")]
-    if np.isfinite(values).all():
-        return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
     return [_percentile_with_infinities(values, 2.5), _percentile_with_infinities(values, 97.5)]
 
 
