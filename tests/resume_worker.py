@@ -42,6 +42,9 @@ if __name__ == "__main__":
     rows = [json.loads(line) for line in open(pool)]
     batch_size = int(sys.argv[5]) if len(sys.argv) > 5 else len(rows)
     op = TrajvalEndpointRewardMapper(**options, cache_dir=cache_dir)
+    from trajval_ops.pool_io import read_table
+
+    op.check_pool(read_table(pool))  # as a run does first (a sampled pass draws its sample here)
     op._prepare()
     if where == "put":
         die_after(op._cache, "put_many", int(count))

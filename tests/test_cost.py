@@ -82,3 +82,31 @@ def test_recorded_cost_sums_each_pass_and_reads_the_probe_manifest(tmp_path):
     assert report["completions"] == 640 + 16 + 48 and report["generated_tokens"] == 3000 + 40 + 150
     one_pass = recorded_cost(columns.get, ["trajval_r_early"], None)  # variance / band-pass: no probe, no late
     assert list(one_pass["stages"]) == ["early"] and one_pass["completions"] == 16
+
+
+def test_the_sampled_recipe_by_hand(capsys):
+    """recipes/demo_sampled.yaml on the demo pool: 12 families of 50 rows, ceil(0.25 x 50) = 13
+    measured per family in each window, a short pass of n = 4 on every row, the demo's probe."""
+    sampled = REPO / "recipes" / "demo_sampled.yaml"
+    pool = REPO / "trajval_ops" / "data" / "demo_arith_pool.jsonl"
+    report = run_json(capsys, "--config", str(sampled), "--dataset_path", str(pool), "--main-n", "8")
+    probe = 60 * 8 * 8
+    assert [(s["stage"], s["completions"]) for s in report["stages"]] == [
+        ("probe", probe), ("extra", 600 * 4), ("early", 12 * 13 * 16), ("late", 12 * 13 * 16)]
+    assert all(s["measured_rows"] == 156 and s["measured_rows_exact"] for s in report["stages"][2:])
+    assert report["completions"] == probe + 2400 + 2 * 156 * 16 == 11_232
+    # without the pool its groups are unknown: ceil(0.25 x rows), flagged as not exact
+    report = run_json(capsys, "--config", str(sampled), "--pool-rows", "600")
+    assert [(s["completions"], s["measured_rows_exact"]) for s in report["stages"][2:]] == [(150 * 16, False)] * 2
+    assert cost_cli.main(["--config", str(sampled), "--pool-rows", "600"]) == 0
+    assert "about 150 rows, plus at most one per group" in capsys.readouterr().out
+
+
+def test_a_sampled_pass_without_groups_measures_ceil_fraction_of_the_pool():
+    from trajval_ops.cost import pass_stage
+
+    stage = pass_stage({"window": "late", "n": 16, "sample_fraction": 0.1}, 1001)
+    assert stage["completions"] == 101 * 16 and stage["measured_rows"] == 101 and stage["measured_rows_exact"]
+    stage = pass_stage({"window": "late", "n": 16, "sample_fraction": 0.1, "sample_group_key": "g"}, 30,
+                       {"g": [10, 10, 5, 5]})
+    assert stage["measured_rows"] == 1 + 1 + 1 + 1  # at least one row per group

@@ -62,3 +62,33 @@ def test_actor_pool_resources_are_checked_before_any_model_loads(pool_size, num_
     with pytest.raises(ValueError, match=message):
         dj_adapter.check_ray_actor_resources("op", pool_size, num_gpus, per_engine)
     dj_adapter.check_ray_actor_resources("op", [1, 4], None)  # a CPU pool: nothing to check
+
+
+def test_a_setting_of_an_earlier_entry_of_the_same_operator_is_not_passed_on(tmp_path):
+    """Data-Juicer's config parser merges the entries of one operator in turn, so the early pass
+    below would inherit the short pass's output_key and overwrite its column; the adapter gives
+    each entry back the defaults of what its own entry does not set (not what the command line sets)."""
+    import yaml
+    from data_juicer.config import init_configs
+
+    import trajval_ops.ops  # noqa: F401  (registers the operators)
+
+    recipe = {"dataset_path": "pool.jsonl", "export_path": str(tmp_path / "out.jsonl"), "process": [
+        {"trajval_endpoint_reward_mapper": {"model": "tiny-arith", "output_key": "short", "n": 4, "sample_fraction": 0.5}},
+        {"trajval_endpoint_reward_mapper": {"model": "tiny-arith", "window": "early", "n": 16}},
+        {"trajval_endpoint_reward_mapper": {"model": "tiny-arith", "window": "late", "n": 16, "seed": 1}},
+    ]}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    cfg = init_configs(["--config", str(path)])
+    built = [entry["trajval_endpoint_reward_mapper"] for entry in cfg.process]
+    assert built[1]["output_key"] == "short"  # the merge this undoes (remove the adapter's fix once it is gone)
+    restored = dj_adapter.restore_unset_settings(cfg, argv=[])
+    assert restored == ["trajval_endpoint_reward_mapper[1].output_key", "trajval_endpoint_reward_mapper[1].sample_fraction",
+                        "trajval_endpoint_reward_mapper[2].output_key", "trajval_endpoint_reward_mapper[2].sample_fraction"]
+    assert [(b["output_key"], b["sample_fraction"], b["n"], b["seed"]) for b in built] == [
+        ("short", 0.5, 4, 0), (None, 1.0, 16, 0), (None, 1.0, 16, 1)]
+    # a setting on the command line is every entry's: left as it is
+    cfg = init_configs(["--config", str(path)])
+    assert dj_adapter.restore_unset_settings(cfg, argv=["--trajval_endpoint_reward_mapper.output_key", "x"]) == [
+        "trajval_endpoint_reward_mapper[1].sample_fraction", "trajval_endpoint_reward_mapper[2].sample_fraction"]

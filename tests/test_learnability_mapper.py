@@ -267,5 +267,104 @@ def test_noise_aware_estimators_need_counts_groups_and_the_whole_pool():
     import pyarrow as pa
 
     op = TrajvalLearnabilityMapper(estimator="posterior")
-    with pytest.raises(TrajvalInputError, match="default executor"):
+    assert op.needs_whole_pool  # so under Ray dj-process hands it the gathered pool
+    with pytest.raises(TrajvalInputError, match="cannot score a batch alone"):
         op.transform_table(pa.Table.from_pylist(rows))
+
+
+# ----------------------------------------------------------------------------- sampled passes
+
+
+def sampled_pool(rows=60, measured_every=3, groups="abcd", seed=0):
+    """A pool whose endpoint passes measured every ``measured_every``-th row: the others are
+    ``not_sampled`` (null pass rate, n 0), as the endpoint mapper writes them; every row has a
+    short pass ``short`` that the late gain follows."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(rows):
+        short = int(rng.integers(0, 5)) / 4
+        measured = i % measured_every == 0
+        r_early = min(1.0, max(0.0, short + rng.normal(0, 0.1))) if measured else None
+        r_late = min(1.0, r_early + 0.4 * (1 - short)) if measured else None
+        status = "ok" if measured else "not_sampled"
+        out.append({"id": f"t{i}", "family": groups[i % len(groups)], "short": short,
+                    "trajval_r_early": r_early, "trajval_r_late": r_late,
+                    "trajval_r_early_status": status, "trajval_r_late_status": status,
+                    "trajval_r_early_n": 16 if measured else 0, "trajval_r_late_n": 16 if measured else 0})
+    return out
+
+
+def test_unmeasured_rows_are_predicted_flagged_and_weighted():
+    from trajval_ops.sampled_prior import predict_scores
+
+    rows = sampled_pool()
+    out = run(rows, predict_unmeasured=True, predict_features=["short"], group_key="family", predict_seed=4)
+    measured = np.array([r["trajval_r_early_status"] == "ok" for r in rows])
+    r_early = np.array([r["trajval_r_early"] if m else 0.0 for r, m in zip(rows, measured)])
+    r_late = np.array([r["trajval_r_late"] if m else 0.0 for r, m in zip(rows, measured)])
+    paper = core.learnability_score(r_early, r_late)
+    expected = predict_scores(np.where(measured, paper, 0.0), measured, np.array([[r["short"]] for r in rows]),
+                              [r["family"] for r in rows], seed=4)
+    assert expected.predictor == "gradient_boosting"  # 20 measured rows: a model, not the group means
+    score = np.array([r["trajval_score"] for r in out])
+    assert score[measured].tolist() == paper[measured].tolist()  # measured rows: the paper's score
+    assert score.tolist() == expected.score.tolist()
+    assert [r["trajval_weight"] for r in out] == core.sampling_weight(score).tolist()  # every row weighted
+    assert [r["trajval_predicted"] for r in out] == (~measured).tolist()
+    for row, m in zip(out, measured):
+        assert row["trajval_score_low"] <= row["trajval_score"] <= row["trajval_score_high"]
+        if not m:  # no measured change: no delta, no profile
+            assert row["trajval_delta"] is None and row["trajval_profile"] is None
+            assert row["trajval_r_early"] is None and row["trajval_r_late"] is None  # not ours to fill in
+    prediction = out[0]["trajval_score_provenance"]["prediction"]
+    assert prediction["features"] == ["short"] and prediction["predictor"] == "gradient_boosting"
+    assert prediction["measured_rows"] == 20 and prediction["predicted_rows"] == 40
+    again = run(rows, predict_unmeasured=True, predict_features=["short"], group_key="family", predict_seed=4)
+    assert again == out  # the same seed, the same predictions
+    for before, after in zip(rows, out):  # the fields we do not own come out as they came in
+        assert {k: after[k] for k in before} == before
+
+
+def test_an_unmeasured_row_stops_the_run_unless_predicted():
+    rows = sampled_pool(rows=6)
+    with pytest.raises(TrajvalInputError, match=r"row 1 \(id='t1'\): a sampled endpoint pass left it out .*"
+                                                 r"set predict_unmeasured: true"):
+        run(rows)
+    rows[1]["trajval_r_early_status"] = rows[1]["trajval_r_late_status"] = "ok"  # a null without the status
+    with pytest.raises(TrajvalInputError, match=r"row 1 \(id='t1'\): field 'trajval_r_early' is missing"):
+        run(rows, predict_unmeasured=True)
+
+
+def test_a_group_without_a_measured_row_gets_the_measured_mean_and_says_so(caplog_loguru):
+    rows = sampled_pool(rows=12, measured_every=2, groups="ab")  # every measured row is in group a
+    for row in rows[1::2]:
+        row["family"] = "b"
+    out = run(rows, predict_unmeasured=True, group_key="family")
+    measured_mean = np.mean([r["trajval_score"] for r in out if not r["trajval_predicted"]])
+    assert all(r["trajval_score"] == pytest.approx(measured_mean) for r in out if r["family"] == "b")
+    prediction = out[0]["trajval_score_provenance"]["prediction"]
+    assert prediction["fallback_rows"] == 6 and prediction["fallback_groups"] == ["'b'"]
+    assert prediction["predictor"] == "group_mean"
+    assert "6 rows in 1 groups ('b') have no measured row" in caplog_loguru.text
+
+
+def test_a_one_pass_prior_from_a_sampled_early_pass():
+    rows = sampled_pool()
+    for row in rows:
+        del row["trajval_r_late"], row["trajval_r_late_status"]
+    out = run(rows, score="variance", predict_unmeasured=True, predict_features=["short"])
+    measured = [r["trajval_r_early_status"] == "ok" for r in rows]
+    for before, after, m in zip(rows, out, measured):
+        assert after["trajval_predicted"] is (not m)
+        if m:
+            assert after["trajval_score"] == core.variance_score(before["trajval_r_early"])
+        assert after["trajval_weight"] == core.one_pass_weight("variance", np.array([after["trajval_score"]]))[0]
+
+
+def test_prediction_settings_that_do_not_go_together():
+    with pytest.raises(ValueError, match="use estimator 'paper' with predict_unmeasured"):
+        TrajvalLearnabilityMapper(estimator="posterior", predict_unmeasured=True)
+    with pytest.raises(ValueError, match="set predict_unmeasured: true"):
+        TrajvalLearnabilityMapper(predict_features=["short"])
+    with pytest.raises(ValueError, match="predict_coverage"):
+        TrajvalLearnabilityMapper(predict_unmeasured=True, predict_coverage=1.0)

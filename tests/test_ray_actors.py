@@ -195,3 +195,45 @@ def test_an_adaptive_late_pass_under_ray_writes_the_default_executors_bytes(tmp_
     statuses = {row["trajval_r_late_status"] for row in rows}
     assert "skipped_early_saturated" in statuses  # the demo pool has tasks the base model always solves
     assert sum(row["trajval_r_late_n"] for row in rows) < 16 * len(rows)
+
+
+def test_the_sampled_recipe_under_ray_matches_the_default_executor(tmp_path, capsys):
+    """recipes/demo_sampled.yaml: the sampled passes as Ray actor pools (2 actors each) and the
+    prediction on the gathered pool write the default executor's bytes, each run with its own
+    rollout cache; every row is weighted, the unmeasured ones predicted and flagged, and the
+    recorded cost is what `trajval cost` priced before the run."""
+    from trajval_ops.cli import cost as cost_cli
+
+    outputs = {}
+    for executor in ("default", "ray"):
+        config = yaml.safe_load((REPO / "recipes" / "demo_sampled.yaml").read_text())
+        config["process"][0]["trajval_probe_trainer"]["output_dir"] = str(tmp_path / "probe")
+        for step in config["process"][1:4]:
+            settings = step["trajval_endpoint_reward_mapper"]
+            settings.update(model=settings["model"].replace("outputs/demo/probe", str(tmp_path / "probe")),
+                            cache_dir=str(tmp_path / f"cache_{executor}"), batch_size=64)
+            if executor == "ray":
+                settings.update(num_proc=2, num_cpus=0.3)  # three passes stream at once: 3 x 2 x 0.3 <= 2 CPUs
+        config.update(dataset_path=str(POOL), export_path=str(tmp_path / f"{executor}.jsonl"))
+        if executor == "ray":
+            config.update(executor_type="ray", ray_address="local")
+        result = dj_process(config, tmp_path, timeout=900)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs[executor] = (tmp_path / f"{executor}.jsonl").read_bytes()
+    assert outputs["ray"] == outputs["default"]
+
+    rows = [json.loads(line) for line in outputs["default"].decode().splitlines()]
+    pool = [json.loads(line) for line in POOL.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [r["id"] for r in pool]
+    assert sum(r["trajval_predicted"] for r in rows) == 600 - 156
+    assert all(r["trajval_weight"] >= 0.05 for r in rows)
+    assert all((r["trajval_r_late"] is None) == r["trajval_predicted"] for r in rows)
+    assert all(r["trajval_r_early_short_n"] == 4 for r in rows)  # the short pass kept its own field
+    capsys.readouterr()
+    assert cost_cli.main(["--pool", str(tmp_path / "default.jsonl"), "--json"]) == 0
+    recorded = json.loads(capsys.readouterr().out)
+    assert cost_cli.main(["--config", str(REPO / "recipes" / "demo_sampled.yaml"), "--dataset_path", str(POOL),
+                          "--json"]) == 0
+    priced = json.loads(capsys.readouterr().out)
+    assert recorded["completions"] == priced["completions"] == 11_232
+    assert recorded["stages"]["extra"]["completions"] == 600 * 4

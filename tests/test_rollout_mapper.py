@@ -436,3 +436,96 @@ def test_a_fixed_n_pass_writes_what_the_mapper_wrote_before_the_pass_moved(tmp_p
     completions = {record["row"]: record["completions"] for log in (tmp_path / "rollouts").rglob("results-*.jsonl")
                    for record in map(json.loads, log.read_text().splitlines())}
     assert completions == pinned["completions_by_prompt_hash"]
+
+
+# ----------------------------------------------------------------------------- sampled passes
+
+
+def _family_rows(count=12):
+    rows = arithmetic_rows(count)
+    for i, row in enumerate(rows):
+        row["family"] = "abc"[i % 3]
+    return rows
+
+
+def _sampled_run(tmp_path, rows, **options):
+    from trajval_ops.pool_io import table_from_columns
+
+    op = _op(tmp_path, sample_fraction=0.25, sample_seed=3, sample_group_key="family", **options)
+    batch = _batch(rows)
+    op.check_pool(table_from_columns(dict(batch)))  # as run() does before the first batch
+    out = op.process_batched(batch)
+    op.release()
+    return op, [dict(zip(out, values)) for values in zip(*out.values())]
+
+
+def test_a_sampled_pass_rolls_out_its_seeded_stratified_sample_and_nothing_else(tmp_path):
+    """Per family the ceil(0.25 x 4) = 1 row of smallest seeded hash is rolled out; the others get
+    no pass rate, no rollouts, status not_sampled and no cost; the same rows in any pool order."""
+    from trajval_ops.sampled_prior import stratified_sample
+
+    rows = _family_rows()
+    op, out = _sampled_run(tmp_path, rows)
+    chosen = stratified_sample([r["id"] for r in rows], 0.25, 3, [r["family"] for r in rows])
+    assert chosen.sum() == 3
+    for row, keep in zip(out, chosen):
+        assert (row["trajval_acc_early_status"] == "not_sampled") == (not keep)
+        assert row["trajval_acc_early_n"] == (3 if keep else 0)
+        assert (row["trajval_acc_early"] is None) == (not keep)
+        assert row["trajval_acc_early_provenance"]["sample"]["measured_rows"] == 3
+        if not keep:
+            assert row["trajval_acc_early_provenance"]["cost"] == {"completions": 0, "generated_tokens": 0}
+    assert op._stats["completions"] == 3 * 3  # what the engine was asked for: the sample's rows only
+    assert [r["id"] for r in out] == [r["id"] for r in rows]
+
+    shuffled = list(reversed(rows))
+    _, again = _sampled_run(tmp_path / "other", shuffled)
+    measured = {r["id"] for r in again if r["trajval_acc_early_status"] != "not_sampled"}
+    assert measured == {r["id"] for r, keep in zip(rows, chosen) if keep}
+
+
+def test_a_sampled_pass_needs_the_whole_pool_and_task_ids(tmp_path):
+    from data_juicer.core.data import NestedDataset
+    from datasets import Dataset
+
+    rows = _family_rows(6)
+    op = _op(tmp_path, sample_fraction=0.5)
+    with pytest.raises(RuntimeError, match="draws its sample from the whole pool"):
+        op.process_batched(_batch(rows))  # no check_pool: no sample
+    for row in rows:
+        row.pop("id")
+    with pytest.raises(TrajvalInputError, match="names its rows by task id, and the pool has none: set id_key"):
+        _op(tmp_path, sample_fraction=0.5).run(NestedDataset(Dataset.from_list(rows)))
+    with pytest.raises(ValueError, match="a reused pass costs nothing and reads every row"):
+        _op(tmp_path, sample_fraction=0.5, reuse_key="base", reuse_n=4)
+    with pytest.raises(ValueError, match="sample_fraction"):
+        _op(tmp_path, sample_fraction=0.0)
+
+
+def test_a_killed_sampled_pass_resumes_to_the_same_output(tmp_path):
+    rows = _family_rows(12)
+    pool = write_jsonl(tmp_path / "pool.jsonl", rows)
+    options = dict(model="tiny-random-llama", output_key="acc", engine="transformers", n=2, max_new_tokens=8,
+                   prompts_per_generate=1, sample_fraction=0.5, sample_seed=1, sample_group_key="family")
+    cache = tmp_path / "rollouts"
+    worker = subprocess.run([sys.executable, str(Path(__file__).with_name("resume_worker.py")), str(pool), str(cache),
+                             json.dumps(options), "put:2"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    assert worker.returncode == -signal.SIGKILL
+
+    def run(cache_dir):
+        from trajval_ops.pool_io import read_table
+
+        op = TrajvalEndpointRewardMapper(**{**options, "cache_dir": str(cache_dir)})
+        op.check_pool(read_table(pool))
+        out = op.process_batched(_batch(rows))
+        completions = op._stats["completions"]
+        op.release()
+        for provenance in out["acc_provenance"]:
+            provenance.pop("cost", None)  # what this run generated differs; the results must not
+        return out, completions
+
+    resumed, resumed_completions = run(cache)
+    uninterrupted, completions = run(tmp_path / "fresh")
+    assert json.dumps(resumed, sort_keys=True) == json.dumps(uninterrupted, sort_keys=True)
+    assert completions == 2 * 6 and resumed_completions == 2 * (6 - 2)  # two rows came from the cache

@@ -176,6 +176,12 @@ def test_smoke_protocol_end_to_end_and_resume(tmp_path):
     adaptive = cost["arms"]["trajval_adaptive"]["prior_completions"]
     assert 0 < adaptive <= cost["arms"]["trajval"]["prior_completions"]  # its late pass at most the fixed one
     assert all(0.05 <= row["trajval_adaptive_weight"] <= 1 for row in pool)
+    # the sampled prior: 12 families of 8 rows, ceil(0.25 x 8) = 2 measured in each, both passes at
+    # probe.n = 4; the short pass (n = 4) on all 96 rows
+    sampled = cost["arms"]["trajval_sampled"]["prior_completions"]
+    assert sampled == cost["prior_stages"]["probe"]["completions"] + 24 * 4 * 2 + 96 * 4
+    assert all(0.05 <= row["trajval_sampled_weight"] <= 1 for row in pool)
+    assert all(row["trajval_r_early_short_n"] == 4 for row in pool)
     # probe rows carry the pipeline's fields (the real operators ran)
     probe_row = json.loads((out / "probe" / "weighted.jsonl").read_text().splitlines()[0])
     assert {"trajval_r_early", "trajval_r_late", "trajval_weight", "trajval_acc_epoch_1"} <= set(probe_row)
@@ -242,6 +248,23 @@ def test_ceiling_priors_from_a_hand_made_oracle():
     assert share.tolist() == pytest.approx([1 / 3, 1 / 3, 1 / 3, 1.0])
     assert weights["trajval_group"].tolist() == core.sampling_weight([0.1, 0.1, 0.3, 0.3]).tolist()
     assert weights["variance"].tolist() == [1.0, 0.05, 0.05, 0.75]
+
+
+def test_the_sampled_prior_keeps_the_measured_scores_and_predicts_the_rest():
+    from trajval_ops.experiment.priors import SAMPLED_SHORT, prior_weights, sampled_rows
+    from trajval_ops.sampled_prior import predict_scores
+
+    rng = np.random.default_rng(0)
+    rows = [{"id": f"t{i}", "trajval_r_early": 0.5, "trajval_score": float(rng.uniform(0, 0.5)),
+             SAMPLED_SHORT: float(rng.integers(0, 5) / 4), "extra_info": {"family": "abcd"[i % 4]}} for i in range(120)]
+    measured = sampled_rows(rows, "extra_info.family")
+    assert measured.sum() == 4 * 8  # ceil(0.25 x 30) per family
+    weight = prior_weights(rows, {"trajval_sampled"}, group_key="extra_info.family")["trajval_sampled"]
+    score = np.array([row["trajval_score"] for row in rows])
+    assert weight[measured].tolist() == core.sampling_weight(score[measured]).tolist()
+    expected = predict_scores(np.where(measured, score, 0.0), measured, [[row[SAMPLED_SHORT]] for row in rows],
+                              [row["extra_info"]["family"] for row in rows], seed=0)
+    assert weight.tolist() == core.sampling_weight(expected.score).tolist()
 
 
 def test_breadth_keeping_mappings_of_trajvals_score_by_hand():

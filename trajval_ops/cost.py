@@ -51,10 +51,15 @@ def probe_stage(settings: Mapping[str, Any], pool_rows: int) -> dict:
             "probe_rows": size, "steps": steps}
 
 
-def pass_stage(settings: Mapping[str, Any], pool_rows: int) -> dict:
-    """One endpoint pass's completions and token bound: ``n`` per row (one for greedy decoding:
-    a single completion counted n times), none for a pass read from the pool (``reuse_key``)."""
+def pass_stage(settings: Mapping[str, Any], pool_rows: int, group_sizes: Mapping[str, list[int]] | None = None) -> dict:
+    """One endpoint pass's completions and token bound: ``n`` per measured row (one for greedy
+    decoding: a single completion counted n times), none for a pass read from the pool
+    (``reuse_key``). A sampled pass (``sample_fraction`` < 1) measures per group the
+    ``ceil(fraction x size)`` rows, at least one: exact where ``group_sizes`` gives the sizes of
+    the groups of its ``sample_group_key`` (or it has none), else ``ceil(fraction x rows)``, short
+    by at most one row per group (each group rounds up), flagged ``measured_rows_exact: false``."""
     from trajval_ops.rollout.engines import DecodingConfig
+    from trajval_ops.sampled_prior import rows_to_measure
 
     names = {f.name for f in dataclasses.fields(DecodingConfig)}
     decoding = DecodingConfig(**{k: v for k, v in settings.items() if k in names})
@@ -62,36 +67,57 @@ def pass_stage(settings: Mapping[str, Any], pool_rows: int) -> dict:
     per_row = 0 if reused else (1 if decoding.temperature == 0 else decoding.n)
     window = settings.get("window")
     output_key = fields.endpoint_output_key(window, settings.get("window_index"), settings.get("output_key"))
-    return {"stage": window or "extra", "output_key": output_key, "completions": per_row * pool_rows,
-            "max_new_tokens_total": per_row * pool_rows * decoding.max_new_tokens, "reused": reused}
+    fraction, group_key = float(settings.get("sample_fraction", 1.0)), settings.get("sample_group_key")
+    measured, exact = pool_rows, True
+    if fraction < 1:
+        sizes = [pool_rows] if not group_key else (group_sizes or {}).get(group_key)
+        exact = sizes is not None
+        measured = (sum(rows_to_measure(fraction, size) for size in sizes) if exact
+                    else rows_to_measure(fraction, pool_rows))
+    stage = {"stage": window or "extra", "output_key": output_key, "completions": per_row * measured,
+             "max_new_tokens_total": per_row * measured * decoding.max_new_tokens, "reused": reused}
+    if fraction < 1:
+        stage.update(sample_fraction=fraction, measured_rows=measured, measured_rows_exact=exact)
+    return stage
 
 
-def recipe_stages(recipe: Mapping[str, Any], pool_rows: int) -> list[dict]:
-    """The stages a recipe's ``process`` list runs, each with its completions and token bound.
+def sample_group_keys(recipe: Mapping[str, Any]) -> list[str]:
+    """The group fields the recipe's sampled passes stratify by (their sizes make the cost exact)."""
+    return sorted({settings["sample_group_key"] for name, settings in _operators(recipe)
+                   if name == ENDPOINT_OP and float(settings.get("sample_fraction", 1.0)) < 1
+                   and settings.get("sample_group_key")})
 
-    :raises ValueError: a recipe without a ``process`` list, or settings the operators refuse.
-    """
+
+def _operators(recipe: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     process = recipe.get("process")
     if not isinstance(process, list):
         raise ValueError("the recipe has no 'process' list of operators")
+    return [(name, settings or {}) for entry in process if isinstance(entry, Mapping) and len(entry) == 1
+            for name, settings in entry.items()]
+
+
+def recipe_stages(recipe: Mapping[str, Any], pool_rows: int, group_sizes: Mapping[str, list[int]] | None = None) -> list[dict]:
+    """The stages a recipe's ``process`` list runs, each with its completions and token bound.
+
+    :param group_sizes: per group field a sampled pass stratifies by, the sizes of its groups.
+    :raises ValueError: a recipe without a ``process`` list, or settings the operators refuse.
+    """
     stages = []
-    for entry in process:
-        if not isinstance(entry, Mapping) or len(entry) != 1:
-            continue
-        (name, settings), = entry.items()
-        settings = settings or {}
+    for name, settings in _operators(recipe):
         if name == PROBE_OP:
             stages.append(probe_stage(settings, pool_rows))
         elif name == ENDPOINT_OP:
-            stages.append(pass_stage(settings, pool_rows))
+            stages.append(pass_stage(settings, pool_rows, group_sizes))
     return stages
 
 
-def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, main_epochs: float = 1.0) -> dict:
+def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, main_epochs: float = 1.0,
+                group_sizes: Mapping[str, list[int]] | None = None) -> dict:
     """What a recipe's prior costs on a pool of ``pool_rows`` rows, before it runs.
 
     :param main_n: rollouts per prompt in the main run (the paper's 16).
     :param main_epochs: epochs of the main run, to say how many main runs the prior costs.
+    :param group_sizes: the group sizes a sampled pass stratifies by (:func:`pass_stage`).
     :return: ``{"pool_rows", "stages": [{"stage", "completions", "max_new_tokens_total", ...}],
         "completions", "main_epochs_equivalent", "main_runs_equivalent"}``.
     """
@@ -99,7 +125,7 @@ def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, mai
         raise ValueError(f"the pool has {pool_rows} rows")
     if main_n < 1 or main_epochs <= 0:
         raise ValueError(f"main_n must be >= 1 and main_epochs > 0, got {main_n} and {main_epochs}")
-    stages = recipe_stages(recipe, pool_rows)
+    stages = recipe_stages(recipe, pool_rows, group_sizes)
     total = sum(stage["completions"] for stage in stages)
     epoch = pool_rows * main_n
     return {"pool_rows": pool_rows, "stages": stages, "completions": total,
@@ -146,13 +172,15 @@ def probe_cost_from_manifests(provenances: Iterable[Any]) -> dict | None:
     return total
 
 
-def recorded_cost(column, early_keys: list[str], late_keys: list[str] | None) -> dict:
+def recorded_cost(column, early_keys: list[str], late_keys: list[str] | None, extra_keys: list[str] = ()) -> dict:
     """The recorded cost of a weighted pool's prior.
 
     :param column: ``column(name) -> list`` of a pool's values (None where a row lacks it).
     :param early_keys: the early window's pass-rate fields (their ``_provenance`` is read).
     :param late_keys: the late window's; None for a one-pass prior (no probe, no late pass).
-    :return: ``{"stages": {"probe"?, "early", "late"?}, "completions", "generated_tokens"}``.
+    :param extra_keys: further fields the prior read (a sampled prior's features); those written by
+        an endpoint pass (with a ``_provenance``) are the stage ``extra``.
+    :return: ``{"stages": {"probe"?, "early", "late"?, "extra"?}, "completions", "generated_tokens"}``.
     """
     stages: dict[str, dict] = {}
     stages["early"] = _merge([_sum_costs(column(f"{key}_provenance") or []) for key in early_keys])
@@ -162,6 +190,9 @@ def recorded_cost(column, early_keys: list[str], late_keys: list[str] | None) ->
         if probe is not None:
             stages = {"probe": probe, **stages}
         stages["late"] = _merge([_sum_costs(column(f"{key}_provenance") or []) for key in late_keys])
+    extra = [column(f"{key}_provenance") for key in extra_keys]
+    if any(extra):
+        stages["extra"] = _merge([_sum_costs(provenance) for provenance in extra if provenance])
     return {"stages": stages,
             "completions": sum(stage["completions"] for stage in stages.values()),
             "generated_tokens": sum(stage["generated_tokens"] for stage in stages.values())}

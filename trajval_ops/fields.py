@@ -10,6 +10,8 @@ DELTA = "trajval_delta"
 SCORE = "trajval_score"
 WEIGHT = "trajval_weight"
 PROFILE = "trajval_profile"
+#: True where the learnability mapper predicted the score (a sampled pass left the row out).
+PREDICTED = "trajval_predicted"
 PROB = "trajval_prob"
 SOURCE_ROW = "trajval_source_row"
 

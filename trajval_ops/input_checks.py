@@ -103,6 +103,7 @@ def arrow_numeric_column(
     upper: float | None = None,
     id_key: str | None = None,
     position_offset: int | None = 0,
+    unread: np.ndarray | None = None,
 ) -> np.ndarray:
     """Read a column of a ``pyarrow.Table`` as float64, checked like the batch readers.
 
@@ -110,6 +111,8 @@ def arrow_numeric_column(
 
     :param position_offset: position of the table's first row in the pool, for messages; None
         when unknown (a Ray batch): the message then relies on the row's id.
+    :param unread: bool per row: rows left unread and unchecked (NaN), e.g. those a sampled pass
+        did not measure; None: every row.
     """
     import pyarrow as pa
 
@@ -123,17 +126,25 @@ def arrow_numeric_column(
             raise TrajvalInputError(f"field '{field}' is missing (the pool is empty)")
         fail(0, "is missing")
     column = table.column(field)
-    if is_json_type(column.type) or not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)) \
+    skip = unread is not None and bool(np.any(unread))
+    if skip or is_json_type(column.type) or not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)) \
             or column.null_count:
         values = decoded_values(column) if is_json_type(column.type) else column.to_pylist()
         for position, value in enumerate(values):
+            if skip and unread[position]:
+                values[position] = math.nan
+                continue
             problem = value_problem(value, lower, upper)
             if problem is not None:
                 fail(position, problem)
         values = np.asarray(values, dtype=np.float64)
     else:
         values = np.asarray(column.to_numpy(), dtype=np.float64)
-    bad = first_out_of_bounds(values, lower, upper)
+    if skip:
+        checked = first_out_of_bounds(values[~unread], lower, upper)
+        bad = None if checked is None else int(np.flatnonzero(~unread)[checked])
+    else:
+        bad = first_out_of_bounds(values, lower, upper)
     if bad is not None:
         fail(bad, value_problem(values[bad], lower, upper))
     return values

@@ -38,6 +38,12 @@ def check_fraction(fraction: float) -> None:
         raise ValueError(f"sample_fraction must be a number in (0, 1], got {fraction!r}")
 
 
+def rows_to_measure(fraction: float, group_size: int) -> int:
+    """How many of a group's rows a sample at ``fraction`` measures: ``ceil(fraction x size)``, at
+    least one (the tolerance keeps 0.1 x 30 at 3 despite floating point)."""
+    return max(1, math.ceil(fraction * group_size - 1e-9))
+
+
 def stratified_sample(ids: Sequence, fraction: float, seed: int, groups: Sequence | None = None) -> np.ndarray:
     """Which rows the endpoint passes measure: per group, the ``ceil(fraction x size)`` rows of
     smallest :func:`sample_key` (at least one per group); all rows when ``fraction`` is 1."""
@@ -54,7 +60,7 @@ def stratified_sample(ids: Sequence, fraction: float, seed: int, groups: Sequenc
     for i, group in enumerate(groups):
         members.setdefault(repr(group), []).append(i)
     for rows in members.values():
-        take = max(1, math.ceil(fraction * len(rows) - 1e-9))
+        take = rows_to_measure(fraction, len(rows))
         chosen[np.array(rows)[np.argsort(keys[rows], kind="stable")[:take]]] = True
     return chosen
 

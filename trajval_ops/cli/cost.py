@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
 def _estimate(args) -> dict:
     import yaml
 
-    from trajval_ops.cost import recipe_cost
+    from trajval_ops.cost import recipe_cost, sample_group_keys
     from trajval_ops.pool_io import count_rows
 
     with open(args.config, encoding="utf-8") as handle:
@@ -67,7 +67,16 @@ def _estimate(args) -> dict:
     if args.pool_rows is None and not pool:
         raise ValueError(f"{args.config} names no dataset_path; pass --dataset_path or --pool-rows")
     rows = args.pool_rows if args.pool_rows is not None else count_rows(pool)
-    return recipe_cost(recipe, rows, main_n=args.main_n, main_epochs=args.main_epochs)
+    group_sizes = None
+    if args.pool_rows is None and sample_group_keys(recipe):  # a sampled pass's exact size needs its groups
+        from collections import Counter
+
+        from trajval_ops.pool_io import read_table, table_path_values
+
+        table = read_table(pool)
+        group_sizes = {key: list(Counter(map(repr, table_path_values(table, key) or [None] * table.num_rows)).values())
+                       for key in sample_group_keys(recipe)}
+    return recipe_cost(recipe, rows, main_n=args.main_n, main_epochs=args.main_epochs, group_sizes=group_sizes)
 
 
 def _recorded(path: str) -> dict:
@@ -79,8 +88,10 @@ def _recorded(path: str) -> dict:
     rows = list(read_rows(path))
     if not rows:
         raise ValueError(f"{path}: the pool is empty")
-    early, late = _sources(rows[0].get(SCORE_PROVENANCE))
-    report = recorded_cost(lambda name: [get_path(row, name, None) for row in rows], early, late)
+    provenance = rows[0].get(SCORE_PROVENANCE)
+    early, late = _sources(provenance)
+    features = ((provenance.get("prediction") or {}).get("features") or []) if isinstance(provenance, dict) else []
+    report = recorded_cost(lambda name: [get_path(row, name, None) for row in rows], early, late, features)
     report["pool_rows"] = len(rows)
     return report
 
@@ -103,6 +114,10 @@ def _print_estimate(report: dict) -> None:
     for stage in report["stages"]:
         field = stage.get("output_key", f"|P| = {stage.get('probe_rows')}, {stage.get('steps')} steps")
         note = " (read from the pool)" if stage.get("reused") else ""
+        if "sample_fraction" in stage:
+            note += (f" (sampled: {stage['measured_rows']:,} rows" if stage["measured_rows_exact"] else
+                     f" (sampled at {stage['sample_fraction']:g}: about {stage['measured_rows']:,} rows, plus at most "
+                     "one per group: group sizes unknown") + ")"
         print(f"{stage['stage']:8} {field:24} {stage['completions']:>14,} {stage['max_new_tokens_total']:>18,}{note}")
     print(f"{'total':33} {report['completions']:>14,} {report['max_new_tokens_total']:>18,}")
     print(f"the prior costs {report['main_epochs_equivalent']:.3g} main-run epoch(s) "

@@ -43,9 +43,11 @@ ARMS: dict[str, tuple[str | None, str | None]] = {
     # TrajVal's score mapped to keep breadth (a higher floor; a mixture with uniform)
     "trajval_floor": ("trajval_floor", None),
     "trajval_mix": ("trajval_mix", None),
+    # TrajVal measured on a stratified sample, the other rows predicted (recipes/demo_sampled.yaml)
+    "trajval_sampled": ("trajval_sampled", None),
 }
 #: arms whose prior averages per group (they need the config's group_key; checked before anything trains)
-GROUP_ARMS = frozenset({"oracle_group", "oracle_subset_group", "trajval_group", "trajval_pooled"})
+GROUP_ARMS = frozenset({"oracle_group", "oracle_subset_group", "trajval_group", "trajval_pooled", "trajval_sampled"})
 #: the arm every other arm's S2B is measured against
 BASELINE_ARM = "uniform"
 #: the batch-generation modes of the training runs (TrainingSettings.sampling)

@@ -10,6 +10,12 @@ pool (``priors/train_pool.jsonl``).
 - ``trajval_posterior`` / ``trajval_pooled``: TrajVal's score under the beta-binomial
   posterior of each end's pass rate (:func:`trajval_ops.core.noise_aware_score`), the prior
   fitted on the pool or on each task's group;
+- ``trajval_sampled``: the sampled prior of ``recipes/demo_sampled.yaml``: TrajVal's score kept
+  on a seeded :data:`SAMPLED_FRACTION` of the pool stratified by the config's group, every other
+  row's predicted (:func:`trajval_ops.sampled_prior.predict_scores`) from a short early pass at
+  :data:`SAMPLED_SHORT_N` rollouts (the probe unit runs it for this arm) and the group. The
+  measured rows' scores are the full passes' own (a sampled pass draws the same rows the same
+  way); it is charged the probe, those rows' passes and the short pass;
 - ceilings (the paper's section 3.2): ``oracle`` (oracle A's own learnability score, from its
   full-pool run, through TrajVal's weight mapping), ``oracle_subset`` (a hard cut to oracle A's
   learnable profiles: weight 1, the rest 0), and with the config's ``group_key`` the
@@ -38,16 +44,32 @@ PRIOR_COLUMNS = {
     "trajval_posterior": "trajval_posterior_weight", "trajval_pooled": "trajval_pooled_weight",
     "trajval_adaptive": "trajval_adaptive_weight",
     "trajval_floor": "trajval_floor_weight", "trajval_mix": "trajval_mix_weight",
+    "trajval_sampled": "trajval_sampled_weight",
 }
 #: the breadth-keeping mappings of TrajVal's score (fixed before any run that compares them):
 #: the floor of ``trajval_floor`` (the paper's eps is 0.05; at alpha 0.3, s below 0.005 maps under 0.2) ...
 BREADTH_FLOOR = 0.2
 #: ... and the share of uniform draws in ``trajval_mix``
 UNIFORM_SHARE = 0.5
+#: the sampled prior's settings (recipes/demo_sampled.yaml; fixed before any run that compares it):
+#: the share of each group measured, the sample's seed, the short pass's rollouts and field
+SAMPLED_FRACTION = 0.25
+SAMPLED_SEED = 0
+SAMPLED_SHORT_N = 4
+SAMPLED_SHORT = "trajval_r_early_short"
 #: the late pass rate of the adaptive budget's pass (probe.adaptive_late)
 ADAPTIVE_LATE = "trajval_r_late_adaptive"
 #: priors that read oracle A's trajectories (its unit must finish before the pool is written)
 ORACLE_PRIORS = frozenset({"oracle", "oracle_subset", "oracle_group", "oracle_subset_group"})
+def sampled_rows(rows: list[dict], group_key: str | None) -> np.ndarray:
+    """Which rows the sampled prior measures (the endpoint mapper's ``sample_fraction`` draw)."""
+    from trajval_ops.rows import get_path
+    from trajval_ops.sampled_prior import stratified_sample
+
+    groups = [get_path(row, group_key, None) for row in rows] if group_key else None
+    return stratified_sample([row["id"] for row in rows], SAMPLED_FRACTION, SAMPLED_SEED, groups)
+
+
 #: priors that are TrajVal's score from the same probe and passes (they cost what TrajVal costs)
 TRAJVAL_PRIORS = frozenset({"trajval", "trajval_group", "trajval_posterior", "trajval_pooled", "trajval_floor",
                             "trajval_mix"})
@@ -111,6 +133,14 @@ def prior_weights(rows: list[dict], priors: set[str], oracle: dict | None = None
     if "trajval_mix" in priors:
         trajval_weight = np.array([row[fields.WEIGHT] for row in rows], dtype=np.float64)
         out["trajval_mix"] = core.uniform_mixture(trajval_weight, UNIFORM_SHARE)
+    if "trajval_sampled" in priors:
+        from trajval_ops.sampled_prior import predict_scores
+
+        measured = sampled_rows(rows, group_key)
+        score = np.array([row[fields.SCORE] for row in rows], dtype=np.float64)
+        short = np.array([[row[SAMPLED_SHORT]] for row in rows], dtype=np.float64)
+        predicted = predict_scores(np.where(measured, score, 0.0), measured, short, groups, seed=SAMPLED_SEED)
+        out["trajval_sampled"] = core.sampling_weight(predicted.score)
     if priors & ORACLE_PRIORS:
         at = {task: i for i, task in enumerate(oracle["ids"])}
         index = np.array([at[row["id"]] for row in rows])

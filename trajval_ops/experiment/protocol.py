@@ -46,7 +46,9 @@ from trajval_ops.pool_io import write_rows
 from trajval_ops.experiment.config import (ARMS, ConfigError, ValidationConfig, load_config, protocol_hash,
                                            recorded_settings)
 from trajval_ops.experiment.grpo_run import RESULT_FILE
-from trajval_ops.experiment.priors import ADAPTIVE_LATE, ORACLE_PRIORS, PRIOR_COLUMNS, write_priors
+from trajval_ops.experiment.priors import (
+    ADAPTIVE_LATE, ORACLE_PRIORS, PRIOR_COLUMNS, SAMPLED_SHORT, SAMPLED_SHORT_N, write_priors,
+)
 from trajval_ops.pool_io import read_rows
 
 DATA_DONE = "data.json"
@@ -229,6 +231,10 @@ def probe_recipe(config: ValidationConfig, out: Path) -> dict:
             "model": f"manifest:{probe_dir}#late[-1]", "window": "late", "output_key": ADAPTIVE_LATE,
             "budget": "adaptive", "round_size": config.probe.round_size,
             "weight_tolerance": config.probe.weight_tolerance, "seed": config.seed + 20}})
+    if "trajval_sampled" in config.training.arms:  # the sampled prior's short pass, every row
+        process.append({"trajval_endpoint_reward_mapper": endpoint | {
+            "model": f"manifest:{probe_dir}#early[0]", "output_key": SAMPLED_SHORT, "n": SAMPLED_SHORT_N,
+            "seed": config.seed + 40}})
     for epoch in stability_epochs:
         process.append({"trajval_endpoint_reward_mapper": endpoint | {
             "model": f"manifest:{probe_dir}#epoch-{epoch}", "output_key": f"trajval_acc_epoch_{epoch}",

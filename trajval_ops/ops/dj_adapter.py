@@ -107,6 +107,15 @@ def check_ray_actor_resources(op_name: str, pool_size, num_gpus, gpus_per_engine
                          f"cluster has {available:g}; lower num_proc (the actor count) or num_gpus")
 
 
+def hand_to_ray_actors(op, **settings) -> None:
+    """Make ``settings`` constructor arguments of the Ray actors that will run ``op``.
+
+    Data-Juicer builds each actor of a pool from the operator's class and the arguments it was
+    constructed with (``_init_kwargs``), not from the driver's instance: what the driver works out
+    before the run (a sample drawn from the whole pool) reaches the actors only so."""
+    op._init_kwargs = {**(getattr(op, "_init_kwargs", None) or {}), **settings}
+
+
 def uses_trajval_operators(cfg) -> bool:
     """Whether a parsed recipe lists a trajval operator."""
     for entry in getattr(cfg, "process", None) or []:
@@ -204,6 +213,10 @@ class TableMapper:
     columns; :meth:`bind_table_process` routes Arrow batches straight to ``transform_table`` and
     dict batches through :meth:`process_batched`, which adds only the new columns to the dict.
     """
+
+    #: True where a batch alone cannot be transformed: under Ray the gathered pool is transformed
+    #: at once (:meth:`run`), as under the default executor.
+    needs_whole_pool = False
 
     #: Root column names the mapper reads (its inputs and the id fields used in messages).
     def input_columns(self) -> list[str]:
@@ -325,12 +338,62 @@ def _read_pool(cfg, path):
     from trajval_ops.pool_io import read_table
 
     note_run_log_dir(cfg)
+    restore_unset_settings(cfg)
     with user_errors():
         check_export_spares_pool(cfg, path)
         table = read_table(path)
         check_column_names(table, path)
     logger.info(f"trajval_ops: loaded {table.num_rows} rows from {path} ({_describe_columns(table)})")
     return table
+
+
+def restore_unset_settings(cfg, argv: list[str] | None = None) -> list[str]:
+    """Give each trajval operator of a recipe the settings its own entry gives, no others.
+
+    Data-Juicer's config parser merges the entries of one operator into one namespace in turn
+    (``update_op_process``), so a setting only an earlier entry of the same operator gives reaches
+    the later ones: a short pass's ``output_key`` would become the early pass's, and it would
+    overwrite the short one's column. The operators are built from ``cfg.process`` after the pool
+    is read, so here, before, every trajval entry gets back the declared default of each of its
+    own settings that its recipe entry does not give (nor the command line, which sets all of
+    them). Returns what was restored, as ``op[i].setting`` (also logged).
+    """
+    import inspect
+    import sys
+
+    import yaml
+    from data_juicer.ops.base_op import OPERATORS
+
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        sources = [str(path) for path in (getattr(cfg, "config", None) or [])]
+        with open(sources[-1], encoding="utf-8") as handle:
+            written = (yaml.safe_load(handle) or {}).get("process") or []
+    except (OSError, IndexError, yaml.YAMLError, AttributeError):
+        return []  # a config built in code: nothing was merged from a file
+    parsed = getattr(cfg, "process", None) or []
+    restored = []
+    for name in sorted(TRAJVAL_OPERATORS):
+        given = [(entry.get(name) or {}) for entry in written if isinstance(entry, dict) and name in entry]
+        built = [entry[name] for entry in parsed if isinstance(entry, dict) and name in entry]
+        if len(given) < 2 or len(given) != len(built) or name not in OPERATORS.modules:
+            continue  # one entry cannot inherit; a count that differs is not the merge this undoes
+        defaults = {key: parameter.default for key, parameter in
+                    inspect.signature(OPERATORS.modules[name].__init__).parameters.items()
+                    if parameter.default is not inspect.Parameter.empty}
+        on_command_line = {arg.split("=")[0].split(".", 1)[1] for arg in argv if arg.startswith(f"--{name}.")}
+        for index, (own, settings) in enumerate(zip(given, built)):
+            if not isinstance(settings, dict):
+                continue
+            for key, default in defaults.items():
+                if key in own or key in on_command_line or key not in settings or settings[key] == default:
+                    continue
+                settings[key] = default
+                restored.append(f"{name}[{index}].{key}")
+    if restored:
+        logger.info(f"trajval_ops: settings an earlier entry of the same operator gave, which Data-Juicer's config "
+                    f"merge passed on, set back to their defaults: {', '.join(restored)}")
+    return restored
 
 
 #: Data-Juicer's own column names begin so; its exporter moves such columns out or drops them.
@@ -443,6 +506,14 @@ def _ray_dataset_class():
                     for op in table_mappers]
                 self._trajval_data._trajval_finishers = self._trajval_finishers
                 return result
+
+            def _run_single_op(self, op, cached_columns=None, tracer=None, stats_only=False):
+                # a mapper that scores the pool as a whole (a fitted estimator or predictor)
+                # cannot see it batch by batch: it runs like a Pipeline op, on the gathered pool
+                if not (isinstance(op, TableMapper) and op.needs_whole_pool):
+                    return super()._run_single_op(op, cached_columns, tracer=tracer, stats_only=stats_only)
+                self.data = op.run(self.data, tracer=tracer)
+                return set(self.data.columns())
 
         _RAY_DATASET_CLASS = TrajvalRayDataset
     return _RAY_DATASET_CLASS

@@ -16,11 +16,12 @@ from trajval_ops import __version__, fields, settings
 from trajval_ops.rollout.budget import DEFAULT_TOLERANCE
 from trajval_ops.rollout.engines import DecodingConfig
 from trajval_ops.rollout.pass_rates import (
-    NO_COST, STATUS_BAD_TRUTH, STATUS_OK, STATUS_TRUNCATED, PromptSettings, pass_rate,
+    NO_COST, STATUS_BAD_TRUTH, STATUS_NOT_SAMPLED, STATUS_OK, STATUS_TRUNCATED, PromptSettings, pass_rate,
 )
 from trajval_ops.ops.dj_adapter import (
     checked_parameters,
-    TableMapper, check_ray_actor_resources, dataset_table, is_ray_mode, safe_op_kwargs, start_run, user_errors,
+    TableMapper, check_ray_actor_resources, dataset_table, hand_to_ray_actors, is_ray_mode, safe_op_kwargs, start_run,
+    user_errors,
 )
 from trajval_ops.rollout.prompts import (
     DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY, TEMPLATES,
@@ -63,6 +64,15 @@ def _budget(kind: str, window, decoding, round_size, tolerance):
         return AdaptiveBudget(window, decoding.n, round_size or max(1, decoding.n // 4), tolerance)
     except ValueError as exc:
         raise ValueError(f"{OP_NAME}: {exc}") from None
+
+
+def _sample_settings(fraction, seed, group_key, reuse) -> dict | None:
+    """A sampled pass's settings (None: every row is measured)."""
+    if fraction >= 1:
+        return None
+    if reuse is not None:
+        raise ValueError(f"{OP_NAME}: a reused pass costs nothing and reads every row: drop sample_fraction")
+    return {"fraction": float(fraction), "seed": int(seed), "group_key": group_key}
 
 
 def _reuse_settings(key, n, n_key) -> dict | None:
@@ -140,6 +150,10 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         round_size: Optional[PositiveInt] = None,
         weight_tolerance: Annotated[float, Field(ge=0, lt=1)] = DEFAULT_TOLERANCE,
         early_key: str = fields.R_EARLY,
+        sample_fraction: Annotated[float, Field(gt=0, le=1)] = 1.0,
+        sample_seed: int = 0,
+        sample_group_key: Optional[str] = None,
+        drawn_sample: Optional[Dict] = None,
         *args,
         **kwargs,
     ):
@@ -157,7 +171,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
                                        max_new_tokens=max_new_tokens, seed=seed)
         self.verifier = build_verifier(verifier, **(verifier_options or {}))
         self.template, self.prompt_key, self.category_key = template, prompt_key, category_key
-        self.ground_truth_key = ground_truth_key
+        self.ground_truth_key, self.id_key, self.early_key = ground_truth_key, id_key, early_key
         self.prompts_per_generate, self.torch_threads = prompts_per_generate, torch_threads
         self.engine_options = dict(
             dtype=dtype, max_model_len=max_model_len, enforce_eager=enforce_eager,
@@ -166,10 +180,9 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         )
         self.use_cache, self.cache_dir, self.keep_completions = use_cache, cache_dir, keep_completions
         self.max_bad_truth_share, self.overlong_prompt = float(max_bad_truth_share), overlong_prompt
-        self.id_key = id_key
         self.reuse = _reuse_settings(reuse_key, reuse_n, reuse_n_key)
         self.budget = _budget(budget, window, self.decoding, round_size, weight_tolerance)
-        self.early_key = early_key
+        self._set_sample(_sample_settings(sample_fraction, sample_seed, sample_group_key, self.reuse), drawn_sample)
         self._init_worker_state()
         self.bind_table_process()
         if is_ray_mode():
@@ -244,6 +257,16 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         ":param reuse_n: with ``reuse_key``: the rollouts behind every reused pass rate (one number).",
         ":param reuse_n_key: with ``reuse_key``: the field holding each row's rollout count, which must be "
         "the same for the whole pool (a missing or mixed n is refused naming the row and the field).",
+        ":param sample_fraction: below 1, a sampled pass: only a seeded sample of the pool is rolled out (per "
+        "``sample_group_key`` group, the ``ceil(fraction x size)`` rows, at least one, whose hash of seed and task id "
+        "is smallest: the same rows in every pass, resumed run and Ray actor with the same settings). The other "
+        "rows get a null pass rate, rollout count 0 and status ``not_sampled``; the learnability mapper predicts "
+        "their scores (``predict_unmeasured``). Every row needs a unique task id (``id_key``).",
+        ":param sample_seed: the sample's seed (give the early and the late pass the same one).",
+        ":param sample_group_key: dotted path of the group the sample is stratified by (a task family); None: "
+        "the pool is one group.",
+        ":param drawn_sample: not a recipe setting: the sample the operator drew from the whole pool (its "
+        "settings, the pool's size and the measured task ids), handed to the Ray actors it runs in.",
     ])
 
     def _init_worker_state(self) -> None:
@@ -285,6 +308,8 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
                        "verifier": self.verifier.spec, "prompt": prompt_settings}
             if self.budget is not None:
                 run_key["budget"] = self.budget.as_dict()
+            if self.sample is not None:  # a sample's generate calls group other rows than a full pass's
+                run_key["sample"] = {k: self.sample[k] for k in ("fraction", "seed", "group_key")}
             self._cache = RolloutCache(root, run_key)
             logger.info(f"{OP_NAME} [{self.output_key}]: rollout cache {self._cache.directory} "
                         f"({len(self._cache)} rows already done)")
@@ -296,6 +321,8 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         }
         if self.budget is not None:
             self._provenance["budget"] = self.budget.as_dict()
+        if self.sample is not None:
+            self._provenance["sample"] = self.sample
         from trajval_ops.rollout.pass_rates import RolloutPass
 
         self._pass = RolloutPass(self._ensure_session, self.decoding, self.verifier, PromptSettings(**prompt_settings),
@@ -360,6 +387,12 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         provenance. ``first_row``: the first row's position in the pool (None: unknown)."""
         if self.reuse is not None:
             return self._reused_rows(rows, first_row)
+        if self.sample is not None:
+            return self._sampled_rows(rows, first_row)
+        return self._measured_rows(rows, first_row)
+
+    def _measured_rows(self, rows: list[dict], first_row: int | None) -> dict[str, list]:
+        """Every row rolled out (or read from the cache)."""
         self._enter_worker()
         start, engine_start_before = time.perf_counter(), self._times["engine_start_s"]
         self._prepare()
@@ -400,6 +433,69 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
             f"{stats['generate_s']:.2f} s in generate, {stats['operator_s']:.2f} s in the operator "
             f"({stats['completions'] / max(stats['operator_s'], 1e-9):.2f} completions/s)"
         )
+
+    def _sampled_rows(self, rows: list[dict], first_row: int | None) -> dict[str, list]:
+        """A sampled pass: the rows in the sample rolled out, the others marked ``not_sampled``."""
+        if self._sampled_ids is None:
+            raise RuntimeError(f"{OP_NAME}: a sampled pass draws its sample from the whole pool in check_pool, "
+                               "which must run before the first batch")
+        from trajval_ops.rows import get_path
+
+        key = self.sample["id_key"]
+        chosen = [i for i, row in enumerate(rows) if repr(get_path(row, key, None)) in self._sampled_ids]
+        measured = self._measured_rows([rows[i] for i in chosen], first_row) if chosen else None
+        self._prepare()
+        # a measured row's fields, nothing generated: one shape for the column (the default
+        # executor's datasets would store differing shapes as JSON text of its own spelling)
+        provenance = {**self._provenance, "engine": None, "dtype": None, "fallback_hits": 0, "cost": NO_COST}
+        out = {self.output_key: [None] * len(rows), f"{self.output_key}_n": [0] * len(rows),
+               f"{self.output_key}_status": [STATUS_NOT_SAMPLED] * len(rows),
+               f"{self.output_key}_provenance": [provenance] * len(rows)}
+        for j, i in enumerate(chosen):
+            for name, values in measured.items():
+                out[name][i] = values[j]
+        return out
+
+    def _set_sample(self, settings: dict | None, drawn: dict | None) -> None:
+        """A sampled pass's settings; its rows once drawn (check_pool, or handed to a Ray actor)."""
+        self.sample = settings
+        self._sampled_ids = None  # repr of each measured row's id
+        if drawn is not None:
+            self._adopt_sample(drawn)
+
+    def _adopt_sample(self, drawn: dict) -> None:
+        """Measure the rows of a sample drawn from the whole pool (here or on the Ray driver)."""
+        if self.sample is None or any(drawn.get(k) != self.sample[k] for k in ("fraction", "seed", "group_key")):
+            raise ValueError(f"{OP_NAME}: drawn_sample {({k: drawn.get(k) for k in ('fraction', 'seed', 'group_key')})} "
+                             "is not this pass's sample settings; it is set by the operator, not by a recipe")
+        self._sampled_ids = frozenset(repr(task) for task in drawn["ids"])
+        self.sample = {k: v for k, v in drawn.items() if k != "ids"}
+
+    def draw_sample(self, table) -> None:
+        """The rows a sampled pass measures, from the whole pool (every row needs a unique id)."""
+        from trajval_ops.input_checks import id_key_of
+        from trajval_ops.pool_io import table_path_values
+        from trajval_ops.sampled_prior import stratified_sample
+
+        key = id_key_of(table, self.id_key)
+        ids = table_path_values(table, key) if key else None
+        if ids is None:
+            raise TrajvalInputError(f"{OP_NAME}: a sampled pass (sample_fraction {self.sample['fraction']}) names its "
+                                    "rows by task id, and the pool has none: set id_key")
+        if None in ids:
+            raise TrajvalInputError(f"{OP_NAME}: row {ids.index(None)}: field '{key}' is missing; a sampled pass "
+                                    "needs a task id on every row")
+        groups = None
+        if self.sample["group_key"]:
+            groups = table_path_values(table, self.sample["group_key"]) or [None] * table.num_rows
+        chosen = stratified_sample(ids, self.sample["fraction"], self.sample["seed"], groups)
+        measured = [task for task, keep in zip(ids, chosen) if keep]
+        drawn = {**self.sample, "id_key": key, "pool_rows": table.num_rows, "measured_rows": len(measured)}
+        self._adopt_sample({**drawn, "ids": measured})
+        hand_to_ray_actors(self, drawn_sample={**drawn, "ids": measured})
+        logger.info(f"{OP_NAME} [{self.output_key}]: sampled pass: {len(self._sampled_ids)} of {table.num_rows} rows "
+                    f"(fraction {self.sample['fraction']}, seed {self.sample['seed']}, stratified by "
+                    f"{self.sample['group_key'] or 'nothing'}); the others are left to the learnability mapper")
 
     def _reused_rows(self, rows: list[dict], first_row: int | None) -> dict[str, list]:
         """The output columns of a reused pass: read, checked, nothing sampled."""
@@ -457,6 +553,8 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         """Before the first batch: unique ids (and a reused pass's values and n, whole pool); log
         the settings."""
         check_unique_ids(table, self.id_key, what=OP_NAME)
+        if self.sample is not None:
+            self.draw_sample(table)
         if self.reuse is not None:
             from trajval_ops.pool_io import table_rows
             from trajval_ops.rollout.reused_pass import reused_pass_rates
@@ -475,8 +573,8 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         """After the last batch: log the pass's figures; stop on too many bad ground truths."""
         from trajval_ops.pool_io import table_path_values
 
-        rates = table_path_values(table, self.output_key) or []
         statuses = table_path_values(table, f"{self.output_key}_status") or []
+        rates = [r for r in table_path_values(table, self.output_key) or [] if r is not None]
         mean = sum(rates) / len(rates) if rates else float("nan")
         between = sum(1 for r in rates if 0 < r < 1)
         counts = {status: statuses.count(status) for status in (STATUS_BAD_TRUTH, STATUS_TRUNCATED)}
@@ -485,6 +583,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
             f"({len(rates) * self.decoding.n / max(elapsed_s, 1e-9):.1f} completions/s overall, cached rows "
             f"included); mean pass rate {mean:.3f}, {between} rows strictly between 0 and 1; "
             f"{counts[STATUS_BAD_TRUTH]} rows with a bad ground truth, {counts[STATUS_TRUNCATED]} prompts truncated"
+            + (f", {statuses.count(STATUS_NOT_SAMPLED)} rows not sampled" if self.sample is not None else "")
         )
         self.check_bad_truth_share(statuses)
 

@@ -31,6 +31,16 @@ def _check_estimator(estimator: str, score: str, group_key) -> None:
         raise ValueError(f"{OP_NAME}: estimator 'pooled' shrinks each row toward its group: set group_key")
 
 
+def _missing(values) -> np.ndarray | None:
+    """Null where a column has no value (a predicted row's delta and profile)."""
+    values = np.asarray(values)
+    if values.dtype == object:
+        return np.array([v is None for v in values]) if any(v is None for v in values) else None
+    if values.dtype.kind == "f" and np.isnan(values).any():
+        return np.isnan(values)
+    return None
+
+
 @OPERATORS.register_module(OP_NAME)
 class TrajvalLearnabilityMapper(TableMapper, Mapper):
     """Turn each task's early and late pass rates into TrajVal's learnability score and weight.
@@ -69,6 +79,11 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         provenance_key: str = fields.SCORE_PROVENANCE,
         id_key: Optional[str] = None,
         group_key: Optional[str] = None,
+        predict_unmeasured: bool = False,
+        predict_features: Optional[List[str]] = None,
+        predict_coverage: Annotated[float, Field(gt=0, lt=1)] = 0.9,
+        predict_seed: int = 0,
+        predicted_key: str = fields.PREDICTED,
         *args,
         **kwargs,
     ):
@@ -77,6 +92,12 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         if score not in core.PRIOR_KINDS:
             raise ValueError(f"{OP_NAME}: score must be one of {', '.join(core.PRIOR_KINDS)}, got {score!r}")
         _check_estimator(estimator, score, group_key)
+        if predict_unmeasured and estimator != "paper":
+            raise ValueError(f"{OP_NAME}: estimator {estimator!r} reads each row's rollouts, which a row a sampled "
+                             "pass left out has none of; use estimator 'paper' with predict_unmeasured")
+        if predict_features is not None and not predict_unmeasured:
+            raise ValueError(f"{OP_NAME}: predict_features feed the prediction of unmeasured rows: set "
+                             "predict_unmeasured: true")
         if score == "bandpass":
             core.check_band(band_low, band_high)
         for name, keys in (("early_window_keys", early_window_keys), ("late_window_keys", late_window_keys)):
@@ -98,6 +119,9 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         self.provenance_key = provenance_key
         self.id_key = id_key
         self.group_key = group_key
+        self.predict_unmeasured, self.predict_features = predict_unmeasured, list(predict_features or [])
+        self.predict_coverage, self.predict_seed = float(predict_coverage), int(predict_seed)
+        self.predicted_key = predicted_key
         self.provenance = self._provenance()
         self.bind_table_process()
 
@@ -164,6 +188,9 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         provenance["r_early_source"] = self.early_window_keys or [self.r_early_key]
         if not self.one_pass:
             provenance.update(r_late_source=self.late_window_keys or [self.r_late_key], profile_rule=core.PROFILE_RULE)
+        if self.predict_unmeasured:
+            provenance["prediction"] = {"features": self.predict_features, "group_key": self.group_key,
+                                        "coverage": self.predict_coverage, "seed": self.predict_seed}
         provenance["trajval_ops_version"] = __version__
         return provenance
 
@@ -182,7 +209,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         if self.one_pass:
             score = core.variance_score(r_early) if self.score == "variance" else core.bandpass_score(r_early, *self.band)
             columns[self.score_key] = score
-            columns[self.weight_key] = core.one_pass_weight(self.score, score, self.eps)
+            columns[self.weight_key] = self.weight_of(score)
             return r_early, None, columns
         r_late = self._window(read, self.late_window_keys, self.r_late_key)
         score = core.learnability_score(r_early, r_late)
@@ -190,31 +217,72 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
             columns[self.r_late_key] = r_late
         columns[self.delta_key] = core.reward_delta(r_early, r_late)
         columns[self.score_key] = score
-        columns[self.weight_key] = core.sampling_weight(score, self.alpha, self.eps)
+        columns[self.weight_key] = self.weight_of(score)
         columns[self.profile_key] = core.endpoint_profiles(r_early, r_late)
         return r_early, r_late, columns
 
-    def input_columns(self) -> list[str]:
+    def weight_of(self, score: np.ndarray) -> np.ndarray:
+        """The chosen prior's weight of its score."""
+        if self.one_pass:
+            return core.one_pass_weight(self.score, score, self.eps)
+        return core.sampling_weight(score, self.alpha, self.eps)
+
+    def pass_keys(self) -> list[str]:
+        """The pass-rate fields the prior reads."""
         keys = self.early_window_keys or [self.r_early_key]
-        if not self.one_pass:
-            keys = keys + (self.late_window_keys or [self.r_late_key])
+        return keys if self.one_pass else keys + (self.late_window_keys or [self.r_late_key])
+
+    def input_columns(self) -> list[str]:
+        keys = self.pass_keys() + [f"{key}_status" for key in self.pass_keys()]
         ids = [self.id_key] if self.id_key else list(fields.ID_CANDIDATES)
         return list(dict.fromkeys(keys + [key.split(".")[0] for key in ids]))
+
+    @property
+    def needs_whole_pool(self) -> bool:
+        """Whether a batch alone cannot be scored (a noise-aware estimator, a prediction)."""
+        return self.predict_unmeasured or (self.estimator != "paper" and not self.one_pass)
+
+    def measured_rows(self, table, first_row: int | None) -> np.ndarray | None:
+        """Which rows every pass measured (None: all): a sampled pass marks the others
+        ``not_sampled``; without ``predict_unmeasured`` such a row stops the run, named."""
+        from trajval_ops.rollout.pass_rates import STATUS_NOT_SAMPLED
+
+        left_out = np.zeros(table.num_rows, dtype=bool)
+        for key in self.pass_keys():
+            if f"{key}_status" in table.column_names:
+                left_out |= np.asarray(table.column(f"{key}_status").to_pylist(), dtype=object) == STATUS_NOT_SAMPLED
+        if not left_out.any():
+            return None
+        if not self.predict_unmeasured:
+            from trajval_ops.pool_io import table_row
+            from trajval_ops.rows import row_label
+
+            position = int(np.argmax(left_out))
+            where = None if first_row is None else first_row + position
+            raise TrajvalInputError(
+                f"{row_label(table_row(table, position), where, self.id_key)}: a sampled endpoint pass left it out "
+                f"(status '{STATUS_NOT_SAMPLED}'): set predict_unmeasured: true to predict the scores of such rows")
+        return ~left_out
 
     def score_table(self, table, first_row: int | None = None):
         """``(table with the outputs appended, (r_early, r_late, output columns))``: the reward
         columns read from Arrow (errors name the first bad row); every other column untouched."""
         import pyarrow as pa
 
+        measured = self.measured_rows(table, first_row)
+
         def read(key):
-            return arrow_numeric_column(table, key, lower=0.0, upper=1.0, id_key=self.id_key,
-                                        position_offset=first_row)
+            values = arrow_numeric_column(table, key, lower=0.0, upper=1.0, id_key=self.id_key,
+                                          position_offset=first_row, unread=None if measured is None else ~measured)
+            return values if measured is None else np.where(measured, values, 0.0)  # unmeasured: predicted below
 
         r_early, r_late, columns = self.score_columns(read)
         provenance = self.provenance
         if self.estimator != "paper" and not self.one_pass:
             provenance = self._noise_aware(table, r_early, r_late, columns)
-        new = {name: pa.array(values) for name, values in columns.items()}
+        if self.predict_unmeasured:
+            provenance = self._predict(table, measured, columns, first_row)
+        new = {name: pa.array(values, mask=_missing(values)) for name, values in columns.items()}
         new[self.provenance_key] = pa.repeat(pa.scalar(provenance), table.num_rows)
         return append_columns(table, new), (r_early, r_late, columns)
 
@@ -240,11 +308,65 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         return {**self.provenance, "beta_priors": fitted, "interval_mass": core.INTERVAL_MASS,
                 "posterior_grid": core.POSTERIOR_GRID}
 
+    def _predict(self, table, measured, columns, first_row) -> dict:
+        """Every unmeasured row's score predicted from the measured rows (:mod:`trajval_ops.sampled_prior`);
+        the weight follows; the interval and the flag are written for every row."""
+        from trajval_ops.pool_io import table_path_values
+        from trajval_ops.sampled_prior import MIN_ROWS_FOR_A_MODEL, predict_scores
+
+        if measured is None:
+            measured = np.ones(table.num_rows, dtype=bool)
+        if not measured.any():
+            raise TrajvalInputError(f"{OP_NAME}: no row was measured by every pass: nothing to predict from")
+        features = np.stack([arrow_numeric_column(table, key, lower=-np.inf, id_key=self.id_key,
+                                                  position_offset=first_row) for key in self.predict_features],
+                            axis=1) if self.predict_features else None
+        groups = (table_path_values(table, self.group_key) or [None] * table.num_rows) if self.group_key else None
+        score = np.where(measured, columns[self.score_key], 0.0)
+        prediction = predict_scores(score, measured, features, groups, seed=self.predict_seed,
+                                    coverage=self.predict_coverage)
+        columns[self.score_key] = prediction.score
+        columns[self.weight_key] = self.weight_of(prediction.score)
+        columns[f"{self.score_key}_low"], columns[f"{self.score_key}_high"] = prediction.low, prediction.high
+        columns[self.predicted_key] = prediction.predicted
+        for name in (self.r_early_key, self.r_late_key, self.delta_key, self.profile_key):
+            if name in columns:  # a predicted row has no measured pass rate, change or profile
+                columns[name] = np.where(measured, columns[name], None) if name == self.profile_key else \
+                    np.where(measured, columns[name], np.nan)
+        fallback_groups = sorted({repr(groups[i]) for i in np.flatnonzero(prediction.fallback)}) if groups else []
+        if fallback_groups:
+            logger.warning(f"{OP_NAME}: {int(prediction.fallback.sum())} rows in {len(fallback_groups)} groups "
+                           f"({', '.join(fallback_groups[:10])}) have no measured row: they get the measured rows' "
+                           "mean score (flagged as fallback in the provenance)")
+        how = (f"gradient boosting on {self.predict_features}{' and ' + self.group_key if self.group_key else ''}"
+               if prediction.predictor == "gradient_boosting" else
+               f"the mean of each {self.group_key or 'pool'}'s measured rows"
+               + (f" ({self.predict_features} unused: fewer than {MIN_ROWS_FOR_A_MODEL} measured rows)"
+                  if self.predict_features else ""))
+        logger.info(f"{OP_NAME}: {int(prediction.predicted.sum())} of {table.num_rows} scores predicted by {how}; "
+                    f"interval +-{prediction.interval_halfwidth:.4f} ({self.predict_coverage:.0%} of the out-of-fold "
+                    "errors)")
+        provenance = dict(self.provenance)
+        version = provenance.pop("trajval_ops_version")
+        provenance["prediction"] = {**provenance["prediction"], **prediction.as_provenance(self.predict_coverage),
+                                    "fallback_groups": fallback_groups}
+        return {**provenance, "sample": self._sample_of(table), "trajval_ops_version": version}
+
+    def _sample_of(self, table) -> dict | None:
+        """The sample the passes measured, as their provenance records it."""
+        from trajval_ops.pool_io import table_path_values
+
+        for key in self.pass_keys():
+            for provenance in table_path_values(table, f"{key}_provenance") or []:
+                if isinstance(provenance, dict) and provenance.get("sample"):
+                    return provenance["sample"]
+        return None
+
     def transform_table(self, table, first_row: int | None = None):
         """The table with the outputs appended (one batch; :meth:`score_table`)."""
-        if self.estimator != "paper" and not self.one_pass:
-            raise TrajvalInputError(f"{OP_NAME}: estimator {self.estimator!r} fits its prior on the whole pool; "
-                                    "run this mapper under the default executor (not batch by batch under Ray)")
+        if self.needs_whole_pool:
+            raise TrajvalInputError(f"{OP_NAME}: this mapper fits on the whole pool (estimator {self.estimator!r}, "
+                                    f"predict_unmeasured {self.predict_unmeasured}); it cannot score a batch alone")
         return self.score_table(table, first_row)[0]
 
     def run(self, dataset, *, exporter=None, tracer=None):
@@ -264,11 +386,16 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         logger.info(f"{OP_NAME}: scoring {table.num_rows} rows ({self.score} prior, "
                     f"{'' if self.one_pass else f'alpha={self.alpha}, '}eps={self.eps})")
         table, (r_early, r_late, columns) = self.score_table(table, 0)
+        measured = ~np.asarray(columns[self.predicted_key], dtype=bool) if self.predicted_key in columns else None
         pass_rates = {"r_early": r_early} if self.one_pass else {"r_early": r_early, "r_late": r_late}
+        if measured is not None:  # the pass rates of the rows the passes measured
+            pass_rates = {name: values[measured] for name, values in pass_rates.items()}
         log_weight_summary(OP_NAME, weight=columns[self.weight_key], eps=self.eps,
                            profiles=columns.get(self.profile_key), **pass_rates)
         if not self.one_pass:
-            self._log_noise(table, r_early, r_late, columns)
+            self._log_noise(table if measured is None else table.filter(measured), *(
+                (r_early, r_late, columns) if measured is None else
+                (r_early[measured], r_late[measured], {k: np.asarray(v)[measured] for k, v in columns.items()})))
         self.log_cost(table)
         return table
 
@@ -295,7 +422,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
 
         early = self.early_window_keys or [self.r_early_key]
         late = None if self.one_pass else self.late_window_keys or [self.r_late_key]
-        cost = recorded_cost(lambda name: table_path_values(table, name), early, late)
+        cost = recorded_cost(lambda name: table_path_values(table, name), early, late, self.predict_features)
         stages = "; ".join(f"{name} {stage['completions']:,} completions, {stage['generated_tokens']:,} tokens"
                            + (f", {stage['wall_time_s']:.1f} s" if "wall_time_s" in stage else "")
                            for name, stage in cost["stages"].items())

@@ -35,6 +35,8 @@ from trajval_ops.rows import get_path, row_label
 STATUS_OK = "ok"
 STATUS_BAD_TRUTH = "bad_ground_truth"
 STATUS_TRUNCATED = "truncated_prompt"
+#: A row a sampled pass left out (``sample_fraction`` < 1): no pass rate, no rollouts.
+STATUS_NOT_SAMPLED = "not_sampled"
 #: The cost of a row that generated nothing (a repeated row, an unusable ground truth, a reused pass).
 NO_COST = {"completions": 0, "generated_tokens": 0}
 #: How many warnings of each kind a pass logs before it only counts.
