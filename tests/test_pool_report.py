@@ -116,6 +116,19 @@ def test_pool_with_endpoints_only_gets_scores_from_the_core(tmp_path):
     assert sorted(image_sources(html_text)) == sorted(p.name for p in (tmp_path / "r").glob("*.png"))
 
 
+def test_a_sampled_prior_is_reported_on_its_measured_rows(tmp_path):
+    """Rows whose score the learnability mapper predicted have no measured pass rates: the report
+    leaves them out and counts them."""
+    measured = [{"id": i, "trajval_r_early": e, "trajval_r_late": l, "trajval_predicted": False}
+                for i, (e, l) in enumerate([(0.0, 0.5), (0.5, 0.4), (0.2, 0.6)])]
+    predicted = [{"id": 10 + i, "trajval_r_early": None, "trajval_r_late": None, "trajval_predicted": True}
+                 for i in range(2)]
+    pool = write_jsonl(tmp_path / "p.jsonl", measured[:1] + predicted + measured[1:])
+    summary = build_report(pool, tmp_path / "r")
+    assert summary["rows"] == 3 and summary["predicted_rows_left_out"] == 2
+    assert summary["mean_r_early"] == pytest.approx(0.7 / 3)
+
+
 def test_cli_builds_and_reports_bad_input(fixture_files, tmp_path, capsys):
     tool = load_tool("report")
     out = tmp_path / "cli"

@@ -1,8 +1,9 @@
 """Benchmark: the cost-agreement frontier of priors on the validation regime.
 
 For finished ``trajval validate`` runs (``--runs``, one per split), each prior's score is ranked
-against oracle A's gain (its full-pool GRPO run's per-task delta), per task and per task family,
-with its cost in main-run epochs (the pool x the run's ``grpo.num_generations`` completions):
+against oracle A's gain (its full-pool GRPO run's per-task delta) and against the full passes'
+TrajVal score, per task and per task family, with its cost in main-run epochs (the pool x the
+run's ``grpo.num_generations`` completions):
 
 - TrajVal (probe + early + late passes at the run's ``probe.n``), the run's own pipeline;
 - the one-pass priors (variance, band-pass) from early passes of the base model at
@@ -79,14 +80,24 @@ def sampled_points(point, rows, column, score, families, fractions, short_passes
                 predicted = predict_scores(score, measured, features, families, seed=seed)
                 spent = probe + int(per_row[measured].sum()) + (short_spent if kind == "sampled-short" else 0)
                 repeats.append(point(f"{kind} f={fraction:.2f}", predicted.score, spent))
-            task = [p["spearman_task"] for p in repeats]
-            family = [p["spearman_family"] for p in repeats]
-            points.append({**repeats[0], "completions": int(np.mean([p["completions"] for p in repeats])),
-                           "cost_epochs": float(np.mean([p["cost_epochs"] for p in repeats])),
-                           "spearman_task": float(np.mean(task)), "spearman_family": float(np.mean(family)),
-                           "spearman_task_range": [min(task), max(task)],
-                           "spearman_family_range": [min(family), max(family)]})
+            points.append(mean_of_repeats(repeats))
     return points
+
+
+def mean_of_repeats(repeats: list[dict]) -> dict:
+    """One point from seeded repeats: the mean of each figure, the range of the agreements with
+    the oracle."""
+    point = dict(repeats[0])
+    for key in ("completions", "cost_epochs", *AGREEMENTS):
+        point[key] = float(np.mean([p[key] for p in repeats]))
+    point["completions"] = int(point["completions"])
+    for key in ("spearman_task", "spearman_family"):
+        point[f"{key}_range"] = [min(p[key] for p in repeats), max(p[key] for p in repeats)]
+    return point
+
+
+#: each point's agreements: with oracle A's gain and with the full passes' TrajVal score, per task and per family
+AGREEMENTS = ("spearman_task", "spearman_family", "spearman_full_task", "spearman_full_family")
 
 
 def one_run(run: Path, ns: list[int], seeds: int, fractions: list[float]) -> dict:
@@ -110,16 +121,20 @@ def one_run(run: Path, ns: list[int], seeds: int, fractions: list[float]) -> dic
     families = [get_path(row, "extra_info.family", None) for row in rows]
     epoch = len(rows) * grpo["num_generations"]
 
-    def point(name, score, completions, spread=None):
-        return {"prior": name, "cost_epochs": completions / epoch, "completions": completions,
-                "spearman_task": float(spearmanr(score, gain).statistic),
-                "spearman_family": family_spearman(np.asarray(score), gain, families), **(spread or {})}
-
     column = lambda name: [get_path(row, name, None) for row in rows]  # noqa: E731
+    score = np.array(column(fields.SCORE), dtype=np.float64)  # the full passes' TrajVal score
+
+    def point(name, prior_score, completions):
+        return {"prior": name, "cost_epochs": completions / epoch, "completions": completions,
+                "spearman_task": float(spearmanr(prior_score, gain).statistic),
+                "spearman_family": family_spearman(np.asarray(prior_score), gain, families),
+                "spearman_full_task": float(spearmanr(prior_score, score).statistic),
+                "spearman_full_family": family_spearman(np.asarray(prior_score), score, families)}
+
     trajval_cost = recorded_cost(column, [fields.R_EARLY], [fields.R_LATE])["completions"]
     early_cost = recorded_cost(column, [fields.R_EARLY], None)["completions"]
     r_early = np.array(column(fields.R_EARLY), dtype=np.float64)
-    points = [point("trajval", np.array(column(fields.SCORE), dtype=np.float64), trajval_cost),
+    points = [point("trajval", score, trajval_cost),
               point(f"variance n={protocol['config']['probe']['n']} (the run's early pass)",
                     core.variance_score(r_early), early_cost)]
     verifier = regime_verifier(config) if config else ("math", {"fallback_last_number": True})
@@ -128,13 +143,7 @@ def one_run(run: Path, ns: list[int], seeds: int, fractions: list[float]) -> dic
         passes = passes_at[n] = [early_pass(rows, n, 1000 + seed, protocol["config"]["model"], verifier)
                                  for seed in range(seeds)]
         for kind, score_of in (("variance", core.variance_score), ("bandpass", core.bandpass_score)):
-            repeats = [point(f"{kind} n={n}", score_of(rates), spent) for rates, spent in passes]
-            task = [p["spearman_task"] for p in repeats]
-            family = [p["spearman_family"] for p in repeats]
-            points.append({**repeats[0], "spearman_task": float(np.mean(task)), "spearman_family": float(np.mean(family)),
-                           "spearman_task_range": [min(task), max(task)],
-                           "spearman_family_range": [min(family), max(family)]})
-    score = np.array(column(fields.SCORE), dtype=np.float64)
+            points.append(mean_of_repeats([point(f"{kind} n={n}", score_of(rates), spent) for rates, spent in passes]))
     points += sampled_points(point, rows, column, score, families, fractions, passes_at[min(ns)])
     return {"run": str(run), "split_seed": protocol["config"]["tasks"]["seed"], "pool_rows": len(rows),
             "main_epoch_completions": epoch, "points": points}
@@ -192,11 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     for result in results:
         print(f"split {result['split_seed']} ({result['pool_rows']} tasks; a main-run epoch = "
               f"{result['main_epoch_completions']:,} completions)")
-        print(f"  {'prior':42} {'epochs':>7} {'per task':>9} {'(range)':>15} {'per family':>11} {'(range)':>15}")
+        print(f"  {'prior':42} {'epochs':>7} {'per task':>9} {'(range)':>15} {'per family':>11} {'(range)':>15}"
+              f" {'vs full passes: task':>21} {'family':>7}")
         for p in result["points"]:
             spread = lambda key: "[{:.3f}, {:.3f}]".format(*p[key]) if key in p else ""  # noqa: E731
             print(f"  {p['prior']:42} {p['cost_epochs']:7.2f} {p['spearman_task']:9.3f} "
-                  f"{spread('spearman_task_range'):>15} {p['spearman_family']:11.3f} {spread('spearman_family_range'):>15}")
+                  f"{spread('spearman_task_range'):>15} {p['spearman_family']:11.3f} {spread('spearman_family_range'):>15}"
+                  f" {p['spearman_full_task']:21.3f} {p['spearman_full_family']:7.3f}")
     return 0
 
 

@@ -297,6 +297,11 @@ def build_report(
     """
     out_dir = Path(out_dir)
     rows = list(read_rows(pool_path))
+    predicted = sum(1 for row in rows if row.get(fields.PREDICTED) is True)
+    if predicted:  # a sampled prior: their pass rates were never measured
+        rows = [row for row in rows if row.get(fields.PREDICTED) is not True]
+        logger.info(f"report: {predicted} rows whose score was predicted ({fields.PREDICTED}) are left out: the "
+                    "report reads measured pass rates")
     cols = pool_columns.pool_columns(rows, alpha=alpha, eps=eps, id_key=id_key)
     n = len(rows)
     logger.info(f"report: {n} rows from {pool_path}; computed here: {cols['computed'] or 'nothing'}")
@@ -304,6 +309,7 @@ def build_report(
     summary: dict = {
         "pool": str(pool_path),
         "rows": n,
+        "predicted_rows_left_out": predicted,
         "alpha": cols["alpha"],
         "eps": cols["eps"],
         "computed_fields": cols["computed"],
