@@ -274,6 +274,16 @@ FIGURE_CAPTIONS = {
 }
 
 
+def _measured_rows(rows: list[dict]) -> tuple[list[dict], int]:
+    """The rows whose pass rates were measured, and how many a sampled prior predicted instead."""
+    measured = [row for row in rows if row.get(fields.PREDICTED) is not True]
+    predicted = len(rows) - len(measured)
+    if predicted:
+        logger.info(f"report: {predicted} rows whose score was predicted ({fields.PREDICTED}) are left out: the "
+                    "report reads measured pass rates")
+    return measured, predicted
+
+
 def build_report(
     pool_path,
     out_dir,
@@ -296,12 +306,7 @@ def build_report(
         oracle run — for Spearman / kappa agreement on the shared ids.
     """
     out_dir = Path(out_dir)
-    rows = list(read_rows(pool_path))
-    predicted = sum(1 for row in rows if row.get(fields.PREDICTED) is True)
-    if predicted:  # a sampled prior: their pass rates were never measured
-        rows = [row for row in rows if row.get(fields.PREDICTED) is not True]
-        logger.info(f"report: {predicted} rows whose score was predicted ({fields.PREDICTED}) are left out: the "
-                    "report reads measured pass rates")
+    rows, predicted = _measured_rows(list(read_rows(pool_path)))
     cols = pool_columns.pool_columns(rows, alpha=alpha, eps=eps, id_key=id_key)
     n = len(rows)
     logger.info(f"report: {n} rows from {pool_path}; computed here: {cols['computed'] or 'nothing'}")
