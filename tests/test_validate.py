@@ -1,7 +1,9 @@
 """tools/validate.py: config errors before training, statistics, and the smoke protocol end to end."""
 
 import json
+import math
 import os
+from collections import Counter
 import subprocess
 import sys
 
@@ -86,8 +88,6 @@ def test_bootstrap_interval_covers_the_mean_and_shrinks_with_seeds():
 def test_bootstrap_counts_resamples_that_never_reach_the_target():
     """A statistic undefined on some resamples (a target never reached) is counted as what the
     caller says, never left out: an arm whose seeds mostly miss the target gets an open interval."""
-    import math
-
     reached = np.array([[1.0], [0.0], [0.0], [0.0], [0.0]])  # one seed of five reaches it
 
     def steps(c):
@@ -176,10 +176,12 @@ def test_smoke_protocol_end_to_end_and_resume(tmp_path):
     adaptive = cost["arms"]["trajval_adaptive"]["prior_completions"]
     assert 0 < adaptive <= cost["arms"]["trajval"]["prior_completions"]  # its late pass at most the fixed one
     assert all(0.05 <= row["trajval_adaptive_weight"] <= 1 for row in pool)
-    # the sampled prior: 12 families of 8 rows, ceil(0.25 x 8) = 2 measured in each, both passes at
-    # probe.n = 4; the short pass (n = 4) on all 96 rows
+    # the sampled prior: ceil(0.25 x size) rows measured per family (29 of the 96 here), both passes
+    # at probe.n = 4; the short pass (n = 4) on all 96 rows
+    families = Counter(row["extra_info"]["family"] for row in pool)
+    measured = sum(math.ceil(0.25 * size) for size in families.values())
     sampled = cost["arms"]["trajval_sampled"]["prior_completions"]
-    assert sampled == cost["prior_stages"]["probe"]["completions"] + 24 * 4 * 2 + 96 * 4
+    assert sampled == cost["prior_stages"]["probe"]["completions"] + measured * 4 * 2 + 96 * 4
     assert all(0.05 <= row["trajval_sampled_weight"] <= 1 for row in pool)
     assert all(row["trajval_r_early_short_n"] == 4 for row in pool)
     # probe rows carry the pipeline's fields (the real operators ran)
