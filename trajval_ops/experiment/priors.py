@@ -61,6 +61,13 @@ SAMPLED_SHORT = "trajval_r_early_short"
 ADAPTIVE_LATE = "trajval_r_late_adaptive"
 #: priors that read oracle A's trajectories (its unit must finish before the pool is written)
 ORACLE_PRIORS = frozenset({"oracle", "oracle_subset", "oracle_group", "oracle_subset_group"})
+#: priors that are TrajVal's score from the same probe and passes (they cost what TrajVal costs)
+TRAJVAL_PRIORS = frozenset({"trajval", "trajval_group", "trajval_posterior", "trajval_pooled", "trajval_floor",
+                            "trajval_mix"})
+#: the ceiling priors, whose best arm is the regime's headroom
+CEILING_PRIORS = ORACLE_PRIORS
+
+
 def sampled_rows(rows: list[dict], group_key: str | None) -> np.ndarray:
     """Which rows the sampled prior measures (the endpoint mapper's ``sample_fraction`` draw)."""
     from trajval_ops.rows import get_path
@@ -68,13 +75,6 @@ def sampled_rows(rows: list[dict], group_key: str | None) -> np.ndarray:
 
     groups = [get_path(row, group_key, None) for row in rows] if group_key else None
     return stratified_sample([row["id"] for row in rows], SAMPLED_FRACTION, SAMPLED_SEED, groups)
-
-
-#: priors that are TrajVal's score from the same probe and passes (they cost what TrajVal costs)
-TRAJVAL_PRIORS = frozenset({"trajval", "trajval_group", "trajval_posterior", "trajval_pooled", "trajval_floor",
-                            "trajval_mix"})
-#: the ceiling priors, whose best arm is the regime's headroom
-CEILING_PRIORS = ORACLE_PRIORS
 
 
 def group_mean(values: np.ndarray, groups: list) -> np.ndarray:

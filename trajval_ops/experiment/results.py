@@ -198,6 +198,8 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
     """What each arm's static prior cost, recorded by the probe unit's run (its endpoint passes'
     provenance and the probe manifest): probe and both passes for TrajVal, the early pass alone
     for the one-pass priors, nothing for uniform and the online schedulers' own weights."""
+    from itertools import compress
+
     from trajval_ops.cost import recorded_cost
     from trajval_ops.experiment.priors import (
         ADAPTIVE_LATE, ORACLE_PRIORS, SAMPLED_SHORT, TRAJVAL_PRIORS, sampled_rows,
@@ -218,10 +220,9 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
         by_prior["trajval_adaptive"] = recorded_cost(column, early, [ADAPTIVE_LATE])["completions"]
     if "trajval_sampled" in config.training.arms:  # the probe, the sample's passes, the short pass
         measured = sampled_rows(rows, config.group_key)
-        passes = sum(((p or {}).get("cost") or {}).get("completions", 0)
-                     for key in early + late for p, m in zip(column(f"{key}_provenance"), measured) if m)
-        short = recorded_cost(column, [SAMPLED_SHORT], None)["completions"]
-        by_prior["trajval_sampled"] = full["stages"].get("probe", {}).get("completions", 0) + passes + short
+        sample = recorded_cost(lambda name: list(compress(column(name), measured)), early, late)
+        short = recorded_cost(column, [SAMPLED_SHORT], None)
+        by_prior["trajval_sampled"] = sample["completions"] + short["completions"]
     by_prior.update({kind: one_pass["completions"] for kind in core.ONE_PASS_PRIORS})
     # a ceiling's knowledge comes from oracle A's full-pool run: its training and its evaluations
     oracle = config.oracle

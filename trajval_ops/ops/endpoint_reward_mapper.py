@@ -66,13 +66,17 @@ def _budget(kind: str, window, decoding, round_size, tolerance):
         raise ValueError(f"{OP_NAME}: {exc}") from None
 
 
+#: what decides a sampled pass's rows (a drawn sample adds the pool's size and the ids)
+SAMPLE_SETTINGS = ("fraction", "seed", "group_key")
+
+
 def _sample_settings(fraction, seed, group_key, reuse) -> dict | None:
     """A sampled pass's settings (None: every row is measured)."""
     if fraction >= 1:
         return None
     if reuse is not None:
         raise ValueError(f"{OP_NAME}: a reused pass costs nothing and reads every row: drop sample_fraction")
-    return {"fraction": float(fraction), "seed": int(seed), "group_key": group_key}
+    return dict(zip(SAMPLE_SETTINGS, (float(fraction), int(seed), group_key)))
 
 
 def _reuse_settings(key, n, n_key) -> dict | None:
@@ -309,7 +313,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
             if self.budget is not None:
                 run_key["budget"] = self.budget.as_dict()
             if self.sample is not None:  # a sample's generate calls group other rows than a full pass's
-                run_key["sample"] = {k: self.sample[k] for k in ("fraction", "seed", "group_key")}
+                run_key["sample"] = {k: self.sample[k] for k in SAMPLE_SETTINGS}
             self._cache = RolloutCache(root, run_key)
             logger.info(f"{OP_NAME} [{self.output_key}]: rollout cache {self._cache.directory} "
                         f"({len(self._cache)} rows already done)")
@@ -447,7 +451,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         self._prepare()
         # a measured row's fields, nothing generated: one shape for the column (the default
         # executor's datasets would store differing shapes as JSON text of its own spelling)
-        provenance = {**self._provenance, "engine": None, "dtype": None, "fallback_hits": 0, "cost": NO_COST}
+        provenance = self._provenance_of(engine=None, dtype=None, fallback_hits=0, cost=NO_COST)
         out = {self.output_key: [None] * len(rows), f"{self.output_key}_n": [0] * len(rows),
                f"{self.output_key}_status": [STATUS_NOT_SAMPLED] * len(rows),
                f"{self.output_key}_provenance": [provenance] * len(rows)}
@@ -465,9 +469,10 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
 
     def _adopt_sample(self, drawn: dict) -> None:
         """Measure the rows of a sample drawn from the whole pool (here or on the Ray driver)."""
-        if self.sample is None or any(drawn.get(k) != self.sample[k] for k in ("fraction", "seed", "group_key")):
-            raise ValueError(f"{OP_NAME}: drawn_sample {({k: drawn.get(k) for k in ('fraction', 'seed', 'group_key')})} "
-                             "is not this pass's sample settings; it is set by the operator, not by a recipe")
+        settings = {k: drawn.get(k) for k in SAMPLE_SETTINGS}
+        if self.sample is None or settings != {k: self.sample[k] for k in SAMPLE_SETTINGS}:
+            raise ValueError(f"{OP_NAME}: drawn_sample {settings} is not this pass's sample settings; it is set by "
+                             "the operator, not by a recipe")
         self._sampled_ids = frozenset(repr(task) for task in drawn["ids"])
         self.sample = {k: v for k, v in drawn.items() if k != "ids"}
 
@@ -514,8 +519,12 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
 
     def _row_provenance(self, result: dict) -> dict:
         fallback_hits = sum(1 for s, m in zip(result["scores"], result["methods"]) if s > 0 and m == "last_number")
-        return {**self._provenance, "engine": result["engine"], "dtype": result["dtype"],
-                "fallback_hits": fallback_hits, "cost": result.get("cost")}
+        return self._provenance_of(engine=result["engine"], dtype=result["dtype"], fallback_hits=fallback_hits,
+                                   cost=result.get("cost"))
+
+    def _provenance_of(self, *, engine, dtype, fallback_hits: int, cost) -> dict:
+        """A row's provenance: the pass's, then what the row's own rollouts add (every row the same keys)."""
+        return {**self._provenance, "engine": engine, "dtype": dtype, "fallback_hits": fallback_hits, "cost": cost}
 
     def _enter_worker(self) -> None:
         """In a worker process Data-Juicer started for this operator: die with its parent, so a
