@@ -23,7 +23,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("VLLM_PLUGINS", "")
 
 
-def read_jsonl(path) -> list[dict]:
+def read_jsonl_raw(path) -> list[dict]:
+    """The JSON objects of a file (or a folder's files) as written, run provenance references
+    included."""
     path = Path(path)
     files = sorted(path.glob("*.json*")) if path.is_dir() else [path]
     rows = []
@@ -31,6 +33,14 @@ def read_jsonl(path) -> list[dict]:
         with open(f) as fh:
             rows.extend(json.loads(line) for line in fh if line.strip())
     return rows
+
+
+def read_jsonl(path) -> list[dict]:
+    """The rows of a JSON-lines pool with each row's run provenance resolved (as every reader of
+    the package sees them)."""
+    from trajval_ops.provenance_records import expand_rows
+
+    return list(expand_rows(read_jsonl_raw(path), where=str(path)))
 
 
 def write_jsonl(path, rows) -> Path:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -27,3 +28,10 @@ def file_sha256(path: str | os.PathLike) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def short_id(value: Any, chars: int = 6) -> str:
+    """The first ``chars`` characters of the URL-safe base64 of :func:`stable_hash`'s digest
+    (6 characters: 36 bits), for references written on every row of a pool."""
+    digest = hashlib.sha256(canonical_json(value).encode("utf-8")).digest()
+    return base64.urlsafe_b64encode(digest).decode("ascii")[:chars]

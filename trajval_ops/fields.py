@@ -19,6 +19,13 @@ SOURCE_ROW = "trajval_source_row"
 SCORE_PROVENANCE = "trajval_score_provenance"
 #: Provenance written by the weighted resampler (mode, seed, keys, sizes, version).
 RESAMPLE_PROVENANCE = "trajval_resample_provenance"
+#: Provenance that is one value for a whole run: a JSON-lines pool stores it once per file
+#: (:mod:`trajval_ops.provenance_records`), every row keeping a short reference to it.
+RUN_PROVENANCE = (SCORE_PROVENANCE, RESAMPLE_PROVENANCE)
+#: In a JSON-lines pool: the row's reference to its run provenance record (6 characters).
+PROVENANCE_REF = "trajval_provenance"
+#: In a JSON-lines pool: the record itself, on the first row that references it.
+PROVENANCE_RECORD = "trajval_provenance_record"
 
 #: Names the id of a row may have in the pool formats we read, tried in this order when an
 #: error message must name the row; the position is used when none is present.

@@ -15,7 +15,7 @@ import numpy as np
 
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.fields import ID_CANDIDATES
-from trajval_ops.pool_io import decoded_values, is_json_type, table_path_values, table_row
+from trajval_ops.pool_io import decoded_values, is_json_type, struct_path_array, table_path_values, table_row
 from trajval_ops.rows import batch_row, row_label
 
 
@@ -162,10 +162,24 @@ def id_key_of(table, id_key: str | None) -> str | None:
     return None
 
 
+def _distinct_by_arrow(table, key: str) -> bool:
+    """Whether a native string or integer id column is free of repeats (counted in Arrow; the
+    row-by-row check names the rows when it is not)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    array = table.column(key) if key in table.column_names else struct_path_array(table, key)
+    if array is None or not (pa.types.is_string(array.type) or pa.types.is_integer(array.type)):
+        return False
+    return pc.count_distinct(array, mode="only_valid").as_py() == len(array) - array.null_count
+
+
 def check_unique_ids(table, id_key: str | None = None, what: str = "") -> None:
     """Refuse a pool in which two rows share a task id (the id key or the first id field the
     pool has; rows without one are not compared): the error names both rows."""
     key = id_key_of(table, id_key)
+    if key and _distinct_by_arrow(table, key):
+        return
     values = table_path_values(table, key) if key else None
     if values is None:
         return

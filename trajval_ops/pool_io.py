@@ -16,6 +16,10 @@ Arrow null for a row that lacks the key. ``datasets`` decodes such columns to th
 Python values, and :func:`write_table` writes their text back verbatim and omits absent keys,
 so every value comes out as it came in.
 
+In a JSON-lines file the run provenance columns (``fields.RUN_PROVENANCE``) are stored once per
+file, each row keeping a 6-character reference (:mod:`trajval_ops.provenance_records`); every
+reader here resolves them, every writer here stores them so.
+
 Bad input raises :class:`~trajval_ops.errors.TrajvalInputError` naming the file, the line
 (and byte offset for text that is not UTF-8) and the row.
 """
@@ -32,6 +36,10 @@ from typing import Any, Iterable, Iterator
 
 from trajval_ops.atomic import atomic_open, jsonable
 from trajval_ops.errors import TrajvalInputError
+from trajval_ops.fields import PROVENANCE_RECORD, PROVENANCE_REF, RUN_PROVENANCE
+from trajval_ops.provenance_records import (
+    compact_rows, expand_rows, not_a_string, record_id, record_missing, register_record, run_starts,
+)
 from trajval_ops.rows import get_path, row_label
 
 JSONL_SUFFIXES = (".jsonl", ".json")
@@ -39,11 +47,11 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 #: Rows parsed before their columns are converted to Arrow (bounds the Python objects held).
 CHUNK_ROWS = 32768
 
-class _MissingType:
+class _AbsentType:
     """The value of a key a row lacks (distinct from JSON null)."""
 
 
-_MISSING = _MissingType()
+ABSENT = _AbsentType()
 #: 19 digits in a row may be an integer beyond 64 bits, which orjson reads as a float; such
 #: lines are parsed by the standard library instead.
 _LONG_DIGITS = re.compile(rb"\d{19}")
@@ -156,11 +164,12 @@ def read_rows(path: str | os.PathLike) -> Iterator[dict]:
         import pyarrow as pa  # only parquet readers pay for pyarrow
         import pyarrow.parquet as pq
 
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS):
-            yield from table_rows(pa.Table.from_batches([batch]))  # JSON columns decoded, absent keys left out
+        batches = pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS)
+        # JSON columns decoded, absent keys left out
+        yield from expand_rows((row for batch in batches for row in table_rows(pa.Table.from_batches([batch]))),
+                               where=str(path))
         return
-    for _, rows in iter_json_blocks(path):
-        yield from rows
+    yield from expand_rows((row for _, rows in iter_json_blocks(path) for row in rows), where=str(path))
 
 
 def iter_json_blocks(path: str | os.PathLike, first_row: int = 0,
@@ -313,9 +322,8 @@ def read_table(path: str | os.PathLike, *, owned_prefix: str = "trajval_"):
         tables.append(table)
     if position == 0:
         raise TrajvalInputError(f"the pool is empty (0 rows): {', '.join(str(f) for f in files)}")
-    if len(tables) == 1:
-        return tables[0]
-    return concat_tables(tables)
+    table = tables[0] if len(tables) == 1 else concat_tables(tables)
+    return expand_provenance(table, where=str(path))
 
 
 def concat_tables(tables):
@@ -337,7 +345,7 @@ def concat_tables(tables):
             chunks = []
             for table, part in zip(tables, parts):
                 if part is None:
-                    chunks.append(json_array([_MISSING] * table.num_rows))
+                    chunks.append(json_array([ABSENT] * table.num_rows))
                 else:
                     chunks.extend(_as_json_array(c) for c in part.chunks)
             columns[name] = pa.chunked_array(chunks, json_type())
@@ -357,13 +365,13 @@ def _read_json_lines(path: Path, first_row: int, owned_prefix: str):
         for row in rows:
             for key in row:
                 if key not in columns:
-                    columns[key] = [json_array([_MISSING] * rows_done)] if rows_done else []
+                    columns[key] = [json_array([ABSENT] * rows_done)] if rows_done else []
                     names.append(key)
         for name in names:
             try:
                 values = list(map(itemgetter(name), rows))
             except KeyError:  # some rows lack the key
-                values = [row.get(name, _MISSING) for row in rows]
+                values = [row.get(name, ABSENT) for row in rows]
             if name.startswith(owned_prefix):
                 _check_owned_kinds(path, name, values, first_position, rows, kinds)
             columns[name].append(_chunk_array(values))
@@ -377,11 +385,11 @@ def _read_json_lines(path: Path, first_row: int, owned_prefix: str):
 
 
 def _check_owned_kinds(path, name, values, first_position, rows, kinds) -> None:
-    types = set(map(type, values)) - {_MissingType, type(None)}
+    types = set(map(type, values)) - {_AbsentType, type(None)}
     if not types or (name in kinds and {_value_kind_of_type(t) for t in types} == {kinds[name][0]}):
         return  # the block holds the column's kind only: nothing to name
     for position, (value, row) in enumerate(zip(values, rows), start=first_position):
-        if value is _MISSING or value is None:
+        if value is ABSENT or value is None:
             continue
         kind = "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else _json_kind(value)
         if name not in kinds:
@@ -406,7 +414,7 @@ def _chunk_array(values: list):
     import pyarrow as pa
 
     kinds = set(map(type, values))
-    if _MissingType in kinds:
+    if _AbsentType in kinds:
         return json_array(values)
     kinds.discard(type(None))
     if not kinds:
@@ -536,7 +544,7 @@ def json_array(values: Iterable[Any]):
     """An ``arrow.json`` array of the values' JSON text; the absent-key marker becomes null."""
     import pyarrow as pa
 
-    storage = pa.array([None if v is _MISSING else json_text(v) for v in values], pa.string())
+    storage = pa.array([None if v is ABSENT else json_text(v) for v in values], pa.string())
     return pa.ExtensionArray.from_storage(json_type(), storage)
 
 
@@ -595,7 +603,31 @@ def table_path_values(table, path: str) -> list | None:
     root, _, rest = path.partition(".")
     if not rest or root not in table.column_names:
         return None
+    nested = struct_path_array(table, path)
+    if nested is not None:
+        return nested.to_pylist()
     return [get_path({root: value}, path, None) for value in decoded_values(table.column(root))]
+
+
+def struct_path_array(table, path: str):
+    """The values at a dotted path through native struct columns as one Arrow array (None where
+    a row or a level is null, or the struct lacks the field), or None when the path leaves
+    native structs (a JSON column or JSON text on the way: :func:`table_path_values` reads it
+    row by row as :func:`~trajval_ops.rows.get_path` does)."""
+    import pyarrow as pa
+
+    root, *parts = path.split(".")
+    if root not in table.column_names:
+        return None
+    array = table.column(root).combine_chunks()
+    for part in parts:
+        if not pa.types.is_struct(array.type):
+            return None
+        index = array.type.get_field_index(part)
+        if index < 0:
+            return pa.nulls(len(array))
+        array = array.flatten()[index]  # flatten: the parent's nulls carried into the child
+    return None if is_json_type(array.type) else array
 
 
 def table_rows(table) -> list[dict]:
@@ -626,7 +658,8 @@ def write_table(table, path: str | os.PathLike) -> None:
 
     JSON lines: one object per row, columns in table order, UTF-8, compact; ``arrow.json``
     values are written as their stored JSON text and an absent one omits its key, so a table
-    from :func:`read_table` writes back the values it read. Parquet keeps native columns
+    from :func:`read_table` writes back the values it read; run provenance is stored once
+    (:func:`compact_provenance`). Parquet keeps native columns
     (nested ones stay nested) and stores ``arrow.json`` columns as parquet JSON.
     """
     suffix = Path(path).suffix.lower()
@@ -637,7 +670,7 @@ def write_table(table, path: str | os.PathLike) -> None:
             pq.write_table(table, handle)
         return
     with atomic_open(path, "wb") as handle:
-        write_json_lines(table, handle)
+        write_json_lines(compact_provenance(table), handle)
 
 
 def write_rows(path: str | os.PathLike, rows: Iterable[Any]) -> int:
@@ -647,13 +680,13 @@ def write_rows(path: str | os.PathLike, rows: Iterable[Any]) -> int:
     if Path(path).suffix.lower() in PARQUET_SUFFIXES:
         rows = [jsonable(row) for row in rows]
         names = list(dict.fromkeys(name for row in rows for name in row))
-        columns = {name: [row.get(name, _MISSING) for row in rows] for name in names}
+        columns = {name: [row.get(name, ABSENT) for row in rows] for name in names}
         write_table(table_from_columns(columns, len(rows)), path)
         return len(rows)
     count = 0
     with atomic_open(path) as out:
-        for row in rows:
-            out.write(json.dumps(jsonable(row), ensure_ascii=False))
+        for row in compact_rows(jsonable(row) for row in rows):
+            out.write(json.dumps(row, ensure_ascii=False))
             out.write("\n")
             count += 1
     return count
@@ -697,3 +730,109 @@ def _to_json(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     raise TypeError(f"cannot write {type(value).__name__} {value!r} as JSON")
+
+
+# ----------------------------------------------------------------------------- run provenance
+
+
+def compact_provenance(table):
+    """The table with its run provenance columns replaced by references and records, as a
+    JSON-lines file stores them (:mod:`trajval_ops.provenance_records`).
+
+    Runs of equal values are found by comparing Arrow slices (no Python value per row), so a
+    column repeating one value over a million rows costs one record and one comparison pass.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    names = [name for name in table.column_names if name in RUN_PROVENANCE]
+    if not names or table.num_rows == 0:
+        return table
+    columns = {name: table.column(name).combine_chunks() for name in names}
+    starts = sorted({start for column in columns.values() for start in run_starts(column)})
+    lengths = np.diff(np.append(starts, table.num_rows))
+    ids: dict[str, int] = {}
+    records: dict[int, str] = {}  # first row of each id -> the record's JSON text
+    segment_ids = []
+    for start in starts:
+        record = {name: value for name in names if (value := _value_at(columns[name], start)) is not ABSENT}
+        if not record:
+            segment_ids.append(-1)
+            continue
+        ref = record_id(record)
+        if ref not in ids:
+            ids[ref] = len(ids)
+            records[start] = json_text(record)
+        segment_ids.append(ids[ref])
+    row_ids = np.repeat(np.asarray(segment_ids, dtype=np.int64), lengths)
+    refs = list(ids)
+    if (row_ids < 0).any():  # rows without run provenance: no reference key at all
+        ref_column = json_array([ABSENT if i < 0 else refs[i] for i in row_ids.tolist()])
+    else:
+        ref_column = pa.DictionaryArray.from_arrays(pa.array(row_ids, pa.int32()), pa.array(refs)).cast(pa.string())
+    texts = [None] * table.num_rows
+    for row, text in records.items():
+        texts[row] = text
+    position = table.column_names.index(names[0])
+    table = table.drop_columns(names)
+    table = table.add_column(position, PROVENANCE_REF, ref_column)
+    return table.add_column(position + 1, PROVENANCE_RECORD,
+                            pa.ExtensionArray.from_storage(json_type(), pa.array(texts, pa.string())))
+
+
+def expand_provenance(table, where: str = "the pool"):
+    """The table with references resolved back into the run provenance columns (inverse of
+    :func:`compact_provenance`); a table without references is returned as it is.
+
+    :raises TrajvalInputError: a record that does not match its id, a reference without a
+        record, naming the row.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if PROVENANCE_REF not in table.column_names:
+        if PROVENANCE_RECORD in table.column_names:
+            raise TrajvalInputError(f"{where}: field '{PROVENANCE_RECORD}' without '{PROVENANCE_REF}'")
+        return table
+    ref_column = table.column(PROVENANCE_REF)
+    if is_json_type(ref_column.type) or not pa.types.is_string(ref_column.type):
+        values = decoded_values(ref_column)
+        for position, ref in enumerate(values):
+            if ref is not None and not isinstance(ref, str):
+                raise not_a_string(where, row_label(table_row(table, position), position), ref)
+        ref_column = pa.chunked_array([pa.array(values, pa.string())])
+    encoded = pc.dictionary_encode(ref_column).combine_chunks()
+    refs = encoded.dictionary.to_pylist()
+    records: dict[str, dict] = {}
+    if PROVENANCE_RECORD in table.column_names:
+        for position, record in enumerate(decoded_values(table.column(PROVENANCE_RECORD))):
+            if record is not None:
+                register_record(records, record, ref_column[position].as_py(),
+                                lambda: row_label(table_row(table, position), position), where)
+    for ref in refs:
+        if ref not in records:
+            position = pc.index(ref_column, ref).as_py()
+            raise record_missing(where, row_label(table_row(table, position), position), ref)
+    indices = encoded.indices.fill_null(len(refs)).to_numpy(zero_copy_only=False).astype(np.int64)
+    names = list(dict.fromkeys(name for ref in refs for name in records[ref]))
+    distinct = [records[ref] for ref in refs]
+    if encoded.indices.null_count:
+        distinct.append({})  # rows without a reference (their indices point here)
+    expanded = table_from_columns({name: [record.get(name, ABSENT) for record in distinct] for name in names})
+    position = table.column_names.index(PROVENANCE_REF)
+    table = table.drop_columns([c for c in (PROVENANCE_REF, PROVENANCE_RECORD) if c in table.column_names])
+    take = pa.array(indices)
+    for offset, name in enumerate(names):
+        if name in table.column_names:
+            raise TrajvalInputError(f"{where}: field '{name}' is both a column and in '{PROVENANCE_RECORD}'")
+        table = table.add_column(position + offset, name, expanded.column(name).take(take))
+    return table
+
+
+def _value_at(array, position: int):
+    """A column's Python value at a row; ABSENT for a key an ``arrow.json`` row lacks."""
+    value = array.slice(position, 1)
+    if is_json_type(value.type) and value.storage[0].as_py() is None:
+        return ABSENT
+    return decoded_values(value)[0]
