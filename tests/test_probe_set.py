@@ -127,6 +127,19 @@ def test_grpo_arguments_cpu_and_gpu_paths():
     # test_probe_training.py; the GPU ones need CUDA to build.)
 
 
+def test_precision_selects_bf16_on_either_device_and_keeps_old_probe_hashes():
+    c = ProbeConfig(prompts_per_batch=4, num_generations=8, micro_batch_size=8)
+    bf16 = ProbeConfig(prompts_per_batch=4, num_generations=8, micro_batch_size=8, precision="bf16")
+    fp32 = ProbeConfig(prompts_per_batch=4, num_generations=8, micro_batch_size=8, precision="fp32")
+    assert grpo_arguments(bf16, "/tmp/x", "cpu")["bf16"] and not grpo_arguments(fp32, "/tmp/x", "cuda")["bf16"]
+    assert not grpo_arguments(c, "/tmp/x", "cpu")["bf16"] and grpo_arguments(c, "/tmp/x", "cuda")["bf16"]
+    # the default (the behaviour before the setting existed) stays out of the hash: probes hashed
+    # before it resume; any other value is a different probe
+    assert "precision" not in c.identity() and bf16.identity()["precision"] == "bf16"
+    with pytest.raises(ValueError, match="precision must be one of 'auto', 'bf16', 'fp32', got 'fp16'"):
+        ProbeConfig(precision="fp16")
+
+
 def test_config_validation():
     with pytest.raises(ValueError, match="must divide"):
         ProbeConfig(prompts_per_batch=3, num_generations=4, micro_batch_size=8)

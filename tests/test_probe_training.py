@@ -228,3 +228,29 @@ def test_probe_trains_with_gradient_checkpointing_on_cpu(tmp_path):
     late = AutoModelForCausalLM.from_pretrained(resolve_checkpoint(out, "late[0]")["path"])
     base = AutoModelForCausalLM.from_pretrained(manifest["base_model"])
     assert max((a - b).abs().max().item() for a, b in zip(late.parameters(), base.parameters())) > 0
+
+
+def test_probe_trains_in_bf16_weights_on_cpu(tmp_path):
+    """The GPU recipes' probe trains in bf16 (``precision: auto`` on a GPU); ``precision: bf16``
+    runs that path on CPU: bf16 weights and autocast at every step, bf16 checkpoints, and the
+    weights move."""
+    import torch
+    from transformers import AutoModelForCausalLM, TrainerCallback
+
+    class Precision(TrainerCallback):
+        def __init__(self):
+            self.seen = []
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            self.seen.append((args.bf16, {p.dtype for p in model.parameters()}))
+
+    rows = pool(2)
+    out = tmp_path / "probe"
+    probe = Precision()
+    config = tiny_config(epochs=1, precision="bf16", learning_rate=5e-2)
+    manifest = run_probe(rows, [r["id"] for r in rows], config, out, show_progress=False, extra_callbacks=[probe])
+    assert probe.seen and all(bf16 and dtypes == {torch.bfloat16} for bf16, dtypes in probe.seen)
+    late = AutoModelForCausalLM.from_pretrained(resolve_checkpoint(out, "late[0]")["path"], dtype="auto")
+    assert late.dtype == torch.bfloat16
+    base = AutoModelForCausalLM.from_pretrained(manifest["base_model"], dtype=torch.bfloat16)
+    assert max((a - b).abs().max().item() for a, b in zip(late.parameters(), base.parameters())) > 0

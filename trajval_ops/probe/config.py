@@ -23,6 +23,9 @@ from trajval_ops.settings import check_settings, setting
 #: global batch, and so every optimizer step's prompts, is the same; only the rollouts' random
 #: draws differ).
 EXECUTION = "execution"
+#: Declared ``False`` on a setting added after probes were hashed whose default is the behaviour
+#: before it: it enters the hash only when set away from that default, so those probes resume.
+HASHED_AT_DEFAULT = "hashed_at_default"
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,9 @@ class ProbeConfig:
     device: str = setting("auto", "``auto`` (GPU with vLLM generation when torch sees one, else CPU with "
                           "transformers generation), ``cpu`` or ``cuda``.", choices=("auto", "cpu", "cuda"))
     gradient_checkpointing: bool | None = setting(None, "gradient checkpointing; None: on for GPU, off for CPU.")
+    precision: str = setting("auto", "weights and mixed precision of the probe: ``auto`` (bf16 on a GPU, fp32 on "
+                             "CPU), ``bf16`` (bf16 weights and autocast, also on CPU) or ``fp32``.",
+                             choices=("auto", "bf16", "fp32"), hashed_at_default=False)
     use_lora: bool = setting(False, "train a LoRA adapter instead of all weights; checkpoints are merged into "
                              "full model folders for the endpoint mapper.")
     lora_r: int = setting(16, "LoRA rank.", ge=1)
@@ -142,8 +148,12 @@ class ProbeConfig:
         return out
 
     def identity(self) -> dict[str, Any]:
-        """:meth:`to_dict` without :data:`EXECUTION_SETTINGS`: what the probe's hash covers."""
-        return {name: value for name, value in self.to_dict().items() if name not in EXECUTION_SETTINGS}
+        """:meth:`to_dict` without :data:`EXECUTION_SETTINGS`: what the probe's hash covers. A
+        setting declared ``hashed_at_default=False`` (added after probes were hashed, its default
+        the behaviour before it) enters only when set away from its default, so those probes keep
+        their hash and resume."""
+        return {name: value for name, value in self.to_dict().items()
+                if name not in EXECUTION_SETTINGS and not (name in UNHASHED_DEFAULTS and value == UNHASHED_DEFAULTS[name])}
 
 
     @property
@@ -166,6 +176,9 @@ class ProbeConfig:
 
 #: The settings declared with ``execution=True`` (how the probe runs, not what it is).
 EXECUTION_SETTINGS = tuple(f.name for f in dataclasses.fields(ProbeConfig) if f.metadata.get(EXECUTION))
+#: Settings declared with ``hashed_at_default=False``, by their defaults (:meth:`ProbeConfig.identity`).
+UNHASHED_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ProbeConfig)
+                     if f.metadata.get(HASHED_AT_DEFAULT) is False}
 
 
 def resolve_device(requested: str) -> str:
@@ -179,11 +192,26 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
+def resolve_precision(precision: str, device: str) -> str:
+    """``bf16`` or ``fp32``: ``auto`` is bf16 on a GPU and fp32 on CPU (bf16 autocast gave no
+    training gain on CPU and costs precision)."""
+    if precision == "auto":
+        return "bf16" if device == "cuda" else "fp32"
+    return precision
+
+
+def torch_dtype(precision: str, device: str):
+    """The torch dtype the probe's weights load in."""
+    import torch
+
+    return torch.bfloat16 if resolve_precision(precision, device) == "bf16" else torch.float32
+
+
 def grpo_arguments(config: ProbeConfig, output_dir: str, device: str, show_progress: bool = True) -> dict[str, Any]:
     """Keyword arguments for ``trl.GRPOConfig``.
 
-    CPU: transformers generation, fp32 (``bf16`` gave no training gain on CPU and TRL defaults to
-    it), no gradient checkpointing unless asked (TRL turns it on by default; it only costs time
+    CPU: transformers generation, fp32 unless ``precision: bf16`` (``bf16`` gave no training gain
+    on CPU and TRL defaults to it), no gradient checkpointing unless asked (TRL turns it on by default; it only costs time
     for small models). GPU: vLLM generation through TRL's integration, bf16, checkpointing on.
     One optimizer step per generation batch (``steps_per_generation`` = accumulation steps).
     Several processes: TRL's ``generation_batch_size`` is global and ``per_device_train_batch_size``
@@ -192,6 +220,7 @@ def grpo_arguments(config: ProbeConfig, output_dir: str, device: str, show_progr
     """
     on_gpu = device == "cuda"
     checkpointing = config.gradient_checkpointing if config.gradient_checkpointing is not None else on_gpu
+    bf16 = resolve_precision(config.precision, device) == "bf16"
     args: dict[str, Any] = dict(
         output_dir=output_dir,
         num_train_epochs=config.epochs,
@@ -219,7 +248,7 @@ def grpo_arguments(config: ProbeConfig, output_dir: str, device: str, show_progr
         disable_tqdm=not show_progress,
         gradient_checkpointing=checkpointing,
         use_cpu=not on_gpu,
-        bf16=on_gpu,
+        bf16=bf16,
         use_vllm=on_gpu,
         dataloader_num_workers=0,
     )

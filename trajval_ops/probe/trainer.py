@@ -18,7 +18,9 @@ from loguru import logger
 from trajval_ops.probe.checkpoints import (
     MERGED_DIR, base_entry, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints,
 )
-from trajval_ops.probe.config import EXECUTION_SETTINGS, ProbeConfig, grpo_arguments, lora_config, resolve_device
+from trajval_ops.probe.config import (
+    EXECUTION_SETTINGS, ProbeConfig, grpo_arguments, lora_config, resolve_device, torch_dtype,
+)
 from trajval_ops.probe.manifest import (
     FORMAT,
     STATUS_COMPLETE,
@@ -176,7 +178,7 @@ def _grpo_trainer(config: ProbeConfig, args, base_model: Path, device: str, toke
     verifier = build_verifier(config.verifier, **config.verifier_options)
     manifest["verifier"] = verifier.spec
     return GRPOTrainer(
-        model=load_policy(base_model, device),
+        model=load_policy(base_model, device, config.precision),
         reward_funcs=[verifier_reward(verifier)],
         args=args,
         train_dataset=dataset,
@@ -198,7 +200,7 @@ def _finish_probe(trainer, args, config: ProbeConfig, output_dir: Path, base_mod
     kept = set(config.kept_epochs())
     prune_checkpoints(output_dir, kept, keep_resume_state=False)
     if config.use_lora:
-        merge_lora_checkpoints(output_dir, base_model, device)
+        merge_lora_checkpoints(output_dir, base_model, device, config.precision)
     manifest["checkpoints"] = [base_entry(base_model)] + checkpoint_entries(output_dir, kept, config)
     by_epoch = {entry["epoch"]: entry["name"] for entry in manifest["checkpoints"]}
     manifest["windows"] = {
@@ -282,14 +284,13 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def merge_lora_checkpoints(output_dir: Path, base_model: Path, device: str) -> None:
+def merge_lora_checkpoints(output_dir: Path, base_model: Path, device: str, precision: str) -> None:
     """Write ``<checkpoint>/merged``: base weights + LoRA adapter as a plain model folder that
     any engine loads (the endpoint mapper evaluates full models)."""
-    import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = torch_dtype(precision, device)
     for checkpoint in list_checkpoints(output_dir):
         target = checkpoint.path / MERGED_DIR
         if target.is_dir():
@@ -346,10 +347,7 @@ def load_tokenizer(base_model: Path):
     return tokenizer
 
 
-def load_policy(base_model: Path, device: str):
-    import torch
+def load_policy(base_model: Path, device: str, precision: str):
     from transformers import AutoModelForCausalLM
 
-    # fp32 on CPU: bf16 autocast gave no training gain there and costs precision.
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    return AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
+    return AutoModelForCausalLM.from_pretrained(base_model, dtype=torch_dtype(precision, device))
