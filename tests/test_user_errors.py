@@ -48,6 +48,13 @@ def test_a_missing_field(tmp_path):
     _ends_with_one_error_block(result, "row 2 (extra_info.index='fx-002'): field 'trajval_r_late' is missing")
 
 
+def test_a_missing_pool_file(tmp_path):
+    # a name with no '/' is what Data-Juicer takes for a Hugging Face dataset
+    result = dj_process(_score_recipe(tmp_path, "no_such_pool.jsonl"), tmp_path)
+    _ends_with_one_error_block(result, f"pool file not found: no_such_pool.jsonl (looked for {REPO / 'no_such_pool.jsonl'}")
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_a_parameter_of_the_wrong_type(tmp_path):
     result = dj_process(_score_recipe(tmp_path, FIXTURE_POOL, eps=True), tmp_path)  # YAML `true` for a float
     _ends_with_one_error_block(result, "trajval_learnability_mapper: parameter 'eps' = True: Input should be a "

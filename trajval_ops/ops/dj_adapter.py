@@ -298,6 +298,7 @@ def append_columns(table, columns: dict):
 def _register_load_strategies() -> None:
     from data_juicer.core.data.load_strategy import (
         DataLoadStrategyRegistry,
+        DefaultDataLoadStrategy,
         DefaultLocalDataLoadStrategy,
         RayLocalJsonDataLoadStrategy,
     )
@@ -333,8 +334,30 @@ def _register_load_strategies() -> None:
             dataset.source_table = table  # for the operators' whole-pool checks (TableMapper.check_pool)
             return dataset
 
+    class TrajvalMissingPoolStrategy(DefaultDataLoadStrategy):
+        """Data-Juicer takes a ``dataset_path`` that is no file or folder and has at most one
+        ``/`` (``pool.jsonl``) for a Hugging Face dataset name, for which its command line has
+        no load strategy ("No data load strategy found for huggingface None"). A trajval run
+        says the pool file is missing instead; any other run gets Data-Juicer's error."""
+
+        def load_data(self, **kwargs):
+            import os
+
+            from trajval_ops.errors import TrajvalInputError
+
+            path = self.ds_config.get("path")
+            if not uses_trajval_operators(self.cfg):
+                raise ValueError("No data load strategy found for huggingface None")
+            note_run_log_dir(self.cfg)
+            with user_errors():
+                raise TrajvalInputError(
+                    f"pool file not found: {path} (looked for {os.path.abspath(path)}; Data-Juicer takes a "
+                    f"dataset_path that is no file or folder for a Hugging Face dataset name, which it cannot load)")
+
     DataLoadStrategyRegistry.register("default", "local", "*")(TrajvalLocalLoadStrategy)
     DataLoadStrategyRegistry.register("ray", "local", "*")(TrajvalRayLocalLoadStrategy)
+    for executor in ("default", "ray"):
+        DataLoadStrategyRegistry.register(executor, "huggingface", "*")(TrajvalMissingPoolStrategy)
 
 
 def _read_pool(cfg, path):
