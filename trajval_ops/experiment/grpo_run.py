@@ -68,7 +68,7 @@ def run(spec: dict[str, Any]) -> dict:
     args.update(max_steps=int(spec["steps"]), num_train_epochs=1, save_strategy="no", logging_steps=1)
     verifier = build_verifier(spec["verifier"], **spec["verifier_options"])
     trainer = TrajvalGRPOTrainer(
-        model=load_policy(base, "cpu"),
+        model=load_policy(base, "cpu", config.precision),
         reward_funcs=[verifier_reward(verifier)],
         args=GRPOConfig(**args),
         train_dataset=dataset,
