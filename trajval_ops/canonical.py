@@ -33,5 +33,4 @@ def file_sha256(path: str | os.PathLike) -> str:
 def short_id(value: Any, chars: int = 6) -> str:
     """The first ``chars`` characters of the URL-safe base64 of :func:`stable_hash`'s digest
     (6 characters: 36 bits), for references written on every row of a pool."""
-    digest = hashlib.sha256(canonical_json(value).encode("utf-8")).digest()
-    return base64.urlsafe_b64encode(digest).decode("ascii")[:chars]
+    return base64.urlsafe_b64encode(bytes.fromhex(stable_hash(value))).decode("ascii")[:chars]

@@ -152,8 +152,8 @@ class ProbeConfig:
         setting declared ``hashed_at_default=False`` (added after probes were hashed, its default
         the behaviour before it) enters only when set away from its default, so those probes keep
         their hash and resume."""
-        return {name: value for name, value in self.to_dict().items()
-                if name not in EXECUTION_SETTINGS and not (name in UNHASHED_DEFAULTS and value == UNHASHED_DEFAULTS[name])}
+        return {name: value for name, value in self.to_dict().items() if name not in EXECUTION_SETTINGS
+                and not (name in UNHASHED_DEFAULTS and value == UNHASHED_DEFAULTS[name])}
 
 
     @property
@@ -211,8 +211,8 @@ def grpo_arguments(config: ProbeConfig, output_dir: str, device: str, show_progr
     """Keyword arguments for ``trl.GRPOConfig``.
 
     CPU: transformers generation, fp32 unless ``precision: bf16`` (``bf16`` gave no training gain
-    on CPU and TRL defaults to it), no gradient checkpointing unless asked (TRL turns it on by default; it only costs time
-    for small models). GPU: vLLM generation through TRL's integration, bf16, checkpointing on.
+    on CPU and TRL defaults to it), no gradient checkpointing unless asked (TRL turns it on by
+    default; it only costs time for small models). GPU: vLLM generation through TRL's integration, bf16, checkpointing on.
     One optimizer step per generation batch (``steps_per_generation`` = accumulation steps).
     Several processes: TRL's ``generation_batch_size`` is global and ``per_device_train_batch_size``
     per process, so each process accumulates ``gradient_accumulation_steps`` micro-batches and the
