@@ -110,3 +110,37 @@ def test_a_sampled_pass_without_groups_measures_ceil_fraction_of_the_pool():
     stage = pass_stage({"window": "late", "n": 16, "sample_fraction": 0.1, "sample_group_key": "g"}, 30,
                        {"g": [10, 10, 5, 5]})
     assert stage["measured_rows"] == 1 + 1 + 1 + 1  # at least one row per group
+
+
+def test_the_weighted_pool_provenance_carries_the_prior_total(tmp_path):
+    """The learnability mapper sums the passes' recorded costs and the probe's into its
+    provenance (once per file), wall times and paths left out: the same prior, the same bytes."""
+    import pyarrow as pa
+
+    from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
+    from trajval_ops.probe.manifest import write_manifest
+
+    write_manifest(tmp_path, {"cost": {"completions": 640, "generated_tokens": 3000, "wall_time_s": 12.5}})
+    checkpoint = {"name": "epoch-2", "manifest": str(tmp_path / "manifest.json")}
+    rows = [{"id": f"t{i}", "trajval_r_early": 0.25, "trajval_r_late": 0.5 + i / 10,
+             "trajval_r_early_provenance": {"cost": {"completions": 16, "generated_tokens": 40 + i}},
+             "trajval_r_late_provenance": {"checkpoint": checkpoint, "cost": {"completions": 16, "generated_tokens": 50}}}
+            for i in range(3)]
+    table = pa.Table.from_pylist(rows)
+    for score in ("trajval", "variance"):
+        out = TrajvalLearnabilityMapper(score=score).score_pool(table)
+        provenance = out.column("trajval_score_provenance")[0].as_py()
+        assert provenance == out.column("trajval_score_provenance")[2].as_py()
+        recorded = recorded_cost(lambda name: out.column(name).to_pylist(), ["trajval_r_early"],
+                                 ["trajval_r_late"] if score == "trajval" else None)
+        assert provenance["prior_cost"]["completions"] == recorded["completions"]
+        if score == "trajval":
+            assert provenance["prior_cost"] == {
+                "completions": 640 + 48 + 48, "generated_tokens": 3000 + 123 + 150,
+                "stages": {"probe": {"completions": 640, "generated_tokens": 3000},
+                           "early": {"completions": 48, "generated_tokens": 123},
+                           "late": {"completions": 48, "generated_tokens": 150}}}
+        else:  # a one-pass prior: the early pass alone
+            assert provenance["prior_cost"] == {"completions": 48, "generated_tokens": 123,
+                                                "stages": {"early": {"completions": 48, "generated_tokens": 123}}}
+        assert list(provenance)[-1] == "trajval_ops_version"

@@ -75,10 +75,11 @@ def test_bad_rewards_name_row_and_field(row, message):
     good = {"id": "t0", "trajval_r_early": 0.1, "trajval_r_late": 0.2}
     # JSON-like mixed types: build through from_list of plain dicts with a common schema
     rows = [dict(good), row]
+    from trajval_ops.pool_io import table_from_columns
+
+    table = table_from_columns({k: [r.get(k) for r in rows] for k in set(good) | set(row)}, len(rows))
     with pytest.raises(TrajvalInputError) as err:
-        TrajvalLearnabilityMapper().process_batched(
-            {k: [r.get(k) for r in rows] for k in set(good) | set(row)}, indices=[0, 1]
-        )
+        TrajvalLearnabilityMapper().score_pool(table)
     assert message in str(err.value)
 
 
@@ -267,7 +268,7 @@ def test_noise_aware_estimators_need_counts_groups_and_the_whole_pool():
     import pyarrow as pa
 
     op = TrajvalLearnabilityMapper(estimator="posterior")
-    assert op.needs_whole_pool  # so under Ray dj-process hands it the gathered pool
+    assert op.needs_whole_pool  # so under Ray dj-process hands it the gathered pool, as for every score
     with pytest.raises(TrajvalInputError, match="cannot score a batch alone"):
         op.transform_table(pa.Table.from_pylist(rows))
 
@@ -342,6 +343,7 @@ def test_a_group_without_a_measured_row_gets_the_measured_mean_and_says_so(caplo
     out = run(rows, predict_unmeasured=True, group_key="family")
     measured_mean = np.mean([r["trajval_score"] for r in out if not r["trajval_predicted"]])
     assert all(r["trajval_score"] == pytest.approx(measured_mean) for r in out if r["family"] == "b")
+    assert [r["trajval_predicted_fallback"] for r in out] == [r["family"] == "b" for r in out]  # flagged per row
     prediction = out[0]["trajval_score_provenance"]["prediction"]
     assert prediction["fallback_rows"] == 6 and prediction["fallback_groups"] == ["'b'"]
     assert prediction["predictor"] == "group_mean"

@@ -19,7 +19,7 @@ SCORE_COLUMNS = ("trajval_delta", "trajval_score", "trajval_weight", "trajval_pr
 def score(table, **params):
     op = TrajvalLearnabilityMapper(**params)
     op.check_pool(table)
-    return op.transform_table(table)
+    return op.score_pool(table)
 
 
 def column_bytes(rows, names) -> int:

@@ -201,3 +201,16 @@ def recorded_cost(column, early_keys: list[str], late_keys: list[str] | None, ex
 def _merge(parts: list[dict]) -> dict:
     return {key: sum(part[key] for part in parts) for key in ("completions", "generated_tokens", "rows",
                                                                "rows_without_cost")}
+
+
+def cost_summary(cost: dict) -> dict:
+    """The part of a :func:`recorded_cost` that a weighted pool's provenance keeps: completions
+    and generated tokens per stage and in total (and the rows a pass recorded no cost for, where
+    any). Wall times and manifest paths stay out, so the same prior gives the same bytes."""
+    stages = {}
+    for name, stage in cost["stages"].items():
+        stages[name] = {"completions": int(stage["completions"]), "generated_tokens": int(stage["generated_tokens"])}
+        if stage.get("rows_without_cost"):
+            stages[name]["rows_without_cost"] = int(stage["rows_without_cost"])
+    return {"completions": int(cost["completions"]), "generated_tokens": int(cost["generated_tokens"]),
+            "stages": stages}

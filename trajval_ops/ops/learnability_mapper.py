@@ -11,6 +11,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import __version__, core, fields
+from trajval_ops.cost import cost_summary
 from trajval_ops.ops.dj_adapter import (
     checked_parameters,
     TableMapper, append_columns, run_whole_pool, safe_op_kwargs,
@@ -140,8 +141,8 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
             paper's formula), ``posterior`` (the expected score under a beta-binomial model of each
             end's k successes in n rollouts, the beta prior fitted on the pool: noisy rows shrink
             toward the pool) or ``pooled`` (the prior fitted on each row's ``group_key`` group).
-            Both need the endpoint mapper's ``<key>_n`` columns and the whole pool (default
-            executor); they add a 95% interval of s (``<score_key>_low`` / ``_high``).
+            Both need the endpoint mapper's ``<key>_n`` columns; they add a 95% interval of s
+            (``<score_key>_low`` / ``_high``).
         :param band_low: lower edge of the band-pass prior (exclusive; default 0: drop rows the
             early model never solves).
         :param band_high: upper edge of the band-pass prior (exclusive; default 1: drop rows it
@@ -161,7 +162,9 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         :param score_key: output field for the score ``s`` of the chosen prior.
         :param weight_key: output field for the weight ``w`` (unnormalised).
         :param profile_key: output field for the endpoint-only trajectory profile.
-        :param provenance_key: output field recording how the weight was made.
+        :param provenance_key: output field recording how the weight was made and what the prior
+            cost (``prior_cost``: completions and generated tokens per stage and in total, from
+            the passes' provenance and the probe's manifest).
         :param id_key: dotted path of the row id used in error messages; None tries common id
             fields (``id``, ``extra_info.index``, ...) and always gives the row position.
         :param group_key: dotted path of a task group (a family, ``data_source``): the end-of-run
@@ -169,6 +172,15 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
             per group, and says whether the gain differs between groups beyond the rollout
             noise (needs the endpoint mapper's ``<key>_n`` columns). Rows without it form the
             group ``None``.
+        :param predict_unmeasured: predict the score of each row a sampled endpoint pass left out
+            (status ``not_sampled``) from the measured rows; False: such a row stops the run.
+        :param predict_features: numeric fields every row has (e.g. a short early pass) that the
+            prediction reads besides ``group_key``; None: the group alone.
+        :param predict_coverage: share of the out-of-fold errors the predicted rows' interval
+            (``<score_key>_low`` / ``_high``) covers.
+        :param predict_seed: seed of the prediction's model and folds.
+        :param predicted_key: output field, true where the score is predicted; ``<predicted_key>_fallback``
+            is true where the row's group has no measured row (it gets the measured rows' mean).
         """
 
     @property
@@ -237,10 +249,9 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         ids = [self.id_key] if self.id_key else list(fields.ID_CANDIDATES)
         return list(dict.fromkeys(keys + [key.split(".")[0] for key in ids]))
 
-    @property
-    def needs_whole_pool(self) -> bool:
-        """Whether a batch alone cannot be scored (a noise-aware estimator, a prediction)."""
-        return self.predict_unmeasured or (self.estimator != "paper" and not self.one_pass)
+    #: Scored as one pool under both executors (under Ray on the gathered pool): the provenance
+    #: carries the prior's total cost, and the estimators and the prediction fit on every row.
+    needs_whole_pool = True
 
     def measured_rows(self, table, first_row: int | None) -> np.ndarray | None:
         """Which rows every pass measured (None: all): a sampled pass marks the others
@@ -264,9 +275,12 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
                 f"(status '{STATUS_NOT_SAMPLED}'): set predict_unmeasured: true to predict the scores of such rows")
         return ~left_out
 
-    def score_table(self, table, first_row: int | None = None):
+    def score_table(self, table, prior_cost: dict, first_row: int | None = None):
         """``(table with the outputs appended, (r_early, r_late, output columns))``: the reward
-        columns read from Arrow (errors name the first bad row); every other column untouched."""
+        columns read from Arrow (errors name the first bad row); every other column untouched.
+
+        :param prior_cost: the pool's recorded cost (:meth:`log_cost`), summed into the provenance.
+        """
         import pyarrow as pa
 
         measured = self.measured_rows(table, first_row)
@@ -282,6 +296,9 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
             provenance = self._noise_aware(table, r_early, r_late, columns)
         if self.predict_unmeasured:
             provenance = self._predict(table, measured, columns, first_row)
+        provenance = dict(provenance)
+        version = provenance.pop("trajval_ops_version")
+        provenance.update(prior_cost=cost_summary(prior_cost), trajval_ops_version=version)
         new = {name: pa.array(values, mask=_missing(values)) for name, values in columns.items()}
         new[self.provenance_key] = pa.repeat(pa.scalar(provenance), table.num_rows)
         return append_columns(table, new), (r_early, r_late, columns)
@@ -329,6 +346,8 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         columns[self.weight_key] = self.weight_of(prediction.score)
         columns[f"{self.score_key}_low"], columns[f"{self.score_key}_high"] = prediction.low, prediction.high
         columns[self.predicted_key] = prediction.predicted
+        # a row of a group no measured row stands in: the measured rows' mean, flagged per row
+        columns[f"{self.predicted_key}_fallback"] = prediction.fallback
         for name in (self.r_early_key, self.r_late_key, self.delta_key, self.profile_key):
             if name in columns:  # a predicted row has no measured pass rate, change or profile
                 columns[name] = np.where(measured, columns[name], None) if name == self.profile_key else \
@@ -337,7 +356,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         if fallback_groups:
             logger.warning(f"{OP_NAME}: {int(prediction.fallback.sum())} rows in {len(fallback_groups)} groups "
                            f"({', '.join(fallback_groups[:10])}) have no measured row: they get the measured rows' "
-                           "mean score (flagged as fallback in the provenance)")
+                           f"mean score (flagged: {self.predicted_key}_fallback)")
         how = (f"gradient boosting on {self.predict_features}{' and ' + self.group_key if self.group_key else ''}"
                if prediction.predictor == "gradient_boosting" else
                f"the mean of each {self.group_key or 'pool'}'s measured rows"
@@ -363,11 +382,9 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         return None
 
     def transform_table(self, table, first_row: int | None = None):
-        """The table with the outputs appended (one batch; :meth:`score_table`)."""
-        if self.needs_whole_pool:
-            raise TrajvalInputError(f"{OP_NAME}: this mapper fits on the whole pool (estimator {self.estimator!r}, "
-                                    f"predict_unmeasured {self.predict_unmeasured}); it cannot score a batch alone")
-        return self.score_table(table, first_row)[0]
+        """Not for a batch alone: the mapper scores the whole pool (:meth:`score_pool`)."""
+        raise TrajvalInputError(f"{OP_NAME}: scores the whole pool at once (its provenance carries the prior's "
+                                "total cost); it cannot score a batch alone")
 
     def run(self, dataset, *, exporter=None, tracer=None):
         """Default executor: one vectorised pass over the whole pool's reward columns.
@@ -385,7 +402,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         check_unique_ids(table, self.id_key, what=OP_NAME)
         logger.info(f"{OP_NAME}: scoring {table.num_rows} rows ({self.score} prior, "
                     f"{'' if self.one_pass else f'alpha={self.alpha}, '}eps={self.eps})")
-        table, (r_early, r_late, columns) = self.score_table(table, 0)
+        table, (r_early, r_late, columns) = self.score_table(table, self.log_cost(table), 0)
         measured = ~np.asarray(columns[self.predicted_key], dtype=bool) if self.predicted_key in columns else None
         pass_rates = {"r_early": r_early} if self.one_pass else {"r_early": r_early, "r_late": r_late}
         if measured is not None:  # the pass rates of the rows the passes measured
@@ -396,7 +413,6 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
             self._log_noise(table if measured is None else table.filter(measured), *(
                 (r_early, r_late, columns) if measured is None else
                 (r_early[measured], r_late[measured], {k: np.asarray(v)[measured] for k, v in columns.items()})))
-        self.log_cost(table)
         return table
 
     def _log_noise(self, table, r_early, r_late, columns) -> None:
