@@ -121,3 +121,16 @@ def test_estimate_agreement_keys():
     out = ag.estimate_agreement(probe, oracle)
     assert out["spearman_r_early"] == pytest.approx(1.0)
     assert {"spearman_r_late", "kappa_six_way", "kappa_binary"} <= set(out)
+
+
+def test_group_spearman_ranks_the_group_means():
+    from trajval_ops.analysis.agreement import group_spearman
+
+    groups = ["b", "a", "c", "a", "b", "c"]
+    a = [2.0, 1.0, 3.0, 1.0, 2.0, 3.0]      # means a 1, b 2, c 3
+    rising = [0.2, 0.0, 0.9, 0.2, 0.4, 0.1]  # means a 0.1, b 0.3, c 0.5: same order
+    falling = [-x for x in rising]
+    assert group_spearman(a, rising, groups) == pytest.approx(1.0)
+    assert group_spearman(a, falling, groups) == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="groups"):
+        group_spearman(a, rising, groups[:-1])

@@ -118,3 +118,21 @@ def test_evaluations_at_step_zero_are_accepted():
     assert flat["s_base"] == 0 and math.isnan(flat["s2b"])  # baseline best at the base model
     with pytest.raises(ValueError, match="non-negative"):
         curves.steps_to_baseline(method, base, steps=[-1, 10, 20, 30])
+
+
+def test_auc_at_budgets_reads_each_curve_at_the_same_spend():
+    from trajval_ops.analysis.curves import auc, auc_at_budgets
+
+    base = np.array([0.1, 0.2, 0.3, 0.4])
+    base_x = np.array([0, 100, 200, 300])
+    assert auc_at_budgets(base, base_x, base_x) == pytest.approx(auc(base))  # the baseline: its own AUC
+    # an arm that spends twice the completions per step for the same curve: at 100 and 200
+    # completions it stands where the baseline stood at steps 0.5 and 1
+    arm_x = 2 * base_x
+    assert auc_at_budgets(base, arm_x, base_x) == pytest.approx(np.mean([0.1, 0.15, 0.2, 0.25]))
+    # seeds averaged first
+    assert auc_at_budgets(np.stack([base - 0.1, base + 0.1]), base_x, base_x) == pytest.approx(auc(base))
+    with pytest.raises(ValueError, match="outside the curve's completions"):
+        auc_at_budgets(base, base_x, [0, 400])
+    with pytest.raises(ValueError, match="increasing"):
+        auc_at_budgets(base, [0, 100, 100, 300], base_x)

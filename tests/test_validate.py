@@ -301,7 +301,7 @@ def test_group_arms_need_a_group_key_and_every_row_its_group(tmp_path):
 
 def test_a_run_recorded_before_a_setting_existed_resumes_when_the_setting_is_at_its_default(tmp_path):
     from trajval_ops.experiment.config import protocol_hash, recorded_settings
-    from trajval_ops.experiment.protocol import _check_same_protocol
+    from trajval_ops.experiment.protocol import check_same_protocol
 
     arms = ["uniform", "trajval"]
     config = load_config(config_file(tmp_path, probe__adaptive_late=False, training__arms=arms))
@@ -312,7 +312,7 @@ def test_a_run_recorded_before_a_setting_existed_resumes_when_the_setting_is_at_
     (out / "protocol.json").write_text(json.dumps(
         {"hash": protocol_hash(config, recorded), "source": str(SMOKE), "config": recorded}))
     assert recorded_settings(config, recorded) == recorded
-    _check_same_protocol(config, out)  # the default is the behaviour the run had: its units stay valid
+    check_same_protocol(config, out)  # the default is the behaviour the run had: its units stay valid
     changed = load_config(config_file(tmp_path, probe__adaptive_late=True, training__arms=arms))
     with pytest.raises(ConfigError, match="other settings"):
-        _check_same_protocol(changed, out)
+        check_same_protocol(changed, out)

@@ -34,15 +34,6 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def family_spearman(score, gain, families) -> float:
-    """Spearman of the per-family mean score against the per-family mean gain."""
-    from scipy.stats import spearmanr
-
-    names = sorted(set(families))
-    at = np.asarray(families, dtype=object)
-    return float(spearmanr([score[at == f].mean() for f in names], [gain[at == f].mean() for f in names]).statistic)
-
-
 def early_pass(rows, n: int, seed: int, model: str, verifier: tuple) -> tuple[np.ndarray, int]:
     """The base model's pass rates at ``n`` rollouts per task, and the completions spent."""
     from trajval_ops.models import resolve_model
@@ -104,6 +95,7 @@ def one_run(run: Path, ns: list[int], seeds: int, fractions: list[float]) -> dic
     from scipy.stats import spearmanr
 
     from trajval_ops import core, fields
+    from trajval_ops.analysis.agreement import group_spearman
     from trajval_ops.cost import recorded_cost
     from trajval_ops.experiment.config import load_config
     from trajval_ops.experiment.protocol import regime_verifier
@@ -127,9 +119,9 @@ def one_run(run: Path, ns: list[int], seeds: int, fractions: list[float]) -> dic
     def point(name, prior_score, completions):
         return {"prior": name, "cost_epochs": completions / epoch, "completions": completions,
                 "spearman_task": float(spearmanr(prior_score, gain).statistic),
-                "spearman_family": family_spearman(np.asarray(prior_score), gain, families),
+                "spearman_family": group_spearman(np.asarray(prior_score), gain, families),
                 "spearman_full_task": float(spearmanr(prior_score, score).statistic),
-                "spearman_full_family": family_spearman(np.asarray(prior_score), score, families)}
+                "spearman_full_family": group_spearman(np.asarray(prior_score), score, families)}
 
     trajval_cost = recorded_cost(column, [fields.R_EARLY], [fields.R_LATE])["completions"]
     early_cost = recorded_cost(column, [fields.R_EARLY], None)["completions"]

@@ -6,7 +6,8 @@
   tasks, six-way and under the binary learnable grouping;
 - :func:`score_distribution`: the paper's per-profile score table (share of total weight, mean
   score, fraction at the floor), with the learnable / non-learnable combined rows;
-- :func:`probe_epoch_stability`: Spearman of the score at probe epoch k against the final one.
+- :func:`probe_epoch_stability`: Spearman of the score at probe epoch k against the final one;
+- :func:`group_spearman`: Spearman of two estimates' group means (per task family).
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ def spearman(a, b) -> float:
         warnings.warn("spearman: an input is constant; rho is undefined (NaN)", RuntimeWarning, stacklevel=2)
         return float("nan")
     return float((ra @ rb) / denom)
+
+
+def group_spearman(a, b, groups: Sequence) -> float:
+    """Spearman of ``a``'s per-group means against ``b``'s (groups in sorted order; each group's
+    mean over its rows)."""
+    a, b = _paired(a, b, "group_spearman")
+    at = np.asarray(groups, dtype=object)
+    if at.shape != a.shape:
+        raise ValueError(f"group_spearman: {at.size} groups for {a.size} values")
+    names = sorted(set(at.tolist()), key=repr)
+    return spearman([a[at == g].mean() for g in names], [b[at == g].mean() for g in names])
 
 
 def confusion_matrix(labels_a: Sequence, labels_b: Sequence, categories: Sequence) -> np.ndarray:

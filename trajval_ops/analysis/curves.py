@@ -4,7 +4,9 @@ A curve is one benchmark's accuracy at each evaluation step (a 1-D array), or se
 it (a 2-D ``(seeds, steps)`` array, averaged over seeds first, as the paper does).
 
 - **Best Acc**: the maximum of the sliding-window mean (window 5) of the raw curve.
-- **AUC**: the arithmetic mean of the accuracies over all evaluation steps.
+- **AUC**: the arithmetic mean of the accuracies over all evaluation steps; against completions
+  (:func:`auc_at_budgets`, this project's addition for dynamic sampling): the mean accuracy at
+  the baseline's evaluation completions, each curve read at the same spend.
 - **Steps-to-Baseline (S2B)**: with ``T`` the baseline's Best Acc and ``s_base`` the first step
   at which the baseline's sliding-window mean attains ``T``, S2B is ``100 * s_comp / s_base``,
   where ``s_comp`` is the first step at which the method's sliding-window mean reaches ``T``.
@@ -72,6 +74,25 @@ def best_acc(curve, window: int = DEFAULT_WINDOW) -> float:
 def auc(curve) -> float:
     """Mean accuracy over all evaluation steps."""
     return float(seed_average(curve).mean())
+
+
+def auc_at_budgets(curve, completions, budgets) -> float:
+    """AUC against completions: the mean accuracy at each of ``budgets`` (cumulative completions),
+    the curve read at ``completions`` (its evaluations' cumulative completions, increasing) and
+    interpolated linearly between them. With the baseline's own evaluation completions as
+    ``budgets`` the baseline's value is its AUC; another arm is read at the same spend.
+
+    :raises ValueError: a budget outside the curve's completions (not measured there).
+    """
+    curve = seed_average(curve)
+    completions = np.asarray(completions, dtype=np.float64)
+    budgets = np.asarray(budgets, dtype=np.float64)
+    if completions.shape != curve.shape or np.any(np.diff(completions) <= 0):
+        raise ValueError(f"completions must be {curve.size} increasing values, got {completions.tolist()}")
+    if budgets.size == 0 or budgets.min() < completions[0] or budgets.max() > completions[-1]:
+        raise ValueError(f"budgets {budgets.tolist()} outside the curve's completions "
+                         f"[{completions[0]}, {completions[-1]}]")
+    return float(np.interp(budgets, completions, curve).mean())
 
 
 def first_step_reaching(curve, target: float, steps=None, window: int = DEFAULT_WINDOW) -> float | None:

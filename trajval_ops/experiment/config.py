@@ -114,7 +114,7 @@ _ProbeRunSettings = settings_subset("_ProbeRunSettings", ProbeConfig, {"epochs":
 class ProbeSettings(_ProbeRunSettings):
     """The probe unit: its run settings (declared by ProbeConfig), its probe set and its endpoint passes."""
 
-    probe_fraction: float = 0.03   #: share of the pool in P, in (0, 1) (the operator's probe_fraction)
+    probe_fraction: float = 0.03   #: share of the pool in P, in (0, 1] (the operator's probe_fraction)
     n: int = 16                    #: endpoint rollouts per task
     engine: str = "transformers"
     #: probe epochs (besides the last) that get an endpoint pass, for probe-epoch stability
@@ -255,8 +255,8 @@ def check_config(config: ValidationConfig) -> None:
     bad = [e for e in config.probe.stability_epochs if not 1 <= e < config.probe.epochs]
     if bad:
         raise ConfigError(f"{where}: probe.stability_epochs {bad} outside 1..{config.probe.epochs - 1}")
-    if not 0 < config.probe.probe_fraction < 1:
-        raise ConfigError(f"{where}: probe.probe_fraction must be in (0, 1)")
+    if not 0 < config.probe.probe_fraction <= 1:
+        raise ConfigError(f"{where}: probe.probe_fraction must be in (0, 1] (1: the whole pool)")
     if config.probe.window_k > config.probe.epochs:
         raise ConfigError(f"{where}: probe.window_k ({config.probe.window_k}) must not exceed probe.epochs "
                           f"({config.probe.epochs})")

@@ -349,7 +349,7 @@ def run_protocol(config: ValidationConfig, out: Path) -> dict:
     out = Path(out).resolve()  # the units run in other folders: every path they get is absolute
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    _check_same_protocol(config, out)
+    check_same_protocol(config, out)
     data = prepare_data(config, out)
     finished: set[str] = set()
     units = oracle_units(config, out, data) + [probe_unit(config, out)] + arm_units(config, out)
@@ -397,8 +397,9 @@ def _priors_when_ready(config: ValidationConfig, out: Path, finished: set[str]) 
     return {name: when_done for name in needs}
 
 
-def _check_same_protocol(config: ValidationConfig, out: Path) -> None:
-    """A folder holds one protocol's units: resuming with other settings is an error."""
+def check_same_protocol(config: ValidationConfig, out: Path) -> None:
+    """A folder holds one protocol's units: resuming with other settings is an error. A new folder
+    is claimed for ``config`` (its ``protocol.json`` written)."""
     marker = out / "protocol.json"
     digest = protocol_hash(config)
     if marker.is_file():
