@@ -18,13 +18,18 @@ run's ``grpo.num_generations`` completions):
 Writes ``frontier.json`` and ``frontier.png`` into ``--out``.
 
     python tools/bench/bench_frontier.py --runs outputs/validation/priors-2026 outputs/validation/priors-2027 \\
-        --out docs/frontier
+        --out docs/frontier [--probe-choice outputs/bench/probe_choice/probe_choice.json]
+
+``--probe-choice`` adds the probe settings ``bench_probe_choice.py`` compared (TrajVal at other
+probe fractions, lengths and n); ``--replot --probe-choice ...`` adds them to a finished
+``frontier.json`` without sampling again.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -141,6 +146,17 @@ def one_run(run: Path, ns: list[int], seeds: int, fractions: list[float]) -> dic
             "main_epoch_completions": epoch, "points": points}
 
 
+def add_probe_points(results: list[dict], probe_choice: dict) -> None:
+    """Each split's probe settings from bench_probe_choice.py (TrajVal at other probe fractions,
+    lengths and n; the same agreements with oracle A, the same cost unit) as ``probe_points``."""
+    by_split = {split["split_seed"]: split for split in probe_choice["splits"]}
+    for result in results:
+        split = by_split.get(result["split_seed"])
+        if split is not None:
+            result["probe_points"] = [{"prior": f"trajval, probe {p['probe']}", **p}
+                                      for candidate in split["candidates"] for p in candidate["points"]]
+
+
 def plot(results: list[dict], path: Path) -> None:
     """Colour = prior, marker = split (TrajVal's full prior in black: a star, a cross); each
     prior's points joined across n or sample fraction."""
@@ -153,6 +169,10 @@ def plot(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, key, title in ((axes[0], "spearman_task", "per task"), (axes[1], "spearman_family", "per family")):
         for result, marker, full_marker in zip(results, "os^D", "*XPd"):
+            probes = result.get("probe_points", [])  # other probe settings (bench_probe_choice.py)
+            if probes:
+                ax.plot([p["cost_epochs"] for p in probes], [p[key] for p in probes], marker=marker, color="C5",
+                        linestyle="none", markersize=6, label=f"trajval, other probes, split {result['split_seed']}")
             full = next(p for p in result["points"] if p["prior"] == "trajval")  # drawn over sampled f = 1
             ax.plot([full["cost_epochs"]], [full[key]], marker=full_marker, color="black", markersize=11, zorder=5,
                     linestyle="none", label=f"trajval (full), split {result['split_seed']}")
@@ -180,14 +200,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.05, 0.1, 0.25, 0.5, 1.0],
                         help="shares of the pool the sampled prior measures")
     parser.add_argument("--out", default="outputs/bench/frontier")
+    parser.add_argument("--probe-choice", type=Path, default=None,
+                        help="a probe_choice.json of bench_probe_choice.py: its probes' points join the frontier")
     parser.add_argument("--replot", action="store_true", help="redraw frontier.png from --out's frontier.json")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.replot:
-        plot(json.loads((out / "frontier.json").read_text()), out / "frontier.png")
-        return 0
-    results = [one_run(Path(run), args.ns, args.seeds, args.fractions) for run in args.runs]
+        results = json.loads((out / "frontier.json").read_text())
+    else:
+        results = [one_run(Path(run), args.ns, args.seeds, args.fractions) for run in args.runs]
+    if args.probe_choice:
+        add_probe_points(results, json.loads(args.probe_choice.read_text()))
     (out / "frontier.json").write_text(json.dumps(results, indent=1))
     plot(results, out / "frontier.png")
     for result in results:
@@ -195,11 +219,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{result['main_epoch_completions']:,} completions)")
         print(f"  {'prior':42} {'epochs':>7} {'per task':>9} {'(range)':>15} {'per family':>11} {'(range)':>15}"
               f" {'vs full passes: task':>21} {'family':>7}")
-        for p in result["points"]:
+        for p in result["points"] + result.get("probe_points", []):  # probe points: no full-pass column
             spread = lambda key: "[{:.3f}, {:.3f}]".format(*p[key]) if key in p else ""  # noqa: E731
             print(f"  {p['prior']:42} {p['cost_epochs']:7.2f} {p['spearman_task']:9.3f} "
                   f"{spread('spearman_task_range'):>15} {p['spearman_family']:11.3f} {spread('spearman_family_range'):>15}"
-                  f" {p['spearman_full_task']:21.3f} {p['spearman_full_family']:7.3f}")
+                  f" {p.get('spearman_full_task', math.nan):21.3f} {p.get('spearman_full_family', math.nan):7.3f}")
     return 0
 
 

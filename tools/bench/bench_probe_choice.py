@@ -30,12 +30,16 @@ Pre-registered before any candidate ran (2026-11-25), so the choice cannot follo
   interval of the difference above 0, and its trained AUC - uniform is not below the shipped
   probe's (the paired interval's upper bound at or above 0). Otherwise the shipped probe stays
   and the comparison is recorded. Oracle B is the check that a win is not fitted to oracle A.
+- amended after the candidates' agreement figures were read and before any trained result was
+  (the rule above named no tie-break): where several candidates pass, the one with the highest
+  trained AUC - uniform averaged over the splits replaces the shipped probe.
 
     python tools/bench/bench_probe_choice.py --runs outputs/validation/sampled-2026 \\
         outputs/validation/sampled-2027 --out outputs/bench/probe_choice
 
-Writes ``probe_choice.json`` and ``probe_choice.png`` into ``--out``; ``--table`` prints the
-markdown table of a finished ``probe_choice.json`` (docs/validation.md quotes it).
+Writes ``probe_choice.json`` into ``--out``; ``--table`` prints the markdown table of a finished
+``probe_choice.json`` (docs/validation.md quotes it); ``bench_frontier.py --probe-choice`` draws
+its points on the cost-agreement frontier (docs/speed.md).
 """
 
 from __future__ import annotations
@@ -224,8 +228,12 @@ def verdict(splits: list[dict]) -> dict:
         agrees = all(c["points"][0]["spearman_task_minus_shipped_ci95"][0] > 0 for c in per_split)
         trains = all(c["auc_minus_shipped_ci95"][1] >= 0 for c in per_split)
         out[name] = {"agrees_better_on_every_split": agrees, "trains_not_worse_on_every_split": trains,
-                     "replaces_shipped": agrees and trains}
-    return out
+                     "passes": agrees and trains,
+                     "mean_auc_minus_uniform": float(np.mean([c["training"]["trajval"]["auc_minus_uniform"]
+                                                              for c in per_split]))}
+    passing = [name for name, row in out.items() if row["passes"]]
+    chosen = max(passing, key=lambda name: out[name]["mean_auc_minus_uniform"]) if passing else SHIPPED
+    return {"candidates": out, "chosen": chosen}
 
 
 def table(results: dict) -> str:
@@ -250,30 +258,6 @@ def table(results: dict) -> str:
         lines.append(f"| {split['split_seed']} | ceiling: oracle A's gain | 150 (full pool) | | | | "
                      f"| {ceiling['oracle_a_vs_b_task']:.3f} | {ceiling['oracle_a_vs_b_family']:.2f} | | |")
     return "\n".join(lines)
-
-
-def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, key, title in ((axes[0], "spearman_task", "per task"), (axes[1], "spearman_family", "per family")):
-        for split, marker in zip(results["splits"], "os^D"):
-            for k, c in enumerate(split["candidates"]):
-                points = sorted(c["points"], key=lambda p: p["cost_epochs"])
-                ax.plot([p["cost_epochs"] for p in points], [p[key] for p in points], marker=marker, color=f"C{k}",
-                        linewidth=0.8, label=f"{c['candidate']}, split {split['split_seed']}")
-            ceiling = split["candidates"][0]["ceiling"][f"oracle_a_vs_b_{key.split('_')[1]}"]
-            ax.axhline(ceiling, color="grey", linewidth=0.8, linestyle=":" if marker == "o" else "--")
-        ax.set_xlabel("cost of the prior (main-run epochs of completions)")
-        ax.set_title(f"Spearman of s against oracle A's gain, {title} (grey: oracle B vs A)")
-    axes[0].set_ylabel("Spearman")
-    axes[1].legend(fontsize=6, loc="lower right", ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,7 +299,6 @@ def main(argv: list[str] | None = None) -> int:
     results = {"splits": splits, "verdict": verdict(splits)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "probe_choice.json").write_text(json.dumps(results, indent=1))
-    plot(results, out / "probe_choice.png")
     print(table(results))
     print(json.dumps(results["verdict"], indent=1))
     return 0
