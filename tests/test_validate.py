@@ -316,3 +316,20 @@ def test_a_run_recorded_before_a_setting_existed_resumes_when_the_setting_is_at_
     changed = load_config(config_file(tmp_path, probe__adaptive_late=True, training__arms=arms))
     with pytest.raises(ConfigError, match="other settings"):
         check_same_protocol(changed, out)
+
+
+def test_probe_vs_oracle_of_a_probe_on_the_whole_pool():
+    """A full-pool probe (probe_fraction 1) leaves no task outside P: that agreement is None."""
+    from trajval_ops import core, fields
+    from trajval_ops.experiment.results import probe_vs_oracle
+
+    r_early, r_late = np.array([0.1, 0.2, 0.5, 0.4]), np.array([0.3, 0.2, 0.9, 0.6])
+    oracle = {"ids": ["a", "b", "c", "d"], "r_early": r_early, "r_late": r_late + 0.05,
+              "delta": r_late - r_early, "profile": np.array(["stable"] * 4, dtype=object),
+              "score": core.learnability_score(r_early, r_late)}
+    rows = [{"id": task, fields.R_EARLY: e, fields.R_LATE: l, fields.SCORE: s, fields.PROFILE: "stable",
+             fields.IN_PROBE: True}
+            for task, e, l, s in zip(oracle["ids"], r_early, r_late, core.learnability_score(r_early, r_late))]
+    result, _, _ = probe_vs_oracle(rows, oracle, [])
+    assert result["n_probe_tasks"] == 4 and result["spearman_score_vs_gain_outside_probe"] is None
+    assert result["spearman_score_vs_gain"] == pytest.approx(1.0)

@@ -116,7 +116,9 @@ def probe_vs_oracle(probe_rows: list[dict], oracle: dict, stability_epochs: Sequ
         "spearman_r_late": agreement.spearman(r_late, oracle["r_late"][at]),
         "spearman_score": agreement.spearman(score, oracle["score"][at]),
         "spearman_score_vs_gain": agreement.spearman(score, gain),
-        "spearman_score_vs_gain_outside_probe": agreement.spearman(score[~in_probe], gain[~in_probe]),
+        # None for a probe on the whole pool (no task outside P)
+        "spearman_score_vs_gain_outside_probe": agreement.spearman(score[~in_probe], gain[~in_probe])
+        if (~in_probe).sum() >= 2 else None,
         "kappa_six": agree["kappa_six_way"], "kappa_binary": agree["kappa_binary"],
         "probe_epoch_stability": None,
     }
