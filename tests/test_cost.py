@@ -21,9 +21,9 @@ def run_json(capsys, *argv) -> dict:
 
 
 @pytest.mark.parametrize("rows, probe_rows, probe_steps", [
-    (600, 18, 60),     # |P| = round(0.03 x 600) = 18: 2 batches of 8 per epoch, 30 epochs
-    (1000, 30, 90),    # 30 rows: 3 batches
-    (300, 9, 30),      # 9 rows: 1 batch (TRL drops the incomplete one)
+    (600, 600, 75),    # P = the pool (probe_fraction 1): 75 batches of 8, one epoch
+    (1000, 1000, 125),
+    (300, 300, 37),    # 37 batches (TRL drops the incomplete one)
 ])
 def test_demo_recipe_cost_by_hand(tmp_path, capsys, rows, probe_rows, probe_steps):
     pool = tmp_path / "pool.jsonl"
@@ -54,13 +54,13 @@ def test_main_run_options_and_a_reused_or_greedy_pass():
     early, late = report["stages"][1:]
     assert early["completions"] == 0 and early["reused"] is True
     assert late["completions"] == 600 and late["max_new_tokens_total"] == 600 * 8
-    assert report["main_epochs_equivalent"] == pytest.approx((3840 + 600) / (600 * 8))
+    assert report["main_epochs_equivalent"] == pytest.approx((75 * 8 * 8 + 600) / (600 * 8))
     assert report["main_runs_equivalent"] == pytest.approx(report["main_epochs_equivalent"] / 2)
 
 
 def test_a_pool_too_small_for_the_probe_is_refused_as_the_probe_would(tmp_path, capsys):
     pool = tmp_path / "pool.jsonl"
-    pool.write_text("{}\n" * 200)  # |P| = 6 < prompts_per_batch 8
+    pool.write_text("{}\n" * 7)  # |P| = the pool's 7 rows < prompts_per_batch 8
     assert cost_cli.main(["--config", str(DEMO), "--dataset_path", str(pool)]) == 2
     assert "fewer than prompts_per_batch (8)" in capsys.readouterr().err
 
@@ -86,15 +86,16 @@ def test_recorded_cost_sums_each_pass_and_reads_the_probe_manifest(tmp_path):
 
 def test_the_sampled_recipe_by_hand(capsys):
     """recipes/demo_sampled.yaml on the demo pool: 12 families of 50 rows, ceil(0.25 x 50) = 13
-    measured per family in each window, a short pass of n = 4 on every row, the demo's probe."""
+    measured per family in each window, a short pass of n = 4 on every row, the demo's probe (one
+    epoch of 75 steps over the pool)."""
     sampled = REPO / "recipes" / "demo_sampled.yaml"
     pool = REPO / "trajval_ops" / "data" / "demo_arith_pool.jsonl"
     report = run_json(capsys, "--config", str(sampled), "--dataset_path", str(pool), "--main-n", "8")
-    probe = 60 * 8 * 8
+    probe = 75 * 8 * 8
     assert [(s["stage"], s["completions"]) for s in report["stages"]] == [
         ("probe", probe), ("extra", 600 * 4), ("early", 12 * 13 * 16), ("late", 12 * 13 * 16)]
     assert all(s["measured_rows"] == 156 and s["measured_rows_exact"] for s in report["stages"][2:])
-    assert report["completions"] == probe + 2400 + 2 * 156 * 16 == 11_232
+    assert report["completions"] == probe + 2400 + 2 * 156 * 16 == 12_192
     # without the pool its groups are unknown: ceil(0.25 x rows), flagged as not exact
     report = run_json(capsys, "--config", str(sampled), "--pool-rows", "600")
     assert [(s["completions"], s["measured_rows_exact"]) for s in report["stages"][2:]] == [(150 * 16, False)] * 2

@@ -235,5 +235,5 @@ def test_the_sampled_recipe_under_ray_matches_the_default_executor(tmp_path, cap
     assert cost_cli.main(["--config", str(REPO / "recipes" / "demo_sampled.yaml"), "--dataset_path", str(POOL),
                           "--json"]) == 0
     priced = json.loads(capsys.readouterr().out)
-    assert recorded["completions"] == priced["completions"] == 11_232
+    assert recorded["completions"] == priced["completions"] == 12_192
     assert recorded["stages"]["extra"]["completions"] == 600 * 4

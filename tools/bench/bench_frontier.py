@@ -194,7 +194,7 @@ def plot(results: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", nargs="+", required=True, help="finished trajval validate output folders")
+    parser.add_argument("--runs", nargs="+", help="finished trajval validate output folders (not with --replot)")
     parser.add_argument("--ns", type=int, nargs="+", default=[4, 8, 16])
     parser.add_argument("--seeds", type=int, default=3, help="repeats of each sampled early pass and sample")
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.05, 0.1, 0.25, 0.5, 1.0],
@@ -208,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.replot:
         results = json.loads((out / "frontier.json").read_text())
+    elif not args.runs:
+        parser.error("--runs is required (or --replot)")
     else:
         results = [one_run(Path(run), args.ns, args.seeds, args.fractions) for run in args.runs]
     if args.probe_choice:
