@@ -200,6 +200,18 @@ def test_smoke_protocol_end_to_end_and_resume(tmp_path):
     assert len(invocations) == 2 and invocations[0] == round(results["protocol"]["wall_time_s"], 1)
     assert again["protocol"]["wall_time_s"] == pytest.approx(sum(invocations))
 
+    # another run of the same protocol reusing this one's units: only the probe runs again (the
+    # same machine and code give it the same weights, so every arm's prior compares equal)
+    reused = tmp_path / "reused"
+    third = subprocess.run(command[:-1] + [str(reused), "--reuse-from", str(out)], capture_output=True, text=True,
+                           cwd=REPO, timeout=600)
+    assert third.returncode == 0, third.stderr[-4000:]
+    started = [line for line in third.stderr.splitlines() if ": started (" in line]
+    assert len(started) == 1 and "validate: probe: started" in started[0]
+    copied = json.loads((reused / "results.json").read_text())
+    for key in ("reproducibility", "probe_vs_oracle", "baselines", "training"):
+        assert copied[key] == results[key]
+
 
 def test_break_even_charges_the_prior_its_own_rollouts():
     from trajval_ops.experiment.results import break_even

@@ -5,7 +5,7 @@ split, with its two oracle runs), every candidate probe below runs as its own va
 (the shipping ``dj-process`` probe recipe, then the ``trajval`` arm against ``uniform``, the
 run's training seeds), on the same pool, against the same oracle. The oracle runs and the
 uniform arm's runs are copied from the given run where their unit specs are equal (paths
-aside), so nothing already measured is trained again. Per candidate and split:
+aside; ``trajval validate --reuse-from``), so nothing already measured is trained again. Per candidate and split:
 
 - agreement of its score s with oracle A's per-task gain (A trained on the probe's own pool),
   per task (all pool rows) and per task family, and with oracle B's gain on the tasks the two
@@ -48,7 +48,6 @@ import argparse
 import dataclasses
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -87,60 +86,19 @@ def candidate_config(base, name: str):
     return config
 
 
-def _spec_without_paths(path: Path, folder: Path) -> dict:
-    return json.loads(path.read_text().replace(str(folder), "<run>"))
-
-
-def reuse_finished_units(base_out: Path, out: Path, units, same_prior: bool) -> list[str]:
-    """Copy the base run's finished oracle and arm units whose specs equal the candidate's
-    (paths aside; an arm that reads a prior only when ``same_prior``). Returns their names."""
-    copied = []
-    for unit in units:
-        source = base_out / unit.folder.relative_to(out)
-        source_spec = source.parent / f"{source.name}.spec.json"
-        if unit.done() or not (source / "result.json").is_file() or not source_spec.is_file():
-            continue
-        unit.prepare()  # writes the candidate's spec
-        spec = unit.folder.parent / f"{unit.folder.name}.spec.json"
-        mine, theirs = _spec_without_paths(spec, out), _spec_without_paths(source_spec, base_out)
-        if mine != theirs or (mine.get("weight_column") and not same_prior):
-            continue
-        unit.folder.mkdir(parents=True, exist_ok=True)
-        for item in source.iterdir():
-            if item.is_file():
-                shutil.copy2(item, unit.folder / item.name)
-        copied.append(unit.name)
-    return copied
-
-
 def run_candidate(base_out: Path, base, name: str, out: Path, phase: str) -> None:
     """``phase`` ``probe``: the probe unit alone; ``train``: everything else (results included)."""
-    from loguru import logger
-
-    from trajval_ops.experiment.protocol import (arm_units, check_same_protocol, oracle_units, prepare_data,
-                                                 probe_unit, run_protocol, run_units)
+    from trajval_ops.experiment.protocol import check_same_protocol, prepare_data, probe_unit, run_protocol, run_units
 
     config = candidate_config(base, name)
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     check_same_protocol(config, out)
-    data = prepare_data(config, out)
+    prepare_data(config, out)
     if phase == "probe":
         run_units([probe_unit(config, out)], 1, set(), {})
         return
-    same_prior = _same_weights(base_out / "probe" / "weighted.jsonl", out / "probe" / "weighted.jsonl")
-    copied = reuse_finished_units(base_out, out, oracle_units(config, out, data) + arm_units(config, out), same_prior)
-    logger.info(f"probe choice [{name}]: reused from {base_out}: {copied or 'nothing'}")
-    run_protocol(config, out)
-
-
-def _same_weights(a: Path, b: Path) -> bool:
-    from trajval_ops import fields
-    from trajval_ops.pool_io import read_rows
-
-    if not (a.is_file() and b.is_file()):
-        return False
-    return [r[fields.WEIGHT] for r in read_rows(a)] == [r[fields.WEIGHT] for r in read_rows(b)]
+    run_protocol(config, out, reuse_from=base_out)  # the oracles, uniform, and any arm whose prior came out equal
 
 
 def measure(base_out: Path, base, name: str, out: Path, shipped_score: np.ndarray | None) -> dict:

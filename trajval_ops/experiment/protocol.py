@@ -302,12 +302,19 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
     env = {**os.environ, "TRAJVAL_PARENT_PID": str(os.getpid()), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false"}
     while pending or running:
+        copied_meanwhile = False
         for unit in list(pending):
             if len(running) >= workers:
                 break
             if not all(dep in finished for dep in unit.after):
                 continue
             pending.remove(unit)
+            if unit.done():  # copied meanwhile (--reuse-from, once the run's priors were known)
+                finished.add(unit.name)
+                copied_meanwhile = True
+                if unit.name in on_done:
+                    on_done[unit.name]()
+                continue
             if unit.restart and unit.folder.exists():
                 logger.info(f"validate: {unit.name}: unfinished in an earlier run, restarting it")
                 shutil.rmtree(unit.folder)
@@ -321,6 +328,8 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
             running[unit.name] = (unit, process, time.monotonic())
             logger.info(f"validate: {unit.name}: started ({total - len(pending) - len(running) + 1}/{total} queued "
                         f"so far; log {unit.log})")
+        if copied_meanwhile and not running:
+            continue  # what waited on the copied units may start now
         if not running:
             blocked = [u.name for u in pending]
             raise RuntimeError(f"units {blocked} wait on units that never finish")
@@ -340,8 +349,12 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
                 on_done[name]()
 
 
-def run_protocol(config: ValidationConfig, out: Path) -> dict:
-    """Run (or resume) every unit, then write ``results.json`` and ``index.html``."""
+def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = None) -> dict:
+    """Run (or resume) every unit, then write ``results.json`` and ``index.html``.
+
+    :param reuse_from: another validation run whose finished units equal to this run's are
+        copied instead of trained (:mod:`trajval_ops.experiment.reuse`).
+    """
     from trajval_ops.experiment.results import compute_results, write_index
     from trajval_ops.lifetime import guard_descendants
 
@@ -353,9 +366,17 @@ def run_protocol(config: ValidationConfig, out: Path) -> dict:
     data = prepare_data(config, out)
     finished: set[str] = set()
     units = oracle_units(config, out, data) + [probe_unit(config, out)] + arm_units(config, out)
+    reuse = None
+    if reuse_from is not None:
+        from trajval_ops.experiment.reuse import check_reusable_run, reuse_units
+
+        reuse_from = Path(reuse_from).resolve()
+        check_reusable_run(reuse_from, out)
+        reuse_units(units, reuse_from, out)
+        reuse = lambda: reuse_units(units, reuse_from, out)  # noqa: E731 (arms, once the priors exist)
     if (out / "priors" / "train_pool.jsonl").is_file():
         finished.add("priors")
-    run_units(units, config.workers, finished, _priors_when_ready(config, out, finished))
+    run_units(units, config.workers, finished, _priors_when_ready(config, out, finished, reuse))
     results = compute_results(config, out, wall_time_s=_accumulated_wall_time(out, time.monotonic() - started))
     write_json(out / "results.json", results)
     write_index(results, config, out)
@@ -379,9 +400,11 @@ def _accumulated_wall_time(out: Path, seconds: float) -> float:
     return float(sum(invocations))
 
 
-def _priors_when_ready(config: ValidationConfig, out: Path, finished: set[str]) -> dict[str, Callable[[], None]]:
+def _priors_when_ready(config: ValidationConfig, out: Path, finished: set[str],
+                       then: Callable[[], Any] | None = None) -> dict[str, Callable[[], None]]:
     """Work to do after a unit finishes: the training pool with every prior's column, once the
-    probe (and, for the ceiling arms, oracle A) has finished; the arms wait for it."""
+    probe (and, for the ceiling arms, oracle A) has finished; the arms wait for it. ``then`` runs
+    once the pool is written (reusing another run's arms)."""
     priors = {ARMS[arm][0] for arm in config.training.arms} - {None}
     needs = {"probe"} | ({"oracle/context-a"} if priors & ORACLE_PRIORS else set())
 
@@ -393,6 +416,8 @@ def _priors_when_ready(config: ValidationConfig, out: Path, finished: set[str]) 
         oracle = oracle_figures(out, "context-a", config.oracle.window) if priors & ORACLE_PRIORS else None
         write_priors(out, priors | {"variance", "bandpass"}, oracle, config.group_key)
         finished.add("priors")
+        if then is not None:
+            then()
 
     return {name: when_done for name in needs}
 
@@ -424,10 +449,13 @@ def main(argv: list[str] | None = None, *, prog: str = "trajval validate") -> in
     parser.add_argument("--seed", type=int, default=None, help="override the config's base seed")
     parser.add_argument("--split-seed", type=int, default=None,
                         help="override tasks.seed: the same protocol on another split of the generated regime")
+    parser.add_argument("--reuse-from", type=Path, default=None, metavar="RUN",
+                        help="another validation run on the same data: its finished oracle and arm units whose "
+                             "settings (and prior weights) equal this run's are copied instead of trained")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config, seed=args.seed, split_seed=args.split_seed)
-        run_protocol(config, args.out)
+        run_protocol(config, args.out, reuse_from=args.reuse_from)
     except ConfigError as exc:
         print(f"validate: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,120 @@
+"""``trajval validate --reuse-from``: which finished units of another run are copied."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from trajval_ops.experiment.config import ConfigError
+from trajval_ops.experiment.protocol import Unit, _grpo_unit, main, run_units
+from trajval_ops.experiment.reuse import check_reusable_run, reuse_units, without_run_paths
+
+
+def _run(root, pool_weights=None, data=b'{"id": "t0"}\n'):
+    """A validation run's folder: protocol marker, one data file, and (optionally) a training pool."""
+    (root / "data").mkdir(parents=True)
+    (root / "protocol.json").write_text("{}")
+    (root / "data" / "context-a.jsonl").write_bytes(data)
+    if pool_weights is not None:
+        (root / "priors").mkdir()
+        (root / "priors" / "train_pool.jsonl").write_text(
+            "".join(json.dumps({"id": f"t{i}", "w": w, "r": 0.5}) + "\n" for i, w in enumerate(pool_weights)))
+    return root
+
+
+def _unit(root, name, seed=0, weight_column=None):
+    folder = root / "arms" / name / f"seed-{seed}"
+    spec = {"name": str(folder), "seed": seed, "pool": str(root / "priors" / "train_pool.jsonl"),
+            "weight_column": weight_column, "evaluations": [{"output": str(folder / "heldout.jsonl")}]}
+    return _grpo_unit(f"arms/{name}/seed-{seed}", folder, spec)
+
+
+def _finish(unit):
+    unit.prepare()
+    unit.folder.mkdir(parents=True)
+    (unit.folder / "result.json").write_text('{"steps": 4}')
+    unit.log.write_text("trained\n")
+
+
+def test_equal_units_are_copied_and_others_are_not(tmp_path):
+    source, out = _run(tmp_path / "a", [1.0, 0.5]), _run(tmp_path / "b", [1.0, 0.5])
+    for unit in (_unit(source, "uniform"), _unit(source, "uniform", seed=1)):
+        _finish(unit)
+    mine = [_unit(out, "uniform"), _unit(out, "uniform", seed=1)]
+    mine[1] = _grpo_unit(mine[1].name, mine[1].folder, {"seed": 2})  # another seed: another spec
+    assert reuse_units(mine, source, out) == ["arms/uniform/seed-0"]
+    assert mine[0].done() and (mine[0].folder / "result.json").read_text() == '{"steps": 4}'
+    assert mine[0].log.read_text() == "trained\n"
+    assert not mine[1].done()
+
+
+def test_an_arm_is_copied_only_once_its_prior_is_known_and_equal(tmp_path):
+    source = _run(tmp_path / "a", [1.0, 0.5])
+    _finish(_unit(source, "trajval", weight_column="w"))
+    out = tmp_path / "b"
+    _run(out)  # no training pool yet
+    assert reuse_units([_unit(out, "trajval", weight_column="w")], source, out) == []
+    (out / "priors").mkdir()
+    pool = out / "priors" / "train_pool.jsonl"
+    pool.write_text("".join(json.dumps({"id": f"t{i}", "w": w}) + "\n" for i, w in enumerate([1.0, 0.25])))
+    assert reuse_units([_unit(out, "trajval", weight_column="w")], source, out) == []  # a weight differs
+    pool.write_text("".join(json.dumps({"id": f"t{i}", "w": w}) + "\n" for i, w in enumerate([1.0, 0.5])))
+    assert reuse_units([_unit(out, "trajval", weight_column="w")], source, out) == ["arms/trajval/seed-0"]
+
+
+def test_rows_in_another_order_are_another_prior(tmp_path):
+    source = _run(tmp_path / "a", [1.0, 0.5])
+    _finish(_unit(source, "trajval", weight_column="w"))
+    out = _run(tmp_path / "b")
+    (out / "priors").mkdir()
+    (out / "priors" / "train_pool.jsonl").write_text(
+        json.dumps({"id": "t1", "w": 0.5}) + "\n" + json.dumps({"id": "t0", "w": 1.0}) + "\n")
+    assert reuse_units([_unit(out, "trajval", weight_column="w")], source, out) == []
+
+
+def test_another_split_or_a_folder_without_a_run_is_an_error(tmp_path):
+    source = _run(tmp_path / "a")
+    with pytest.raises(ConfigError, match=r"differ from this run's \(context-a.jsonl\)"):
+        check_reusable_run(source, _run(tmp_path / "b", data=b'{"id": "t9"}\n'))
+    with pytest.raises(ConfigError, match="not a validation run"):
+        check_reusable_run(tmp_path / "nowhere", source)
+    with pytest.raises(ConfigError, match="the run's own folder"):
+        check_reusable_run(source, source)
+    check_reusable_run(source, _run(tmp_path / "c"))
+
+
+def test_cli_exits_2_when_the_run_to_reuse_is_missing(tmp_path, capsys):
+    from tests.conftest import REPO
+
+    code = main(["--config", str(REPO / "recipes" / "validation" / "smoke.yaml"), "--out", str(tmp_path / "out"),
+                 "--reuse-from", str(tmp_path / "nowhere")])
+    assert code == 2 and "not a validation run" in capsys.readouterr().err
+
+
+def test_paths_of_the_run_alone_are_replaced(tmp_path):
+    run = tmp_path / "long"
+    spec = {"pool": f"{run}/priors/p.jsonl", "other": f"{run}-b/x", "list": [str(run)], "n": 3}
+    assert without_run_paths(spec, run) == {"pool": "<run>/priors/p.jsonl", "other": f"{run}-b/x",
+                                            "list": ["<run>"], "n": 3}
+
+
+def test_a_unit_copied_while_others_ran_is_not_launched(tmp_path):
+    first_folder, copied_folder = tmp_path / "first", tmp_path / "copied"
+    first = Unit("first", first_folder,
+                 [sys.executable, "-c", f"import pathlib; pathlib.Path({str(first_folder)!r}).mkdir(); "
+                                        f"pathlib.Path({str(first_folder / 'result.json')!r}).write_text('{{}}')"],
+                 done=lambda: (first_folder / "result.json").is_file())
+    # would fail if launched; it becomes done when ``first`` finishes (as the priors' reuse does)
+    copied = Unit("copied", copied_folder, [sys.executable, "-c", "raise SystemExit(3)"],
+                  done=lambda: (copied_folder / "result.json").is_file(), after=("gate",))
+    finished: set[str] = set()
+
+    def copy_then_open_the_gate():
+        copied_folder.mkdir()
+        (copied_folder / "result.json").write_text("{}")
+        finished.add("gate")
+
+    run_units([first, copied], 1, finished, {"first": copy_then_open_the_gate})
+    assert {"first", "copied"} <= finished and (copied_folder / "result.json").is_file()

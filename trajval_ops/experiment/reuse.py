@@ -1,0 +1,111 @@
+"""Another validation run's finished units, reused (``trajval validate --reuse-from DIR``).
+
+Comparing a new arm or probe against a finished run should not retrain the arms the two share.
+A training unit of the source run is copied into this run when all of these hold:
+
+- it finished there (its ``result.json`` exists);
+- its spec equals this run's, the two run folders' paths aside (same model, GRPO settings,
+  seed, steps, sampling, evaluation);
+- both runs' data splits are byte-identical (the specs name the files, not their contents);
+- for an arm, every column of the training pool it reads (its prior's weight, BOTS's reference
+  pass rates) holds the same values in the same row order in both pools, so an arm waits for
+  this run's priors before it can be compared.
+
+The probe unit is never copied (its files hold their own run's paths; it takes minutes). Units
+here are run as child processes, so a copied unit's files are exactly what a rerun would write
+on the same machine and code; reuse runs made with the same version of trajval_ops.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from trajval_ops.experiment.config import ConfigError
+from trajval_ops.experiment.grpo_run import RESULT_FILE
+
+TRAIN_POOL = Path("priors") / "train_pool.jsonl"
+RUN_ROOT = "<run>"
+
+
+def check_reusable_run(source: Path, out: Path) -> None:
+    """``source`` must be another finished-or-partial validation run on byte-identical data."""
+    if not (source / "protocol.json").is_file():
+        raise ConfigError(f"--reuse-from {source}: not a validation run (no protocol.json)")
+    if source.resolve() == out.resolve():
+        raise ConfigError(f"--reuse-from {source}: the run's own folder; a rerun resumes it already")
+    mine, theirs = _data_files(out), _data_files(source)
+    if mine.keys() != theirs.keys() or any(mine[name] != theirs[name] for name in mine):
+        differ = sorted(name for name in mine.keys() | theirs.keys() if mine.get(name) != theirs.get(name))
+        raise ConfigError(f"--reuse-from {source}: its data splits differ from this run's ({', '.join(differ)}); "
+                          f"its units trained on other tasks (another tasks.seed or --split-seed?)")
+
+
+def _data_files(run: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted((run / "data").glob("*")) if path.is_file()}
+
+
+def without_run_paths(value: Any, run: Path) -> Any:
+    """``value`` (a unit's spec) with ``run``'s folder replaced by a placeholder in every path."""
+    root = str(run)
+    if isinstance(value, dict):
+        return {key: without_run_paths(item, run) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_run_paths(item, run) for item in value]
+    if isinstance(value, str) and (value == root or value.startswith(root + "/")):
+        return RUN_ROOT + value[len(root):]
+    return value
+
+
+def pool_columns(spec: dict) -> list[str] | None:
+    """The training-pool columns a unit reads, or None when it does not read the training pool."""
+    if spec.get("pool") != f"{RUN_ROOT}/{TRAIN_POOL.as_posix()}":
+        return None
+    return [column for column in [spec.get("weight_column"), *(spec.get("bots_reference_columns") or [])] if column]
+
+
+def _column_values(pool: Path, columns: list[str]) -> list:
+    from trajval_ops.pool_io import read_rows
+    from trajval_ops.rows import get_path
+
+    return [(row.get("id"), *[get_path(row, column, None) for column in columns]) for row in read_rows(pool)]
+
+
+def reuse_units(units, source: Path, out: Path) -> list[str]:
+    """Copy every unit of ``units`` that the rules above allow and that is not done here yet;
+    arms that read the training pool are skipped until this run has written it. Returns the
+    copied units' names."""
+    copied, columns_equal = [], {}
+    for unit in units:
+        folder = source / unit.folder.relative_to(out)
+        source_spec = folder.parent / f"{folder.name}.spec.json"
+        if unit.done() or unit.prepare is None or not (folder / RESULT_FILE).is_file() or not source_spec.is_file():
+            continue
+        theirs = without_run_paths(json.loads(source_spec.read_text()), source)
+        columns = pool_columns(theirs)
+        if columns is not None and not (out / TRAIN_POOL).is_file():
+            continue
+        unit.prepare()  # writes this run's spec
+        spec_path = unit.folder.parent / f"{unit.folder.name}.spec.json"
+        if without_run_paths(json.loads(spec_path.read_text()), out) != theirs:
+            continue
+        if columns:
+            key = tuple(columns)
+            if key not in columns_equal:
+                columns_equal[key] = _column_values(out / TRAIN_POOL, columns) == _column_values(
+                    source / TRAIN_POOL, columns)
+            if not columns_equal[key]:
+                continue
+        if unit.folder.exists():
+            shutil.rmtree(unit.folder)
+        shutil.copytree(folder, unit.folder)
+        if (folder.parent / f"{folder.name}.log").is_file():
+            shutil.copy2(folder.parent / f"{folder.name}.log", unit.log)
+        copied.append(unit.name)
+    if copied:
+        logger.info(f"validate: reused from {source}: {', '.join(copied)}")
+    return copied
