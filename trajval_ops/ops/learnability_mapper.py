@@ -253,7 +253,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
     #: carries the prior's total cost, and the estimators and the prediction fit on every row.
     needs_whole_pool = True
 
-    def measured_rows(self, table, first_row: int | None) -> np.ndarray | None:
+    def measured_rows(self, table) -> np.ndarray | None:
         """Which rows every pass measured (None: all): a sampled pass marks the others
         ``not_sampled``; without ``predict_unmeasured`` such a row stops the run, named."""
         from trajval_ops.rollout.pass_rates import STATUS_NOT_SAMPLED
@@ -269,25 +269,25 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
             from trajval_ops.rows import row_label
 
             position = int(np.argmax(left_out))
-            where = None if first_row is None else first_row + position
             raise TrajvalInputError(
-                f"{row_label(table_row(table, position), where, self.id_key)}: a sampled endpoint pass left it out "
+                f"{row_label(table_row(table, position), position, self.id_key)}: a sampled endpoint pass left it out "
                 f"(status '{STATUS_NOT_SAMPLED}'): set predict_unmeasured: true to predict the scores of such rows")
         return ~left_out
 
-    def score_table(self, table, prior_cost: dict, first_row: int | None = None):
+    def score_table(self, table, prior_cost: dict):
         """``(table with the outputs appended, (r_early, r_late, output columns))``: the reward
-        columns read from Arrow (errors name the first bad row); every other column untouched.
+        columns read from Arrow (errors name the first bad row by its position in the pool); every
+        other column untouched.
 
         :param prior_cost: the pool's recorded cost (:meth:`log_cost`), summed into the provenance.
         """
         import pyarrow as pa
 
-        measured = self.measured_rows(table, first_row)
+        measured = self.measured_rows(table)
 
         def read(key):
             values = arrow_numeric_column(table, key, lower=0.0, upper=1.0, id_key=self.id_key,
-                                          position_offset=first_row, unread=None if measured is None else ~measured)
+                                          position_offset=0, unread=None if measured is None else ~measured)
             return values if measured is None else np.where(measured, values, 0.0)  # unmeasured: predicted below
 
         r_early, r_late, columns = self.score_columns(read)
@@ -295,7 +295,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         if self.estimator != "paper" and not self.one_pass:
             provenance = self._noise_aware(table, r_early, r_late, columns)
         if self.predict_unmeasured:
-            provenance = self._predict(table, measured, columns, first_row)
+            provenance = self._predict(table, measured, columns)
         provenance = dict(provenance)
         version = provenance.pop("trajval_ops_version")
         provenance.update(prior_cost=cost_summary(prior_cost), trajval_ops_version=version)
@@ -325,7 +325,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         return {**self.provenance, "beta_priors": fitted, "interval_mass": core.INTERVAL_MASS,
                 "posterior_grid": core.POSTERIOR_GRID}
 
-    def _predict(self, table, measured, columns, first_row) -> dict:
+    def _predict(self, table, measured, columns) -> dict:
         """Every unmeasured row's score predicted from the measured rows (:mod:`trajval_ops.sampled_prior`);
         the weight follows; the interval and the flag are written for every row."""
         from trajval_ops.pool_io import table_path_values
@@ -336,7 +336,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         if not measured.any():
             raise TrajvalInputError(f"{OP_NAME}: no row was measured by every pass: nothing to predict from")
         features = np.stack([arrow_numeric_column(table, key, lower=-np.inf, id_key=self.id_key,
-                                                  position_offset=first_row) for key in self.predict_features],
+                                                  position_offset=0) for key in self.predict_features],
                             axis=1) if self.predict_features else None
         groups = (table_path_values(table, self.group_key) or [None] * table.num_rows) if self.group_key else None
         score = np.where(measured, columns[self.score_key], 0.0)
@@ -402,7 +402,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         check_unique_ids(table, self.id_key, what=OP_NAME)
         logger.info(f"{OP_NAME}: scoring {table.num_rows} rows ({self.score} prior, "
                     f"{'' if self.one_pass else f'alpha={self.alpha}, '}eps={self.eps})")
-        table, (r_early, r_late, columns) = self.score_table(table, self.log_cost(table), 0)
+        table, (r_early, r_late, columns) = self.score_table(table, self.log_cost(table))
         measured = ~np.asarray(columns[self.predicted_key], dtype=bool) if self.predicted_key in columns else None
         pass_rates = {"r_early": r_early} if self.one_pass else {"r_early": r_early, "r_late": r_late}
         if measured is not None:  # the pass rates of the rows the passes measured
