@@ -168,6 +168,8 @@ def test_smoke_protocol_end_to_end_and_resume(tmp_path):
     dynamic = results["training"]["uniform+dynamic"]
     batch = 8 * 4  # prompts_per_batch x num_generations
     assert dynamic["completions"] >= 4 * batch == results["training"]["uniform"]["completions"]
+    assert dynamic["auc_completions_minus_standard_uniform"] is not None
+    assert "auc_completions_minus_standard_uniform" not in results["training"]["uniform"]
     assert results["training"]["uniform"]["zero_variance_share"] is not None
     pool = [json.loads(line) for line in (out / "priors" / "train_pool.jsonl").read_text().splitlines()]
     assert all(0.05 <= row["trajval_pooled_weight"] <= 1 and 0.05 <= row["trajval_posterior_weight"] <= 1
@@ -345,3 +347,38 @@ def test_probe_vs_oracle_of_a_probe_on_the_whole_pool():
     result, _, _ = probe_vs_oracle(rows, oracle, [])
     assert result["n_probe_tasks"] == 4 and result["spearman_score_vs_gain_outside_probe"] is None
     assert result["spearman_score_vs_gain"] == pytest.approx(1.0)
+
+
+def test_dynamic_arms_are_read_against_completions_within_and_across_sampling_modes(tmp_path):
+    """A dynamic arm's AUC against completions, against uniform+dynamic and against plain uniform:
+    both curves read at the baseline's evaluation spends that the arm reached, by hand."""
+    from trajval_ops.experiment.results import training
+
+    config = load_config(config_file(tmp_path, training__arms=["uniform", "variance"],
+                                     training__sampling=["standard", "dynamic"], training__steps=4))
+    out = tmp_path / "run"
+    # held-out accuracy at steps 0, 2, 4 (the same on every seed and task); completions per step
+    runs = {"uniform": ([0.1, 0.2, 0.3], [32] * 4), "variance": ([0.1, 0.3, 0.4], [32] * 4),
+            "uniform+dynamic": ([0.1, 0.3, 0.5], [64] * 4), "variance+dynamic": ([0.1, 0.4, 0.5], [48] * 4)}
+    for name, (acc, per_step) in runs.items():
+        for seed in config.training_seeds():
+            folder = out / "arms" / name / f"seed-{seed}"
+            folder.mkdir(parents=True)
+            (folder / "heldout.jsonl").write_text("".join(
+                json.dumps({"id": f"h{i}", "accuracies": acc, "steps": [0, 2, 4]}) + "\n" for i in range(3)))
+            (folder / "result.json").write_text(json.dumps({"steps": 4, "completions_per_step": per_step}))
+    table, _ = training(config, out)
+    assert "auc_completions_minus_standard_uniform" not in table["variance"]
+    assert table["variance"]["auc_completions_minus_uniform"] == pytest.approx((0.1 + 0.3 + 0.4 - 0.6) / 3)
+    dynamic = table["variance+dynamic"]
+    # against uniform+dynamic (spends 0, 128, 256): variance+dynamic (0, 96, 192) reaches 0 and 128
+    at_128 = 0.4 + (0.5 - 0.4) * (128 - 96) / 96
+    assert dynamic["auc_completions_budget"] == 128
+    assert dynamic["auc_completions_minus_uniform"] == pytest.approx((0.1 + at_128) / 2 - (0.1 + 0.3) / 2)
+    # against plain uniform (spends 0, 64, 128): read at all three
+    at_64 = 0.1 + (0.4 - 0.1) * 64 / 96
+    assert dynamic["auc_completions_standard_uniform_budget"] == 128
+    assert dynamic["auc_completions_minus_standard_uniform"] == pytest.approx(
+        (0.1 + at_64 + at_128) / 3 - (0.1 + 0.2 + 0.3) / 3)
+    low, high = dynamic["auc_completions_minus_standard_uniform_ci95"]
+    assert low <= dynamic["auc_completions_minus_standard_uniform"] <= high

@@ -172,18 +172,33 @@ def training(config: ValidationConfig, out: Path) -> tuple[dict, dict]:
     def s2b(method, baseline):
         return curves.steps_to_baseline(method, baseline, steps)["s2b"]  # inf: never reaches uniform's Best Acc
 
+    def against_completions(name: str, base_name: str) -> tuple:
+        """``name``'s AUC minus ``base_name``'s, both read at the baseline's evaluation spends
+        that the arm also reached, with its interval and the last such spend (None where they
+        share none)."""
+        x, base_x = completions_by_run[name], completions_by_run[base_name]
+        budgets = base_x[(base_x >= x[0]) & (base_x <= x[-1])]
+        if not budgets.size:
+            return None, None, None
+
+        def difference(c, b):
+            return curves.auc_at_budgets(c, x, budgets) - curves.auc_at_budgets(b, base_x, budgets)
+
+        pair = [curves_by_run[name], curves_by_run[base_name]]
+        return difference(*pair), bootstrap_ci(pair, difference), float(budgets[-1])
+
     table = {}
     for name, arm, mode in config.training_runs():
         base_name = BASELINE_ARM + MODE_SUFFIX[mode]
         arm_curves, base = curves_by_run[name], curves_by_run[base_name]
         records = records_by_run[name]
-        x, base_x = completions_by_run[name], completions_by_run[base_name]
-        # uniform's evaluation spends that the arm also reached: both curves read at the same spend
-        budgets = base_x[(base_x >= x[0]) & (base_x <= x[-1])]
-
-        def auc_by_completions(c, b, x=x, base_x=base_x, budgets=budgets):
-            return curves.auc_at_budgets(c, x, budgets) - curves.auc_at_budgets(b, base_x, budgets)
-
+        by_completions = against_completions(name, base_name)
+        across_modes = {}
+        if mode != "standard" and BASELINE_ARM in curves_by_run:  # does the sampling mode itself pay?
+            across_modes = dict(zip(("auc_completions_minus_standard_uniform",
+                                     "auc_completions_minus_standard_uniform_ci95",
+                                     "auc_completions_standard_uniform_budget"),
+                                    against_completions(name, BASELINE_ARM)))
         shares = [v for r in records for v in r.get("zero_variance_share") or [] if v is not None]
         table[name] = {
             "arm": arm, "sampling": mode,
@@ -195,10 +210,9 @@ def training(config: ValidationConfig, out: Path) -> tuple[dict, dict]:
             "auc_minus_uniform": curves.auc(arm_curves) - curves.auc(base),
             "auc_minus_uniform_ci95": bootstrap_ci([arm_curves, base], lambda c, b: curves.auc(c) - curves.auc(b)),
             # the same against completions (they differ from steps under dynamic sampling)
-            "auc_completions_minus_uniform": auc_by_completions(arm_curves, base) if budgets.size else None,
-            "auc_completions_minus_uniform_ci95": bootstrap_ci([arm_curves, base], auc_by_completions)
-            if budgets.size else None,
-            "auc_completions_budget": float(budgets[-1]) if budgets.size else None,
+            **dict(zip(("auc_completions_minus_uniform", "auc_completions_minus_uniform_ci95",
+                        "auc_completions_budget"), by_completions)),
+            **across_modes,
             "seeds": config.training_seeds(),
             "per_seed_auc": [curves.auc(c) for c in arm_curves],
             "per_seed_best_acc": [curves.best_acc(c) for c in arm_curves],
@@ -494,7 +508,9 @@ def write_index(results: dict, config: ValidationConfig, out: Path) -> Path:
              "<h2>Training (held-out accuracy)</h2>",
              _table(results["training"], ["best_acc", "best_acc_ci95", "auc", "auc_ci95", "s2b", "s2b_ci95",
                                           "auc_minus_uniform", "auc_minus_uniform_ci95",
-                                          "auc_completions_minus_uniform", "auc_completions_minus_uniform_ci95"]),
+                                          "auc_completions_minus_uniform", "auc_completions_minus_uniform_ci95",
+                                          "auc_completions_minus_standard_uniform",
+                                          "auc_completions_minus_standard_uniform_ci95"]),
              "<h2>Cost: completions to reach uniform's Best Acc, each prior charged its own rollouts</h2>",
              _table(results["cost"]["arms"], ["prior_completions", "completions_to_uniform_best", "s2b_completions",
                                               "net_saved", "net_saved_ci95", "break_even_runs", "break_even_runs_ci95"]),
