@@ -293,7 +293,7 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
     for unit in units:
         if unit.done() and unit.name not in finished:
             finished.add(unit.name)
-            logger.info(f"validate: {unit.name}: done in an earlier run, skipped")
+            logger.info(f"validate: {unit.name}: finished already (an earlier run, or copied by --reuse-from), skipped")
             if unit.name in on_done:
                 on_done[unit.name]()
     pending = [u for u in pending if u.name not in finished]
