@@ -167,11 +167,16 @@ class Unit:
     log: Path = field(init=False)
 
     def __post_init__(self):
-        self.log = self.folder.parent / f"{self.folder.name}.log"
+        self.log = unit_file(self.folder, "log")
+
+
+def unit_file(folder: Path, kind: str) -> Path:
+    """A unit's ``log`` or ``spec.json``, kept beside its folder."""
+    return folder.parent / f"{folder.name}.{kind}"
 
 
 def _grpo_unit(name: str, folder: Path, spec: dict, after=()) -> Unit:
-    spec_path = folder.parent / f"{folder.name}.spec.json"
+    spec_path = unit_file(folder, "spec.json")
 
     def prepare():
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -372,8 +377,8 @@ def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = 
 
         reuse_from = Path(reuse_from).resolve()
         check_reusable_run(reuse_from, out)
-        reuse_units(units, reuse_from, out)
-        reuse = lambda: reuse_units(units, reuse_from, out)  # noqa: E731 (arms, once the priors exist)
+        reuse = lambda: reuse_units(units, reuse_from, out)  # noqa: E731 (again for the arms, once the priors exist)
+        reuse()
     if (out / "priors" / "train_pool.jsonl").is_file():
         finished.add("priors")
     run_units(units, config.workers, finished, _priors_when_ready(config, out, finished, reuse))

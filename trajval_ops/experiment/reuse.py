@@ -27,6 +27,7 @@ from loguru import logger
 
 from trajval_ops.experiment.config import ConfigError
 from trajval_ops.experiment.grpo_run import RESULT_FILE
+from trajval_ops.experiment.protocol import unit_file
 
 TRAIN_POOL = Path("priors") / "train_pool.jsonl"
 RUN_ROOT = "<run>"
@@ -82,7 +83,7 @@ def reuse_units(units, source: Path, out: Path) -> list[str]:
     copied, columns_equal = [], {}
     for unit in units:
         folder = source / unit.folder.relative_to(out)
-        source_spec = folder.parent / f"{folder.name}.spec.json"
+        source_spec = unit_file(folder, "spec.json")
         if unit.done() or unit.prepare is None or not (folder / RESULT_FILE).is_file() or not source_spec.is_file():
             continue
         theirs = without_run_paths(json.loads(source_spec.read_text()), source)
@@ -90,8 +91,7 @@ def reuse_units(units, source: Path, out: Path) -> list[str]:
         if columns is not None and not (out / TRAIN_POOL).is_file():
             continue
         unit.prepare()  # writes this run's spec
-        spec_path = unit.folder.parent / f"{unit.folder.name}.spec.json"
-        if without_run_paths(json.loads(spec_path.read_text()), out) != theirs:
+        if without_run_paths(json.loads(unit_file(unit.folder, "spec.json").read_text()), out) != theirs:
             continue
         if columns:
             key = tuple(columns)
@@ -103,8 +103,8 @@ def reuse_units(units, source: Path, out: Path) -> list[str]:
         if unit.folder.exists():
             shutil.rmtree(unit.folder)
         shutil.copytree(folder, unit.folder)
-        if (folder.parent / f"{folder.name}.log").is_file():
-            shutil.copy2(folder.parent / f"{folder.name}.log", unit.log)
+        if unit_file(folder, "log").is_file():
+            shutil.copy2(unit_file(folder, "log"), unit.log)
         copied.append(unit.name)
     if copied:
         logger.info(f"validate: reused from {source}: {', '.join(copied)}")
