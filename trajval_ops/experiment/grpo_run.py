@@ -26,6 +26,13 @@ from pathlib import Path
 from typing import Any
 
 RESULT_FILE = "result.json"
+
+
+def unit_file(folder: Path, kind: str) -> Path:
+    """A validation unit's ``log`` or ``spec.json``, kept beside its folder."""
+    return folder.parent / f"{folder.name}.{kind}"
+
+
 UNIFORM_COLUMN = "trajval_uniform_weight"
 
 

@@ -45,7 +45,7 @@ from trajval_ops.atomic import write_json
 from trajval_ops.pool_io import write_rows
 from trajval_ops.experiment.config import (ARMS, ConfigError, ValidationConfig, load_config, protocol_hash,
                                            recorded_settings)
-from trajval_ops.experiment.grpo_run import RESULT_FILE
+from trajval_ops.experiment.grpo_run import RESULT_FILE, unit_file
 from trajval_ops.experiment.priors import (
     ADAPTIVE_LATE, ORACLE_PRIORS, PRIOR_COLUMNS, SAMPLED_SHORT, SAMPLED_SHORT_N, write_priors,
 )
@@ -168,11 +168,6 @@ class Unit:
 
     def __post_init__(self):
         self.log = unit_file(self.folder, "log")
-
-
-def unit_file(folder: Path, kind: str) -> Path:
-    """A unit's ``log`` or ``spec.json``, kept beside its folder."""
-    return folder.parent / f"{folder.name}.{kind}"
 
 
 def _grpo_unit(name: str, folder: Path, spec: dict, after=()) -> Unit:

@@ -26,8 +26,7 @@ from typing import Any
 from loguru import logger
 
 from trajval_ops.experiment.config import ConfigError
-from trajval_ops.experiment.grpo_run import RESULT_FILE
-from trajval_ops.experiment.protocol import unit_file
+from trajval_ops.experiment.grpo_run import RESULT_FILE, unit_file
 
 TRAIN_POOL = Path("priors") / "train_pool.jsonl"
 RUN_ROOT = "<run>"
