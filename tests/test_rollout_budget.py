@@ -168,5 +168,52 @@ def test_an_adaptive_pass_killed_mid_round_resumes_to_the_uninterrupted_bytes(tm
 def test_adaptive_budget_needs_a_window_and_sampling(tmp_path):
     with pytest.raises(ValueError, match="set window"):
         _op(tmp_path, budget="adaptive")
-    with pytest.raises(ValueError, match="temperature > 0"):
-        _op(tmp_path, window="late", output_key=None, budget="adaptive", temperature=0)._prepare()
+    with pytest.raises(ValueError, match="greedy decoding .temperature 0. gives every round the same completion"):
+        _op(tmp_path, window="late", output_key=None, budget="adaptive", temperature=0)  # refused when built
+
+
+def test_a_changed_early_pass_gets_the_fresh_runs_late_pass_from_a_shared_cache(tmp_path):
+    """The cache key of an adaptive late pass holds the early pass rates its stopping rule read
+    (issue 36, item 1): a rerun on the same cache after the early pass changed writes what a run
+    on a fresh cache writes, and a skipped row's pass rate is its current early rate, not the one
+    cached with it."""
+    options = dict(window="late", output_key=None, n=8, budget="adaptive", round_size=2, max_new_tokens=6,
+                   prompts_per_generate=2, verifier="custom",
+                   verifier_options={"function": "tests.test_rollout_budget:odd_length"})
+    first_rows, changed_rows = _late_rows(), _late_rows()
+    for row, rate in zip(changed_rows, (0.75, 1.0, 0.5, 0.625, 1.0, 0.0)):  # another early pass
+        row["trajval_r_early"] = rate
+
+    def late_pass(cache, rows):
+        op = _op(cache, **options)
+        out = op.process_batched(_batch(rows))
+        op.release()
+        return json.dumps(out, sort_keys=True, default=str)
+
+    late_pass(tmp_path / "shared", first_rows)
+    on_shared_cache = late_pass(tmp_path / "shared", changed_rows)
+    fresh = late_pass(tmp_path / "fresh", changed_rows)
+    assert on_shared_cache == fresh
+    out = json.loads(fresh)
+    assert out["trajval_r_late_status"][4] == "skipped_early_saturated" and out["trajval_r_late"][4] == 1.0
+    assert out["trajval_r_late_status"][0] != "skipped_early_saturated"  # early 0.75 now: sampled
+    records = [json.loads(line) for log in (tmp_path / "shared").rglob("results-*.jsonl")
+               for line in log.read_text().splitlines()]
+    assert records and not any("pass_rate" in record for record in records)  # no input stored as an output
+
+
+def test_an_early_pass_whose_tolerance_decides_every_row_samples_one_round_and_ends(tmp_path):
+    """Issue 36, item 7: a tolerance as wide as the weight's range (>= 1 - eps) decided every row
+    of an early pass before its first round and then crashed; each row now takes one round and
+    stops there, its pass rate k / round_size, status stopped_weight_bounded."""
+    assert not AdaptiveBudget("early", 16, 4, tolerance=0.96).decided([0], 0)[0]
+    assert AdaptiveBudget("early", 16, 4, tolerance=0.96).decided([0], 4)[0]
+    assert AdaptiveBudget("late", 16, 4, tolerance=0.96).decided([0], 0, np.array([1.0]))[0]  # s = 0 for sure
+    assert not AdaptiveBudget("late", 16, 4, tolerance=0.96).decided([0], 0, np.array([0.9375]))[0]
+    op = _op(tmp_path, window="early", output_key=None, n=8, budget="adaptive", round_size=2, max_new_tokens=6,
+             weight_tolerance=0.96, verifier="custom",
+             verifier_options={"function": "tests.test_rollout_budget:odd_length"})
+    out = op.process_batched(_batch(_late_rows()))
+    op.release()
+    assert out["trajval_r_early_n"] == [2] * 6 and set(out["trajval_r_early_status"]) == {"stopped_weight_bounded"}
+    assert all(rate in (0.0, 0.5, 1.0) for rate in out["trajval_r_early"])

@@ -502,6 +502,28 @@ def test_a_sampled_pass_needs_the_whole_pool_and_task_ids(tmp_path):
         _op(tmp_path, sample_fraction=0.0)
 
 
+def test_a_sampled_pass_refuses_a_group_key_no_row_has_and_counts_rows_without_it(tmp_path, caplog_loguru):
+    """A misspelled child of an existing struct is "not found", named, as a misspelled top-level
+    field is (issue 36, item 3), not an unstratified sample under the key's name; rows lacking
+    the key among rows that have it are counted in a warning."""
+    from trajval_ops.pool_io import table_from_columns
+
+    rows = _family_rows(6)
+    for i, row in enumerate(rows):
+        row["extra_info"] = {"family": "ab"[i % 2], "index": i}
+    table = table_from_columns(dict(_batch(rows)))
+    for key in ("extra_info.famly", "famly"):
+        op = _op(tmp_path, sample_fraction=0.5, sample_group_key=key)
+        with pytest.raises(TrajvalInputError, match=f"group_key '{key}' is not found on any row"):
+            op.check_pool(table)
+    with pytest.raises(TrajvalInputError, match="holds 'family', 'index'"):
+        _op(tmp_path, sample_fraction=0.5, sample_group_key="extra_info.famly").check_pool(table)
+    rows[4]["extra_info"] = {"index": 4}
+    _op(tmp_path, sample_fraction=0.5, sample_group_key="extra_info.family").check_pool(
+        table_from_columns(dict(_batch(rows))))
+    assert "1 of 6 rows lack group_key 'extra_info.family' (the first: row 4" in caplog_loguru.text
+
+
 def test_a_killed_sampled_pass_resumes_to_the_same_output(tmp_path):
     rows = _family_rows(12)
     pool = write_jsonl(tmp_path / "pool.jsonl", rows)

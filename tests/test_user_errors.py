@@ -101,3 +101,51 @@ def test_a_column_named_like_data_juicers_own_is_refused(tmp_path):
     pool = write_jsonl(tmp_path / "pool.jsonl", rows)
     result = dj_process(_score_recipe(tmp_path, pool), tmp_path)
     _ends_with_one_error_block(result, "column '__dj__stats__' is named like Data-Juicer's own")
+
+
+def _sampled_recipe(tmp_path, **late) -> dict:
+    recipe = yaml.safe_load((REPO / "recipes" / "demo_sampled.yaml").read_text())
+    recipe["export_path"] = str(tmp_path / "out.jsonl")
+    recipe["process"][0]["trajval_probe_trainer"]["output_dir"] = str(tmp_path / "probe")
+    recipe["process"][3]["trajval_endpoint_reward_mapper"].update(late)
+    return recipe
+
+
+def test_sampled_passes_that_draw_different_samples_are_refused_before_anything_runs(tmp_path):
+    """Issue 36, item 5: an early and a late sampled pass with other sample seeds would pay for
+    two samples and score their overlap; the run stops before the probe, naming both passes."""
+    result = dj_process(_sampled_recipe(tmp_path, sample_seed=1), tmp_path)
+    _ends_with_one_error_block(result, "the sampled passes trajval_r_early (process[2]) and trajval_r_late "
+                                       "(process[3]) draw different samples (sample_seed 0 vs 1)")
+    assert not (tmp_path / "probe").exists() and not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_sampled_pass_refuses_to_draw_another_sample_than_the_pools(tmp_path):
+    """The same across two runs: a late pass on a pool an earlier recipe's early pass sampled."""
+    import pyarrow as pa
+
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
+
+    sample = {"fraction": 0.25, "seed": 0, "group_key": None, "id_key": "id", "pool_rows": 4, "measured_rows": 1}
+    table = pa.Table.from_pylist([{"id": str(i), "prompt": "1+1?", "answer": "2", "trajval_r_early": None,
+                                   "trajval_r_early_provenance": {"sample": sample}} for i in range(4)])
+    late = TrajvalEndpointRewardMapper(window="late", sample_fraction=0.5, sample_seed=0)
+    with pytest.raises(TrajvalInputError, match=r"the pool's sampled pass 'trajval_r_early' drew another sample "
+                                                r"\(sample_fraction 0.25 vs 0.5\)"):
+        late.check_pool(table)
+    TrajvalEndpointRewardMapper(window="late", sample_fraction=0.25, sample_seed=0).check_pool(table)  # the same: drawn
+
+
+def test_a_misspelled_parameter_is_one_block_with_data_juicers_suggestion(tmp_path):
+    """Issue 36, item 12: Data-Juicer's preflight finds a misspelled parameter of a trajval
+    operator; the run ends with its message in one block and exit 2 (it printed 314 lines and two
+    tracebacks, exit 1). A recipe without trajval operators keeps Data-Juicer's own behaviour."""
+    recipe = _score_recipe(tmp_path, FIXTURE_POOL, alpah=0.3)
+    result = dj_process(recipe, tmp_path)
+    _ends_with_one_error_block(result, "[trajval_learnability_mapper] Unknown parameter 'alpah' (did you mean: alpha?)")
+    plain = {"dataset_path": str(FIXTURE_POOL), "export_path": str(tmp_path / "plain.jsonl"), "np": 1,
+             "process": [{"text_length_filter": {"min_lenn": 1}}]}
+    result = dj_process(plain, tmp_path)
+    assert result.returncode not in (0, 2) and "Unknown parameter 'min_lenn'" in result.stdout + result.stderr
+    assert "trajval_ops: error" not in result.stderr

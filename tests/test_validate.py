@@ -47,6 +47,13 @@ def test_shipped_configs_load(path):
     ({"grpo__learning_rte": 1e-3}, "unknown key"),
     ({"probe__stability_epochs": [5]}, "stability_epochs"),
     ({"training__seeds": []}, "seeds"),
+    # issue 36, item 9: the declared types, strictly
+    ({"training__seeds": 5}, "training: seeds must be a list of integers, got int 5"),
+    ({"probe__probe_fraction": "0.2"}, "probe: probe_fraction must be a number, got str '0.2'"),
+    ({"training__arms": "uniform"}, "training: arms must be a list of strings, got str 'uniform'"),
+    ({"training__steps": True}, "training: steps must be an integer, got bool True"),
+    ({"workers": 2.5}, "workers must be an integer, got float 2.5"),
+    ({"evaluation__n": "4"}, "evaluation: n must be an integer, got str '4'"),
 ])
 def test_bad_config_is_an_error_before_training(tmp_path, changes, message):
     with pytest.raises(ConfigError, match=message):
@@ -234,6 +241,16 @@ def test_break_even_charges_the_prior_its_own_rollouts():
     # dynamic sampling: the arm's steps cost fewer completions than uniform's (fewer wasted groups)
     lean = break_even(base, base, x * 0.6, x, prior=1000)
     assert lean["net_saved"] == 60 * 100 * 0.4 - 1000 and lean["s2b_completions"] == pytest.approx(60.0)
+
+
+def test_a_cost_verdict_is_as_precise_as_its_figure():
+    """Issue 36, item 13: the verdict said "breaks even after 12 runs" beside a figure of 12.5."""
+    from trajval_ops.experiment.results import _cost_verdict
+
+    row = {"prior_completions": 25_000, "net_saved": -23_000, "net_saved_ci95": [-24_000, -22_000],
+           "break_even_runs": 12.5}
+    verdict = _cost_verdict(row, main_run=10_000)
+    assert "breaks even after 12.5 runs reusing it" in verdict and "(2.5 main runs)" in verdict
 
 
 def test_cumulative_completions_per_evaluation_step():

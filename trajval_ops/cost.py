@@ -6,7 +6,10 @@
   over the pool (``pool rows x main n`` completions). ``trajval cost`` prints it.
 - :func:`recorded_cost`: after a run, what it generated, read from the weighted pool itself:
   each endpoint pass's per-row cost in its provenance (``<key>_provenance.cost``) and the
-  probe's in the manifest the late pass's checkpoint names.
+  probe's in the manifest the late pass's checkpoint names; the learnability mapper records
+  the total in its provenance (``prior_cost``).
+- :func:`pool_cost`: what a weighted pool's prior(s) cost, from that record per run (a
+  resampled or concatenated pool counts each run once), per-row sums only where no record exists.
 
 A prior pays for itself only when the rollouts it saves in the main run (or in every run that
 reuses it) exceed these.
@@ -19,10 +22,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from trajval_ops import fields
+from trajval_ops.recipe import ENDPOINT_OP, PROBE_OP, operator_entries
 
-PROBE_OP = "trajval_probe_trainer"
-ENDPOINT_OP = "trajval_endpoint_reward_mapper"
-LEARNABILITY_OP = "trajval_learnability_mapper"
 #: The stages of a prior, in the order they run; a pass outside the windows is ``extra``.
 STAGES = ("probe", "early", "late", "extra")
 
@@ -83,17 +84,9 @@ def pass_stage(settings: Mapping[str, Any], pool_rows: int, group_sizes: Mapping
 
 def sample_group_keys(recipe: Mapping[str, Any]) -> list[str]:
     """The group fields the recipe's sampled passes stratify by (their sizes make the cost exact)."""
-    return sorted({settings["sample_group_key"] for name, settings in _operators(recipe)
+    return sorted({settings["sample_group_key"] for name, settings in operator_entries(recipe)
                    if name == ENDPOINT_OP and float(settings.get("sample_fraction", 1.0)) < 1
                    and settings.get("sample_group_key")})
-
-
-def _operators(recipe: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    process = recipe.get("process")
-    if not isinstance(process, list):
-        raise ValueError("the recipe has no 'process' list of operators")
-    return [(name, settings or {}) for entry in process if isinstance(entry, Mapping) and len(entry) == 1
-            for name, settings in entry.items()]
 
 
 def recipe_stages(recipe: Mapping[str, Any], pool_rows: int, group_sizes: Mapping[str, list[int]] | None = None) -> list[dict]:
@@ -103,7 +96,7 @@ def recipe_stages(recipe: Mapping[str, Any], pool_rows: int, group_sizes: Mappin
     :raises ValueError: a recipe without a ``process`` list, or settings the operators refuse.
     """
     stages = []
-    for name, settings in _operators(recipe):
+    for name, settings in operator_entries(recipe):
         if name == PROBE_OP:
             stages.append(probe_stage(settings, pool_rows))
         elif name == ENDPOINT_OP:
@@ -201,6 +194,86 @@ def recorded_cost(column, early_keys: list[str], late_keys: list[str] | None, ex
 def _merge(parts: list[dict]) -> dict:
     return {key: sum(part[key] for part in parts) for key in ("completions", "generated_tokens", "rows",
                                                                "rows_without_cost")}
+
+
+def pool_cost(rows: list[Mapping[str, Any]]) -> dict:
+    """What the prior(s) of a weighted pool cost: one answer for a pool as written, resampled
+    (rows repeated or dropped) or concatenated from several runs.
+
+    Each run's learnability mapper recorded its prior's total in its score provenance
+    (``prior_cost``); a pool's rows name their run by that provenance, so each distinct run is
+    counted once, however many of its rows the pool holds. Rows without such a record (a pool
+    scored before ``prior_cost`` existed, or not scored) fall back to summing their passes'
+    per-row costs, which over a resampled pool counts a repeated row again and a dropped one not
+    at all; the report says which source each run's figure comes from.
+
+    :return: ``{"pool_rows", "runs": [{"rows", "prior", "source", "completions", "generated_tokens",
+        "stages"}], "source", "completions", "generated_tokens", "stages"}``: ``source`` is ``record``,
+        ``per_row_sums`` or ``mixed``; ``stages`` the runs' stages summed.
+    """
+    from trajval_ops.canonical import canonical_json
+    from trajval_ops.rows import get_path
+
+    runs: dict[str, list[Mapping[str, Any]]] = {}
+    unrecorded: list[Mapping[str, Any]] = []
+    for row in rows:
+        provenance = row.get(fields.SCORE_PROVENANCE)
+        if isinstance(provenance, Mapping) and isinstance(provenance.get("prior_cost"), Mapping):
+            runs.setdefault(canonical_json(provenance), []).append(row)
+        else:
+            unrecorded.append(row)
+    reports = [_run_from_record(members[0][fields.SCORE_PROVENANCE], members) for members in runs.values()]
+    if unrecorded:
+        early, late = _pass_sources(unrecorded[0].get(fields.SCORE_PROVENANCE))
+        summed = recorded_cost(lambda name: [get_path(row, name, None) for row in unrecorded], early, late)
+        reports.append({"rows": len(unrecorded), "prior": _prior_of(unrecorded[0]), "source": "per_row_sums",
+                        **summed})
+    stages: dict[str, dict] = {}
+    for run in reports:
+        for name, stage in run["stages"].items():
+            total = stages.setdefault(name, {})
+            for key, value in stage.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    total[key] = total.get(key, 0) + value
+    sources = {run["source"] for run in reports}
+    return {"pool_rows": len(rows), "runs": reports, "source": sources.pop() if len(sources) == 1 else "mixed",
+            "completions": sum(run["completions"] for run in reports),
+            "generated_tokens": sum(run["generated_tokens"] for run in reports), "stages": stages}
+
+
+def _run_from_record(provenance: Mapping[str, Any], members: list[Mapping[str, Any]]) -> dict:
+    """One run's cost from its recorded ``prior_cost``; the probe's wall time added from the
+    manifest its late pass's checkpoint names (the record keeps no wall times)."""
+    recorded = provenance["prior_cost"]
+    stages = {name: {"completions": int(stage.get("completions", 0)),
+                     "generated_tokens": int(stage.get("generated_tokens", 0)),
+                     "rows_without_cost": int(stage.get("rows_without_cost", 0))}
+              for name, stage in (recorded.get("stages") or {}).items()}
+    if "probe" in stages:
+        from trajval_ops.rows import get_path
+
+        late = [get_path(row, f"{key}_provenance", None) for key in provenance.get("r_late_source") or []
+                for row in members]
+        probe = probe_cost_from_manifests(late)
+        if probe is not None:
+            stages["probe"]["wall_time_s"] = probe["wall_time_s"]
+    return {"rows": len(members), "prior": provenance.get("score"), "source": "record",
+            "completions": int(recorded.get("completions", 0)),
+            "generated_tokens": int(recorded.get("generated_tokens", 0)), "stages": stages}
+
+
+def _pass_sources(provenance) -> tuple[list[str], list[str] | None]:
+    """The early and late pass-rate fields a score provenance names (the default fields when a
+    pool has none)."""
+    if not isinstance(provenance, Mapping):
+        return [fields.R_EARLY], [fields.R_LATE]
+    late = provenance.get("r_late_source")
+    return list(provenance.get("r_early_source") or [fields.R_EARLY]), (list(late) if late else None)
+
+
+def _prior_of(row: Mapping[str, Any]) -> str | None:
+    provenance = row.get(fields.SCORE_PROVENANCE)
+    return provenance.get("score") if isinstance(provenance, Mapping) else None
 
 
 def cost_summary(cost: dict) -> dict:

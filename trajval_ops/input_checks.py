@@ -195,3 +195,25 @@ def check_unique_ids(table, id_key: str | None = None, what: str = "") -> None:
                 "task ids must be unique (deduplicate the pool, or set id_key to a field that is unique)"
             )
         seen[text] = position
+
+
+def group_values(table, key: str, what: str, id_key: str | None = None) -> list:
+    """Every row's group at the dotted path ``key`` (a ``group_key``): a path no row holds is an
+    error naming it (a misspelled child of an existing struct included); rows lacking it among
+    rows that have it are counted and the first named in a warning (they form the group None)."""
+    from loguru import logger
+
+    values = table_path_values(table, key)
+    if values is None:
+        root = key.split(".")[0]
+        known = ""
+        if root in table.column_names and root != key:
+            children = sorted({child for row in table_path_values(table, root) or [] if isinstance(row, Mapping)
+                               for child in row})
+            known = f"; the rows' '{root}' holds {', '.join(repr(c) for c in children[:20]) or 'nothing'}"
+        raise TrajvalInputError(f"{what}: group_key '{key}' is not found on any row{known}")
+    missing = [position for position, value in enumerate(values) if value is None]
+    if missing:
+        logger.warning(f"{what}: {len(missing)} of {len(values)} rows lack group_key '{key}' (the first: "
+                       f"{row_label(table_row(table, missing[0]), missing[0], id_key)}); they form one group, None")
+    return values

@@ -597,7 +597,9 @@ def table_row(table, position: int) -> dict:
 
 def table_path_values(table, path: str) -> list | None:
     """Every row's value at a dotted path of a ``pyarrow.Table`` (None where a row lacks it), or
-    None when no column holds the path."""
+    None when no row holds the path: no column, or a column whose rows all lack the leaf
+    (``extra_info.famly`` where ``extra_info`` exists), so that a misspelled path is "not found"
+    the same way whichever level is misspelled."""
     if path in table.column_names:
         return decoded_values(table.column(path))
     root, _, rest = path.partition(".")
@@ -605,8 +607,23 @@ def table_path_values(table, path: str) -> list | None:
         return None
     nested = struct_path_array(table, path)
     if nested is not None:
-        return nested.to_pylist()
-    return [get_path({root: value}, path, None) for value in decoded_values(table.column(root))]
+        return None if _struct_lacks(table.schema.field(root).type, rest) else nested.to_pylist()
+    absent = object()
+    values = [get_path({root: value}, path, absent) for value in decoded_values(table.column(root))]
+    if all(value is absent for value in values):
+        return None
+    return [None if value is absent else value for value in values]
+
+
+def _struct_lacks(arrow_type, rest: str) -> bool:
+    """Whether a native struct type has no field at the dotted path ``rest`` below it."""
+    import pyarrow as pa
+
+    for part in rest.split("."):
+        if not pa.types.is_struct(arrow_type) or arrow_type.get_field_index(part) < 0:
+            return True
+        arrow_type = arrow_type.field(part).type
+    return False
 
 
 def struct_path_array(table, path: str):

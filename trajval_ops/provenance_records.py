@@ -61,14 +61,19 @@ def register_record(records: dict, record: Any, ref: Any, label, where: str) -> 
     records[ref] = record
 
 
+#: Said wherever a reserved name may be a user's own column.
+RESERVED = (f"'{PROVENANCE_REF}' and '{PROVENANCE_RECORD}' are reserved for the run provenance references of "
+            "trajval pools: a column of your own by either name must be renamed")
+
+
 def not_a_string(where: str, label: str, ref: Any) -> TrajvalInputError:
-    return TrajvalInputError(f"{where}: {label}: field '{PROVENANCE_REF}' must be a string, got {ref!r}")
+    return TrajvalInputError(f"{where}: {label}: field '{PROVENANCE_REF}' must be a string, got {ref!r} ({RESERVED})")
 
 
 def record_missing(where: str, label: str, ref: str) -> TrajvalInputError:
     return TrajvalInputError(
         f"{where}: {label}: field '{PROVENANCE_REF}' = {ref!r} names a provenance record that no row of "
-        f"this pool carries (the first row of its run, with '{PROVENANCE_RECORD}', was left out)")
+        f"this pool carries (the first row of its run, with '{PROVENANCE_RECORD}', was left out; {RESERVED})")
 
 
 # ----------------------------------------------------------------------------- streamed rows
@@ -110,6 +115,8 @@ def expand_rows(rows: Iterable[dict], where: str = "the pool") -> Iterator[dict]
     records: dict[str, dict] = {}
     waiting: deque = deque()
     for position, row in enumerate(rows):
+        if row.get(PROVENANCE_REF, ...) is None or row.get(PROVENANCE_RECORD, ...) is None:
+            row = _without_nulls(row)  # a null reserved field reads as absent, as the Arrow reader reads it
         if PROVENANCE_RECORD in row:
             if PROVENANCE_REF not in row:
                 raise TrajvalInputError(f"{where}: {row_label(row, position)}: field '{PROVENANCE_RECORD}' "
@@ -124,6 +131,13 @@ def expand_rows(rows: Iterable[dict], where: str = "the pool") -> Iterator[dict]
     if waiting:
         position, row = waiting[0]
         raise record_missing(where, row_label(row, position), row[PROVENANCE_REF])
+
+
+def _without_nulls(row: dict) -> dict:
+    """The row without a null reference or record (what a pandas round trip writes on the rows
+    that had none)."""
+    return {key: value for key, value in row.items()
+            if not (key in (PROVENANCE_REF, PROVENANCE_RECORD) and value is None)}
 
 
 def _expanded_row(row: dict, records: dict[str, dict]) -> dict:

@@ -60,7 +60,7 @@ def _type_problem(value: Any, hint: Any) -> str | None:
         return None
     if origin is tuple:
         if not isinstance(value, (tuple, list)):
-            return f"must be a list, got {type(value).__name__} {value!r}"
+            return f"must be {_type_name(hint)}, got {type(value).__name__} {value!r}"
         (item, *_) = typing.get_args(hint) or (Any,)
         for element in value:
             if _type_problem(element, item):

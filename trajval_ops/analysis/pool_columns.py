@@ -62,18 +62,39 @@ def rows_column(rows: Sequence[Mapping], field: str, id_key: str | None = None,
 
 
 def provenance_eps_alpha(rows: Sequence[Mapping], provenance_key: str = fields.SCORE_PROVENANCE) -> dict:
-    """``alpha`` and ``eps`` recorded by the learnability mapper (first row's provenance), or {}."""
-    if not rows:
+    """``alpha`` and ``eps`` the learnability mapper recorded for the pool's rows, or {} where no
+    row records them.
+
+    A file may concatenate runs (each row carries its own run's provenance): one value for the
+    pool exists only when every run recorded the same prior, alpha and eps.
+
+    :raises TrajvalInputError: the rows hold runs whose priors, alpha or eps differ, each named
+        with its rows.
+    """
+    runs: dict[tuple, list[int]] = {}
+    for position, row in enumerate(rows):
+        prov = row.get(provenance_key)
+        if isinstance(prov, str):
+            try:
+                prov = json.loads(prov)
+            except ValueError:
+                continue
+        if not isinstance(prov, Mapping):
+            continue
+        settings = tuple((k, prov[k]) for k in ("score", "alpha", "eps")
+                         if isinstance(prov.get(k), (str, int, float)) and not isinstance(prov.get(k), bool))
+        runs.setdefault(settings, []).append(position)
+    if len(runs) > 1:
+        described = "; ".join(
+            f"{', '.join(f'{k} {v}' for k, v in settings) or 'no settings recorded'}: {len(positions)} rows, "
+            f"the first row {positions[0]}" for settings, positions in runs.items())
+        raise TrajvalInputError(
+            f"the pool holds rows of {len(runs)} runs scored differently ({described}); one alpha and eps cannot "
+            "describe them: report each run's rows apart, or give alpha and eps (--alpha, --eps) to read every "
+            "row alike")
+    if not runs:
         return {}
-    prov = rows[0].get(provenance_key)
-    if isinstance(prov, str):
-        try:
-            prov = json.loads(prov)
-        except ValueError:
-            return {}
-    if not isinstance(prov, Mapping):
-        return {}
-    return {k: float(prov[k]) for k in ("alpha", "eps") if isinstance(prov.get(k), (int, float))}
+    return {k: float(v) for k, v in next(iter(runs)) if k in ("alpha", "eps")}
 
 
 def pool_columns(
@@ -94,11 +115,12 @@ def pool_columns(
     every row has them, computed when no row has them (a pool that has some rows annotated and
     others not is an error) with the numeric core (``learnability_score``,
     ``sampling_weight``, ``endpoint_profiles``); ``computed`` lists which were.  ``alpha``/``eps``
-    default to the pool's recorded provenance, then to the paper's 0.3 / 0.05.
+    default to the pool's recorded provenance (refused when the file's runs recorded different
+    ones), then to the paper's 0.3 / 0.05.
     """
     if not rows:
         raise TrajvalInputError("the pool is empty (0 rows): nothing to analyse")
-    recorded = provenance_eps_alpha(rows)
+    recorded = provenance_eps_alpha(rows) if alpha is None or eps is None else {}
     alpha = recorded.get("alpha", core.DEFAULT_ALPHA) if alpha is None else alpha
     eps = recorded.get("eps", core.DEFAULT_EPS) if eps is None else eps
     core.check_alpha_eps(alpha, eps)

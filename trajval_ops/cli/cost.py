@@ -8,13 +8,15 @@ With ``--config``: per stage (the probe, each endpoint pass) the completions the
 generate on its pool (exact for a fixed n) and their upper bound of generated tokens (every
 completion at its length limit), and the total as a multiple of one main-run epoch over the
 pool (``pool rows x --main-n`` completions). With ``--pool``: the completions and tokens the
-weighted pool's provenance records (each endpoint pass per row; the probe from its manifest).
+weighted pool's provenance records: each run's ``prior_cost`` (a resampled or concatenated pool
+counts each run once), per-row sums of the passes' costs only where no run record exists.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 
@@ -35,7 +37,7 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
-    """Exit code 0, or 2 on a missing or unreadable recipe or pool."""
+    """Exit code 0, or 2 on a missing or unreadable recipe or pool, or a recipe dj-process refuses."""
     args = _parser(prog).parse_args(argv)
     from trajval_ops.errors import TrajvalInputError
 
@@ -59,10 +61,17 @@ def _estimate(args) -> dict:
     from trajval_ops.cost import recipe_cost, sample_group_keys
     from trajval_ops.pool_io import count_rows
 
+    from trajval_ops.ops.recipe_check import check_recipe
+
     with open(args.config, encoding="utf-8") as handle:
         recipe = yaml.safe_load(handle)
     if not isinstance(recipe, dict):
         raise ValueError(f"{args.config}: a recipe is a YAML mapping")
+    for name, value, lowest in (("--main-n", args.main_n, 1), ("--main-epochs", args.main_epochs, None),
+                                ("--pool-rows", args.pool_rows, 1)):
+        if value is not None and not (math.isfinite(value) and (value >= lowest if lowest else value > 0)):
+            raise ValueError(f"{name} {value} must be a finite number " + (f">= {lowest}" if lowest else "> 0"))
+    check_recipe(recipe)  # price only what dj-process would run
     pool = args.dataset_path or recipe.get("dataset_path")
     if args.pool_rows is None and not pool:
         raise ValueError(f"{args.config} names no dataset_path; pass --dataset_path or --pool-rows")
@@ -71,40 +80,23 @@ def _estimate(args) -> dict:
     if args.pool_rows is None and sample_group_keys(recipe):  # a sampled pass's exact size needs its groups
         from collections import Counter
 
-        from trajval_ops.pool_io import read_table, table_path_values
+        from trajval_ops.input_checks import group_values
+        from trajval_ops.pool_io import read_table
 
         table = read_table(pool)
-        group_sizes = {key: list(Counter(map(repr, table_path_values(table, key) or [None] * table.num_rows)).values())
+        group_sizes = {key: list(Counter(map(repr, group_values(table, key, f"{pool}: sample_group_key"))).values())
                        for key in sample_group_keys(recipe)}
     return recipe_cost(recipe, rows, main_n=args.main_n, main_epochs=args.main_epochs, group_sizes=group_sizes)
 
 
 def _recorded(path: str) -> dict:
-    from trajval_ops.cost import recorded_cost
-    from trajval_ops.fields import SCORE_PROVENANCE
+    from trajval_ops.cost import pool_cost
     from trajval_ops.pool_io import read_rows
-    from trajval_ops.rows import get_path
 
     rows = list(read_rows(path))
     if not rows:
         raise ValueError(f"{path}: the pool is empty")
-    provenance = rows[0].get(SCORE_PROVENANCE)
-    early, late = _sources(provenance)
-    features = ((provenance.get("prediction") or {}).get("features") or []) if isinstance(provenance, dict) else []
-    report = recorded_cost(lambda name: [get_path(row, name, None) for row in rows], early, late, features)
-    report["pool_rows"] = len(rows)
-    return report
-
-
-def _sources(provenance) -> tuple[list[str], list[str] | None]:
-    """The early and late pass-rate fields a weighted pool's score provenance names (the
-    default fields when the pool has no score provenance)."""
-    from trajval_ops.fields import R_EARLY, R_LATE
-
-    if not isinstance(provenance, dict):
-        return [R_EARLY], [R_LATE]
-    late = provenance.get("r_late_source")
-    return list(provenance.get("r_early_source") or [R_EARLY]), (list(late) if late else None)
+    return pool_cost(rows)
 
 
 def _print_estimate(report: dict) -> None:
@@ -125,9 +117,21 @@ def _print_estimate(report: dict) -> None:
 
 
 def _print_recorded(report: dict) -> None:
-    print(f"pool: {report['pool_rows']:,} rows")
-    for name, stage in report["stages"].items():
-        extra = f", {stage['wall_time_s']:.1f} s training" if "wall_time_s" in stage else ""
-        unknown = f" ({stage['rows_without_cost']} rows without a recorded cost)" if stage.get("rows_without_cost") else ""
-        print(f"{name:8} {stage['completions']:>14,} completions {stage['generated_tokens']:>14,} tokens{extra}{unknown}")
+    runs = report["runs"]
+    print(f"pool: {report['pool_rows']:,} rows of {len(runs)} run(s)")
+    for run in runs:
+        if run["source"] == "record":
+            source = "the run's recorded prior_cost (each run counted once, whatever rows the pool repeats or drops)"
+        else:
+            source = ("per-row sums of the passes' costs (no prior_cost recorded: a resampled pool's repeated rows "
+                      "count again, its dropped rows not at all)")
+        if len(runs) > 1:
+            print(f"run: {run['prior'] or 'unknown'} prior, {run['rows']:,} rows")
+        print(f"  from {source}")
+        for name, stage in run["stages"].items():
+            extra = f", {stage['wall_time_s']:.1f} s training" if "wall_time_s" in stage else ""
+            unknown = (f" ({stage['rows_without_cost']} rows without a recorded cost)"
+                       if stage.get("rows_without_cost") else "")
+            print(f"{name:8} {stage['completions']:>14,} completions {stage['generated_tokens']:>14,} tokens"
+                  f"{extra}{unknown}")
     print(f"{'total':8} {report['completions']:>14,} completions {report['generated_tokens']:>14,} tokens")

@@ -17,7 +17,7 @@ import yaml
 
 from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.rollout.budget import DEFAULT_TOLERANCE
-from trajval_ops.settings import settings_subset
+from trajval_ops.settings import settings_subset, type_hints, value_problem
 
 #: arm -> (static prior, online scheduler); a prior of None samples uniformly.
 ARMS: dict[str, tuple[str | None, str | None]] = {
@@ -173,12 +173,19 @@ _SECTIONS = {"tasks": TaskSettings, "data": DataFiles, "grpo": GrpoSettings, "ev
 
 
 def _build(cls, values: Any, where: str):
+    """A config section from its YAML mapping, each value checked against the type the section
+    declares (strict: a bool is no integer, a string no number, a string no list)."""
     if not isinstance(values, dict):
         raise ConfigError(f"{where}: expected a mapping, got {type(values).__name__}")
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(names)}")
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(fields)}")
+    hints = type_hints(cls)
+    for key, value in values.items():
+        problem = value_problem(value, hints[key], fields[key].metadata)
+        if problem:
+            raise ConfigError(f"{where}: {key} {problem}")
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     try:
         return cls(**values)

@@ -375,14 +375,16 @@ def verdicts(results: dict) -> dict[str, str]:
 
 def _cost_verdict(row: dict, main_run: int) -> str:
     """Whether a prior's cost is paid back, in words, from its accounting row."""
-    prior = f"its prior cost {row['prior_completions']:,} completions ({row['prior_completions'] / main_run:.2g} main runs)"
+    # as precise as the figures beside the verdict (12.5 runs, not "12")
+    share = row["prior_completions"] / main_run
+    prior = f"its prior cost {row['prior_completions']:,} completions ({share:.3g} main runs)"
     if row["net_saved"] is None:
         return f"never reaches uniform's Best Acc in this run; {prior}"
     lo, hi = row["net_saved_ci95"]
     word = "pays for itself in one run" if lo > 0 else "does not pay for itself in one run" if hi < 0 else \
         "not distinguishable from paying for itself in one run"
     runs = row["break_even_runs"]
-    reuse = "never (it saves no training steps)" if runs is None else f"after {runs:.2g} runs reusing it"
+    reuse = "never (it saves no training steps)" if runs is None else f"after {runs:.3g} runs reusing it"
     return (f"{word}: net {row['net_saved']:+,.0f} completions to reach uniform's Best Acc (95% CI "
             f"[{lo:+,.0f}, {hi:+,.0f}]), {prior}; breaks even {reuse}")
 

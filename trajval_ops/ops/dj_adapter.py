@@ -306,6 +306,10 @@ def _register_load_strategies() -> None:
     class TrajvalLocalLoadStrategy(DefaultLocalDataLoadStrategy):
         """Local pools of trajval runs, read without rewriting a value; other runs as before."""
 
+        def __init__(self, ds_config, cfg=None):
+            super().__init__(ds_config, cfg=cfg)
+            preflight_trajval_run(cfg)
+
         def load_data(self, **kwargs):
             if not uses_trajval_operators(self.cfg):
                 return super().load_data(**kwargs)
@@ -314,6 +318,10 @@ def _register_load_strategies() -> None:
     class TrajvalRayLocalLoadStrategy(RayLocalJsonDataLoadStrategy):
         """The same for the Ray executor: the pool is read on the driver and handed to Ray, and
         the run's export writes what it read (:func:`_ray_dataset_class`)."""
+
+        def __init__(self, ds_config, cfg=None):
+            super().__init__(ds_config, cfg=cfg)
+            preflight_trajval_run(cfg)
 
         def load_data(self, **kwargs):
             if not uses_trajval_operators(self.cfg):
@@ -340,6 +348,10 @@ def _register_load_strategies() -> None:
         no load strategy ("No data load strategy found for huggingface None"). A trajval run
         says the pool file is missing instead; any other run gets Data-Juicer's error."""
 
+        def __init__(self, ds_config, cfg=None):
+            super().__init__(ds_config, cfg=cfg)
+            preflight_trajval_run(cfg)
+
         def load_data(self, **kwargs):
             import os
 
@@ -360,15 +372,51 @@ def _register_load_strategies() -> None:
         DataLoadStrategyRegistry.register(executor, "huggingface", "*")(TrajvalMissingPoolStrategy)
 
 
+def preflight_problems(process) -> str | None:
+    """Data-Juicer's preflight of a ``process`` list (unknown operators and parameters, with its
+    suggestions, and parameter types) as one line, or None when it passes."""
+    from data_juicer.core.preflight import PipelineConfigError, pre_instantiation_check
+
+    try:
+        pre_instantiation_check(list(process or []))
+    except PipelineConfigError as exc:
+        return "; ".join(str(error) for error in exc.errors)
+    return None
+
+
+def preflight_trajval_run(cfg) -> None:
+    """Run Data-Juicer's preflight for a trajval run when its executor is built (the load
+    strategy is built there, before the executor's own preflight): a misspelled operator or
+    parameter, the most common recipe mistake, ends the run with one block and exit 2 instead of
+    pages of tracebacks. Runs without a trajval operator, or with ``strict_preflight: false``,
+    are left to Data-Juicer."""
+    if cfg is None or not uses_trajval_operators(cfg) or not getattr(cfg, "strict_preflight", True):
+        return
+    note_run_log_dir(cfg)
+    problems = preflight_problems(cfg.process)
+    if problems:
+        from trajval_ops.errors import TrajvalInputError
+
+        with user_errors():
+            raise TrajvalInputError(f"the recipe's process list: {problems}")
+
+
 def _read_pool(cfg, path):
     """The pool of a trajval run as one Arrow table, every value as it is in the file; a user
     error (the export would replace the pool, an unreadable line, a reserved column name) ends
     the run with one message."""
     from trajval_ops.pool_io import read_table
 
+    from trajval_ops.recipe import ENDPOINT_OP, check_same_sample, entry_sample, pass_name
+
     note_run_log_dir(cfg)
     restore_unset_settings(cfg)
     with user_errors():
+        entries = [(name, settings) for entry in getattr(cfg, "process", None) or [] if isinstance(entry, dict)
+                   for name, settings in entry.items()]
+        check_same_sample([(pass_name(settings, index), entry_sample(settings))
+                           for index, (name, settings) in enumerate(entries)
+                           if name == ENDPOINT_OP and isinstance(settings, dict)])
         check_export_spares_pool(cfg, path)
         table = read_table(path)
         check_column_names(table, path)

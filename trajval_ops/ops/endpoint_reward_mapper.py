@@ -28,6 +28,7 @@ from trajval_ops.rollout.prompts import (
 )
 from trajval_ops.input_checks import check_unique_ids
 from trajval_ops.errors import TrajvalInputError
+from trajval_ops.recipe import SAMPLE_SETTINGS
 from trajval_ops.rows import batch_row
 
 OP_NAME = "trajval_endpoint_reward_mapper"
@@ -58,6 +59,9 @@ def _budget(kind: str, window, decoding, round_size, tolerance):
         return None
     if window is None:
         raise ValueError(f"{OP_NAME}: an adaptive budget stops rows by their TrajVal weight: set window (early or late)")
+    if decoding.temperature == 0:
+        raise ValueError(f"{OP_NAME}: an adaptive budget samples in rounds, and greedy decoding (temperature 0) gives "
+                         "every round the same completion: set temperature > 0 or budget: fixed")
     from trajval_ops.rollout.budget import AdaptiveBudget
 
     try:
@@ -66,8 +70,6 @@ def _budget(kind: str, window, decoding, round_size, tolerance):
         raise ValueError(f"{OP_NAME}: {exc}") from None
 
 
-#: what decides a sampled pass's rows (a drawn sample adds the pool's size and the ids)
-SAMPLE_SETTINGS = ("fraction", "seed", "group_key")
 
 
 def _sample_settings(fraction, seed, group_key, reuse) -> dict | None:
@@ -478,7 +480,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
 
     def draw_sample(self, table) -> None:
         """The rows a sampled pass measures, from the whole pool (every row needs a unique id)."""
-        from trajval_ops.input_checks import id_key_of
+        from trajval_ops.input_checks import group_values, id_key_of
         from trajval_ops.pool_io import table_path_values
         from trajval_ops.sampled_prior import stratified_sample
 
@@ -486,13 +488,15 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         ids = table_path_values(table, key) if key else None
         if ids is None:
             raise TrajvalInputError(f"{OP_NAME}: a sampled pass (sample_fraction {self.sample['fraction']}) names its "
-                                    "rows by task id, and the pool has none: set id_key")
+                                    + (f"rows by task id, and no row has id_key '{key}'" if key else
+                                       "rows by task id, and the pool has none: set id_key"))
         if None in ids:
             raise TrajvalInputError(f"{OP_NAME}: row {ids.index(None)}: field '{key}' is missing; a sampled pass "
                                     "needs a task id on every row")
+        self._check_earlier_samples(table)
         groups = None
         if self.sample["group_key"]:
-            groups = table_path_values(table, self.sample["group_key"]) or [None] * table.num_rows
+            groups = group_values(table, self.sample["group_key"], f"{OP_NAME} [{self.output_key}]", self.id_key)
         chosen = stratified_sample(ids, self.sample["fraction"], self.sample["seed"], groups)
         measured = [task for task, keep in zip(ids, chosen) if keep]
         drawn = {**self.sample, "id_key": key, "pool_rows": table.num_rows, "measured_rows": len(measured)}
@@ -501,6 +505,26 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         logger.info(f"{OP_NAME} [{self.output_key}]: sampled pass: {len(self._sampled_ids)} of {table.num_rows} rows "
                     f"(fraction {self.sample['fraction']}, seed {self.sample['seed']}, stratified by "
                     f"{self.sample['group_key'] or 'nothing'}); the others are left to the learnability mapper")
+
+    def _check_earlier_samples(self, table) -> None:
+        """Refuse to draw another sample than a sampled pass the pool already has (an earlier
+        recipe's): the prior would score only the overlap of the two samples."""
+        from trajval_ops.pool_io import table_path_values
+
+        mine = {k: self.sample[k] for k in SAMPLE_SETTINGS}
+        for name in table.column_names:
+            if not name.endswith("_provenance") or name == f"{self.output_key}_provenance":
+                continue
+            recorded = next((value for value in table_path_values(table, f"{name}.sample") or []
+                             if isinstance(value, dict)), None)
+            theirs = None if recorded is None else {k: recorded.get(k) for k in SAMPLE_SETTINGS}
+            if theirs is not None and theirs != mine:
+                differ = "; ".join(f"sample_{k} {theirs[k]!r} vs {mine[k]!r}" for k in SAMPLE_SETTINGS
+                                   if theirs[k] != mine[k])
+                raise TrajvalInputError(
+                    f"{OP_NAME} [{self.output_key}]: the pool's sampled pass '{name[:-len('_provenance')]}' drew another "
+                    f"sample ({differ}): a sampled prior scores the rows both passes measured, so give this pass "
+                    "the same sample_fraction, sample_seed and sample_group_key")
 
     def _reused_rows(self, rows: list[dict], first_row: int | None) -> dict[str, list]:
         """The output columns of a reused pass: read, checked, nothing sampled."""

@@ -17,7 +17,7 @@ from trajval_ops.ops.dj_adapter import (
     TableMapper, append_columns, run_whole_pool, safe_op_kwargs,
 )
 from trajval_ops.summary import group_noise, log_group_noise, log_rollout_noise, log_weight_summary, rollout_noise
-from trajval_ops.input_checks import arrow_numeric_column, check_unique_ids
+from trajval_ops.input_checks import arrow_numeric_column, check_unique_ids, group_values
 from trajval_ops.errors import TrajvalInputError
 
 OP_NAME = "trajval_learnability_mapper"
@@ -85,6 +85,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         predict_coverage: Annotated[float, Field(gt=0, lt=1)] = 0.9,
         predict_seed: int = 0,
         predicted_key: str = fields.PREDICTED,
+        overwrite: bool = False,
         *args,
         **kwargs,
     ):
@@ -123,6 +124,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         self.predict_unmeasured, self.predict_features = predict_unmeasured, list(predict_features or [])
         self.predict_coverage, self.predict_seed = float(predict_coverage), int(predict_seed)
         self.predicted_key = predicted_key
+        self.overwrite = overwrite
         self.provenance = self._provenance()
         self.bind_table_process()
 
@@ -181,6 +183,9 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         :param predict_seed: seed of the prediction's model and folds.
         :param predicted_key: output field, true where the score is predicted; ``<predicted_key>_fallback``
             is true where the row's group has no measured row (it gets the measured rows' mean).
+        :param overwrite: replace input columns named as this mapper's outputs (a pool scored
+            before, scored again with other settings), each replaced column logged; False (default):
+            such a column stops the run naming it, so a weight of the user's own is never lost.
         """
 
     @property
@@ -301,23 +306,29 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         provenance.update(prior_cost=cost_summary(prior_cost), trajval_ops_version=version)
         new = {name: pa.array(values, mask=_missing(values)) for name, values in columns.items()}
         new[self.provenance_key] = pa.repeat(pa.scalar(provenance), table.num_rows)
+        self._check_outputs_new(table, list(new))
         return append_columns(table, new), (r_early, r_late, columns)
+
+    def _check_outputs_new(self, table, names: list[str]) -> None:
+        """Refuse (or, with ``overwrite``, log) input columns this mapper would replace."""
+        existing = [name for name in names if name in table.column_names]
+        if not existing:
+            return
+        if not self.overwrite:
+            raise TrajvalInputError(
+                f"{OP_NAME}: the pool already has column(s) {', '.join(repr(n) for n in existing)}, which this "
+                "mapper writes: set overwrite: true to replace them (a pool scored before), or rename them, or "
+                "write elsewhere (weight_key, score_key, ...)")
+        logger.warning(f"{OP_NAME}: replacing the pool's own column(s) {', '.join(existing)} (overwrite: true)")
 
     def _noise_aware(self, table, r_early, r_late, columns) -> dict:
         """Replace the paper's score by the posterior one (whole pool), add its interval and say
         how in the provenance."""
-        from trajval_ops.pool_io import table_path_values
-
         counts = self._rollout_counts(table)
         if counts is None:
             raise TrajvalInputError(f"{OP_NAME}: estimator {self.estimator!r} reads the rollouts behind each pass "
                                     "rate (the endpoint mapper's <key>_n columns), which the pool lacks")
-        groups = None
-        if self.estimator == "pooled":
-            groups = table_path_values(table, self.group_key)
-            if groups is None:
-                raise TrajvalInputError(f"{OP_NAME}: estimator 'pooled': no row has the group_key field "
-                                        f"'{self.group_key}'")
+        groups = group_values(table, self.group_key, OP_NAME, self.id_key) if self.estimator == "pooled" else None
         mean, low, high, fitted = core.noise_aware_score(self.estimator, r_early, counts[0], r_late, counts[1], groups)
         columns[self.score_key] = mean
         columns[f"{self.score_key}_low"], columns[f"{self.score_key}_high"] = low, high
@@ -328,7 +339,6 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
     def _predict(self, table, measured, columns) -> dict:
         """Every unmeasured row's score predicted from the measured rows (:mod:`trajval_ops.sampled_prior`);
         the weight follows; the interval and the flag are written for every row."""
-        from trajval_ops.pool_io import table_path_values
         from trajval_ops.sampled_prior import MIN_ROWS_FOR_A_MODEL, predict_scores
 
         if measured is None:
@@ -338,7 +348,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         features = np.stack([arrow_numeric_column(table, key, lower=-np.inf, id_key=self.id_key,
                                                   position_offset=0) for key in self.predict_features],
                             axis=1) if self.predict_features else None
-        groups = (table_path_values(table, self.group_key) or [None] * table.num_rows) if self.group_key else None
+        groups = group_values(table, self.group_key, OP_NAME, self.id_key) if self.group_key else None
         score = np.where(measured, columns[self.score_key], 0.0)
         prediction = predict_scores(score, measured, features, groups, seed=self.predict_seed,
                                     coverage=self.predict_coverage)
@@ -421,9 +431,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         if counts is not None:
             log_rollout_noise(OP_NAME, rollout_noise(r_early, r_late, *counts, columns[self.score_key]))
             if self.group_key:
-                from trajval_ops.pool_io import table_path_values
-
-                groups = table_path_values(table, self.group_key) or [None] * table.num_rows
+                groups = group_values(table, self.group_key, OP_NAME, self.id_key)
                 log_group_noise(OP_NAME, self.group_key,
                                 group_noise(groups, r_early, r_late, *counts, columns[self.weight_key]))
         elif self.group_key:

@@ -39,18 +39,25 @@ def training_cost(log_history: Sequence[Mapping[str, Any]], completions_per_step
 
 
 class ProbeProgress(TrainerCallback):
-    """Logs progress and keeps ``manifest`` (a dict it updates in place) current on disk.
+    """Shows the probe's progress and keeps ``manifest`` (a dict it updates in place) current on
+    disk. The trainer's own printers (TRL's per-step dictionaries) are removed
+    (:func:`quiet_trainer`): with ``show_progress`` a bar with the reward and the time left, else a
+    log line per epoch with its mean reward and the time left.
 
     :param manifest: the run's manifest; its ``wall_time_s`` is the time of earlier sessions.
     """
 
-    def __init__(self, config, output_dir: Path, base_model: Path, steps_per_epoch: int, manifest: dict):
+    def __init__(self, config, output_dir: Path, base_model: Path, steps_per_epoch: int, manifest: dict,
+                 show_progress: bool = True):
         self.config, self.output_dir, self.base_model = config, output_dir, base_model
         self.steps_per_epoch, self.manifest = steps_per_epoch, manifest
         self.kept = set(config.kept_epochs())
         self.wall_before = manifest["wall_time_s"]
         self.session_start = time.monotonic()
         self.first_step = 0
+        self.show_progress = show_progress
+        self.bar = None
+        self.epoch_rewards: list[float] = []
 
     def wall_time_s(self) -> float:
         """Training wall time of every session of this probe so far."""
@@ -58,6 +65,11 @@ class ProbeProgress(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.first_step = state.global_step
+        if self.show_progress and state.is_world_process_zero:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="probe", unit="step",
+                            dynamic_ncols=True)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "reward" not in logs or not state.is_world_process_zero:
@@ -66,10 +78,23 @@ class ProbeProgress(TrainerCallback):
         elapsed = time.monotonic() - self.session_start
         left = (state.max_steps - state.global_step) * elapsed / done if done else float("nan")
         epoch = math.ceil(state.global_step / self.steps_per_epoch)
-        logger.info(
-            f"probe: epoch {epoch}/{self.config.epochs} step {state.global_step}/{state.max_steps} "
-            f"reward {logs['reward']:.4f} ({elapsed:.0f} s elapsed, ~{left:.0f} s left)"
-        )
+        self.epoch_rewards.append(float(logs["reward"]))
+        if self.bar is not None:
+            self.bar.update(state.global_step - self.bar.n)
+            self.bar.set_postfix(epoch=f"{epoch}/{self.config.epochs}", reward=f"{logs['reward']:.4f}",
+                                 left=f"{left:.0f}s")
+        elif state.global_step % self.steps_per_epoch == 0 or state.global_step == state.max_steps:
+            logger.info(
+                f"probe: epoch {epoch}/{self.config.epochs} done (step {state.global_step}/{state.max_steps}), mean "
+                f"reward {sum(self.epoch_rewards) / len(self.epoch_rewards):.4f} ({elapsed:.0f} s elapsed, "
+                f"~{left:.0f} s left)")
+        if state.global_step % self.steps_per_epoch == 0:
+            self.epoch_rewards = []
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     def on_save(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
@@ -86,3 +111,12 @@ class ProbeProgress(TrainerCallback):
         self.manifest["wall_time_s"] = self.wall_time_s()
         per_step = self.config.prompts_per_batch * self.config.num_generations
         self.manifest["cost"] = training_cost(log_history, per_step, self.manifest["wall_time_s"])
+
+
+def quiet_trainer(trainer) -> None:
+    """Remove the transformers printers that write every log dictionary (TRL logs each step):
+    :class:`ProbeProgress` says what a reader needs."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for printer in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(printer)

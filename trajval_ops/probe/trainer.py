@@ -81,11 +81,12 @@ def run_probe(
     main = args.process_index == 0
     manifest = _start_manifest(config, probe_ids, base_model, digest, device, steps_per_epoch, previous)
     resume = _prepare_resume(output_dir, config, manifest, base_model, args)
-    from trajval_ops.probe.progress import ProbeProgress
+    from trajval_ops.probe.progress import ProbeProgress, quiet_trainer
 
-    progress = ProbeProgress(config, output_dir, base_model, steps_per_epoch, manifest)
+    progress = ProbeProgress(config, output_dir, base_model, steps_per_epoch, manifest, show_progress)
     trainer = _grpo_trainer(config, args, base_model, device, tokenizer, dataset, manifest,
                             [progress, *extra_callbacks])
+    quiet_trainer(trainer)
     if main:
         logger.info(
             f"probe: GRPO on {len(rows)} prompts x {config.num_generations} rollouts, {config.epochs} epochs of "

@@ -77,6 +77,13 @@ class AdaptiveBudget:
         return np.full(low.shape, self.eps), self._weight(low, np.ones_like(low))
 
     def decided(self, successes, rollouts, r_early=None) -> np.ndarray:
-        """Whether each row may stop: at the cap, or its weight pinned within the tolerance."""
+        """Whether each row may stop: at the cap, or its weight pinned within the tolerance after
+        at least one round (a pass rate needs rollouts; a tolerance as wide as the weight's range
+        still samples each row once). Before any round only a late row whose early pass rate is
+        1 stops: its s is 0 whatever its late pass gives."""
         low, high = self.weight_range(successes, rollouts, r_early)
-        return (np.asarray(rollouts) >= self.cap) | (high - low <= self.tolerance)
+        rollouts = np.asarray(rollouts)
+        pinned = (high - low <= self.tolerance) & (rollouts > 0)
+        if self.window == "late":
+            pinned = pinned | ((rollouts == 0) & (np.asarray(r_early) >= 1))
+        return (rollouts >= self.cap) | pinned

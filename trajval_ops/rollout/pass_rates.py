@@ -146,6 +146,9 @@ class RolloutPass:
         """
         tasks = [build_task(row, None if first_row is None else first_row + i, self.settings, self.id_key,
                             self.what) for i, row in enumerate(rows)]
+        r_early = self._early_rates(rows, first_row)
+        if r_early is not None:
+            tasks = _keyed_by_early_rates(tasks, r_early)
         results = self._cached(tasks)
         for i, task in enumerate(tasks):
             if results[i] is None and self._bad_truth(task):
@@ -160,7 +163,7 @@ class RolloutPass:
         if on_rows_done:
             on_rows_done(len(rows) - len(missing))
         if self.budget is not None:
-            self._rounds(tasks, rows, results, samplable, missing, first_row)
+            self._rounds(tasks, rows, results, samplable, missing, None if r_early is None else r_early[samplable])
             if on_rows_done:
                 on_rows_done(len(missing))
         for call in (self._calls(samplable, missing) if self.budget is None else []):
@@ -171,9 +174,13 @@ class RolloutPass:
             if on_rows_done:
                 on_rows_done(sum(i in missing for i in call))
         # a repeated row shares its first copy's rollouts and costs nothing of its own
-        return [result if first_of[task.hash] == i else
-                {**(result or results[first_of[task.hash]]), "cost": NO_COST}
-                for i, (task, result) in enumerate(zip(tasks, results))]
+        out = [result if first_of[task.hash] == i else
+               {**(result or results[first_of[task.hash]]), "cost": NO_COST}
+               for i, (task, result) in enumerate(zip(tasks, results))]
+        if r_early is not None:  # a late row the budget skipped: no change assumed (s = 0 either way)
+            out = [{**result, "pass_rate": float(rate)} if result["status"] == STATUS_SKIPPED else result
+                   for result, rate in zip(out, r_early)]
+        return out
 
     # ------------------------------------------------------------------ steps
 
@@ -218,15 +225,14 @@ class RolloutPass:
         return [call for call in calls if any(i in missing for i in call)]
 
     def _rounds(self, tasks: list[Task], rows, results: list, samplable: list[int], missing: set[int],
-                first_row: int | None) -> None:
+                r_early: np.ndarray | None) -> None:
         """An adaptive pass over the batch: rounds of ``round_size`` rollouts for the rows whose
         weight is not yet pinned (every samplable row takes part, cached ones included, so each
         round's generate calls are the uninterrupted run's; only the missing rows' results are
-        kept and cached)."""
+        kept and cached). ``r_early``: the samplable rows' early pass rates (a late pass)."""
         if not missing:
             return
         budget, session = self.budget, self.session
-        r_early = self._early_rates(rows, samplable, first_row)
         fitted = {i: self._fit(render_prompt(session.tokenizer, tasks[i].messages), tasks[i]) for i in samplable}
         drawn = {i: {"scores": [], "methods": [], "tokens": 0, "texts": []} for i in samplable}
         done, round_index = 0, 0
@@ -248,8 +254,6 @@ class RolloutPass:
             result = {"scores": got["scores"], "methods": got["methods"], "engine": session.name,
                       "dtype": session.dtype, "status": status,
                       "cost": {"completions": len(got["scores"]), "generated_tokens": got["tokens"]}}
-            if status == STATUS_SKIPPED:  # s = 0 whatever the late pass gives: no change assumed
-                result["pass_rate"] = float(r_early[samplable.index(i)])
             if self.keep_completions:
                 result["completions"] = got["texts"]
             if i in missing:
@@ -271,16 +275,16 @@ class RolloutPass:
             drawn[i]["tokens"] += int(row_tokens)
             drawn[i]["texts"] += texts
 
-    def _early_rates(self, rows, samplable: list[int], first_row: int | None):
-        """The early pass rates an adaptive late pass reads (None for an early pass)."""
-        if self.budget.window != "late":
+    def _early_rates(self, rows, first_row: int | None) -> np.ndarray | None:
+        """The early pass rates of the batch's rows that an adaptive late pass reads (None for
+        any other pass)."""
+        if self.budget is None or self.budget.window != "late":
             return None
         from trajval_ops.input_checks import float_column
 
         samples = {key: [row.get(key) for row in rows] for key in {k for row in rows for k in row}}
         samples[self.early_key] = [get_path(row, self.early_key, None) for row in rows]
-        rates = float_column(samples, self.early_key, upper=1.0, id_key=self.id_key, position_offset=first_row)
-        return rates[samplable]
+        return float_column(samples, self.early_key, upper=1.0, id_key=self.id_key, position_offset=first_row)
 
     def _check(self, texts: list[str], task: Task, row) -> list:
         """The verifier's checks of one row's completions (an unreadable truth named)."""
@@ -331,6 +335,17 @@ class RolloutPass:
         if self.cache is not None:
             self.cache.put_many(new)
         return results
+
+
+def _keyed_by_early_rates(tasks: list[Task], r_early: np.ndarray) -> list[Task]:
+    """The tasks of an adaptive late pass, each keyed also by the early pass rates of its batch:
+    the stopping rule reads a row's own rate, and which rows are still active in a round (the
+    rows of each generate call) follows the others', so a changed early pass gets fresh rollouts
+    instead of rows decided on other rates."""
+    from trajval_ops.canonical import stable_hash
+
+    rates = stable_hash([float(rate) for rate in r_early])
+    return [dataclasses.replace(task, hash=stable_hash([task.hash, rates])) for task in tasks]
 
 
 def pass_rate(result: Mapping[str, Any]) -> float:
