@@ -42,12 +42,12 @@ if __name__ == "__main__":
     rows = [json.loads(line) for line in open(pool)]
     batch_size = int(sys.argv[5]) if len(sys.argv) > 5 else len(rows)
     op = TrajvalEndpointRewardMapper(**options, cache_dir=cache_dir)
-    from trajval_ops.pool_io import read_table
+    from trajval_ops.pools.io import read_table
 
     op.check_pool(read_table(pool))  # as a run does first (a sampled pass draws its sample here)
-    op._prepare()
+    op.endpoint._prepare()
     if where == "put":
-        die_after(op._cache, "put_many", int(count))
+        die_after(op.endpoint._cache, "put_many", int(count))
     else:
         die_after(RolloutPass, "_round_call", int(count))
     for start in range(0, len(rows), batch_size):

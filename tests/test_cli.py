@@ -149,7 +149,7 @@ def test_transfer_prior_runs_outside_the_repository(tmp_path):
 
 
 def test_report_and_within_bin_read_parquet_pools_as_they_read_jsonl(tmp_path):
-    from trajval_ops.pool_io import write_rows
+    from trajval_ops.pools.io import write_rows
 
     rows = [{"id": f"t{i}", "trajval_r_early": (i % 9) / 8, "trajval_r_late": min(1.0, (i % 9) / 8 + (i % 4) / 8),
              "prompt": [{"role": "user", "content": f"q{i}"}] if i % 2 else f"q{i}"} for i in range(30)]

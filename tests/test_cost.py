@@ -10,7 +10,7 @@ import yaml
 
 from tests.conftest import REPO
 from trajval_ops.cli import cost as cost_cli
-from trajval_ops.cost import recipe_cost, recorded_cost
+from trajval_ops.prior_cost import recipe_cost, recorded_cost
 
 DEMO = REPO / "recipes" / "demo_trajval.yaml"
 
@@ -104,7 +104,7 @@ def test_the_sampled_recipe_by_hand(capsys):
 
 
 def test_a_sampled_pass_without_groups_measures_ceil_fraction_of_the_pool():
-    from trajval_ops.cost import pass_stage
+    from trajval_ops.prior_cost import pass_stage
 
     stage = pass_stage({"window": "late", "n": 16, "sample_fraction": 0.1}, 1001)
     assert stage["completions"] == 101 * 16 and stage["measured_rows"] == 101 and stage["measured_rows_exact"]
@@ -129,7 +129,7 @@ def test_the_weighted_pool_provenance_carries_the_prior_total(tmp_path):
             for i in range(3)]
     table = pa.Table.from_pylist(rows)
     for score in ("trajval", "variance"):
-        out = TrajvalLearnabilityMapper(score=score).score_pool(table)
+        out = TrajvalLearnabilityMapper(prior=score).score_pool(table)
         provenance = out.column("trajval_score_provenance")[0].as_py()
         assert provenance == out.column("trajval_score_provenance")[2].as_py()
         recorded = recorded_cost(lambda name: out.column(name).to_pylist(), ["trajval_r_early"],
@@ -152,14 +152,14 @@ def _scored_pool(tmp_path, name: str, score: str, completions: int):
     import pyarrow as pa
 
     from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
-    from trajval_ops.pool_io import write_table
+    from trajval_ops.pools.io import write_table
 
     rows = [{"id": f"{name}{i}", "trajval_r_early": 0.125 * (i % 8), "trajval_r_late": 0.9,
              "trajval_r_early_provenance": {"cost": {"completions": completions, "generated_tokens": 3 * completions}},
              "trajval_r_late_provenance": {"cost": {"completions": completions, "generated_tokens": 5}}}
             for i in range(10)]
     path = tmp_path / f"{name}.jsonl"
-    write_table(TrajvalLearnabilityMapper(score=score).score_pool(pa.Table.from_pylist(rows)), path)
+    write_table(TrajvalLearnabilityMapper(prior=score).score_pool(pa.Table.from_pylist(rows)), path)
     return path
 
 
@@ -170,7 +170,7 @@ def test_the_cost_of_a_resampled_or_concatenated_pool_is_its_runs_record(tmp_pat
     import pyarrow as pa
 
     from trajval_ops.ops.weighted_resampler import TrajvalWeightedResampler
-    from trajval_ops.pool_io import read_rows, read_table, write_table
+    from trajval_ops.pools.io import read_rows, read_table, write_table
 
     variance = _scored_pool(tmp_path, "v", "variance", 16)
     trajval = _scored_pool(tmp_path, "t", "trajval", 8)
@@ -204,9 +204,9 @@ def test_the_cost_of_a_resampled_or_concatenated_pool_is_its_runs_record(tmp_pat
     (lambda p: p[-1]["trajval_learnability_mapper"].update(alpah=0.3),
      "Unknown parameter 'alpah' (did you mean: alpha?)"),
     (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(sample_fraction=0),
-     "process[2]: trajval_endpoint_reward_mapper: parameter 'sample_fraction' = 0: Input should be greater than 0"),
+     "process[2]: trajval_endpoint_reward_mapper: sample_fraction must be in (0, 1], got 0"),
     (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(sample_fraction=1.5),
-     "parameter 'sample_fraction' = 1.5: Input should be less than or equal to 1"),
+     "sample_fraction must be in (0, 1], got 1.5"),
     (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(budget="adaptive", round_size=32),
      "process[2]: trajval_endpoint_reward_mapper: round_size must be in [1, n = 16], got 32"),
     (lambda p: p[3]["trajval_endpoint_reward_mapper"].update(sample_seed=5),
@@ -229,3 +229,18 @@ def test_cost_refuses_what_dj_process_refuses(tmp_path, capsys, edit, message):
 def test_cost_refuses_a_main_run_that_is_no_number(capsys, option, value):
     assert cost_cli.main(["--config", str(DEMO), "--pool-rows", "600", option, value]) == 2
     assert f"{option} " in capsys.readouterr().err
+
+
+def test_the_price_names_the_recipes_prior_and_the_passes_it_does_not_read(tmp_path, capsys):
+    """`trajval cost` reads the prior from the registry: the probe and the late pass of a variance
+    recipe are priced, and flagged as stages the prior does not read."""
+    recipe = yaml.safe_load(DEMO.read_text())
+    recipe["process"][-1]["trajval_learnability_mapper"]["prior"] = "variance"
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    report = run_json(capsys, "--config", str(path), "--pool-rows", "600")
+    assert report["prior"] == {"prior": "variance", "eps": 0.05}
+    assert [stage.get("read_by_prior", True) for stage in report["stages"]] == [False, True, False]  # probe, early, late
+    assert run_json(capsys, "--config", str(DEMO), "--pool-rows", "600")["prior"]["prior"] == "trajval"
+    assert cost_cli.main(["--config", str(path), "--pool-rows", "600"]) == 0
+    assert "the variance prior does not read this stage" in capsys.readouterr().out

@@ -80,7 +80,7 @@ def test_one_pass_variance_recipe_end_to_end(tmp_path, capsys):
     out = read_jsonl(config["export_path"])
     r_early = np.array([r["trajval_r_early"] for r in out])
     assert np.array_equal([r["trajval_weight"] for r in out],
-                          core.one_pass_weight("variance", core.variance_score(r_early)))
+                          core.variance_weight(core.variance_score(r_early)))
     assert out[0]["trajval_score_provenance"]["score"] == "variance" and "trajval_r_late" not in out[0]
     assert cost.main(["--pool", config["export_path"], "--json"]) == 0
     recorded = json.loads(capsys.readouterr().out)

@@ -58,7 +58,7 @@ def test_value_problem_bounds():
 
 def test_repeated_ids_are_found_when_the_first_rows_have_none():
     from trajval_ops.input_checks import check_unique_ids
-    from trajval_ops.pool_io import table_from_columns
+    from trajval_ops.pools.io import table_from_columns
 
     table = table_from_columns({"id": [None, "x", "x"], "prompt": ["a", "b", "c"]})
     with pytest.raises(TrajvalInputError, match="row 2 \\(id='x'\\): id field 'id' = 'x' repeats row 1"):
@@ -67,7 +67,7 @@ def test_repeated_ids_are_found_when_the_first_rows_have_none():
 
 def test_integer_ids_beyond_64_bits_are_compared_exactly(tmp_path):
     from trajval_ops.input_checks import check_unique_ids
-    from trajval_ops.pool_io import read_table
+    from trajval_ops.pools.io import read_table
 
     big = 2 ** 64
     pool = tmp_path / "pool.jsonl"

@@ -75,7 +75,7 @@ def test_bad_rewards_name_row_and_field(row, message):
     good = {"id": "t0", "trajval_r_early": 0.1, "trajval_r_late": 0.2}
     # JSON-like mixed types: build through from_list of plain dicts with a common schema
     rows = [dict(good), row]
-    from trajval_ops.pool_io import table_from_columns
+    from trajval_ops.pools.io import table_from_columns
 
     table = table_from_columns({k: [r.get(k) for r in rows] for k in set(good) | set(row)}, len(rows))
     with pytest.raises(TrajvalInputError) as err:
@@ -214,7 +214,7 @@ def test_group_key_reports_groups_in_the_log(caplog_loguru):
 ])
 def test_one_pass_priors_by_hand_from_the_early_pass_alone(score, band, weights):
     rows = [{"id": str(i), "trajval_r_early": r} for i, r in enumerate([0.0, 1.0, 0.5, 0.25])]  # no r_late
-    params = {"score": score} | ({"band_low": band[0], "band_high": band[1]} if band else {})
+    params = {"prior": score} | ({"band_low": band[0], "band_high": band[1]} if band else {})
     out = run(rows, **params)
     assert [r["trajval_weight"] for r in out] == pytest.approx(weights)
     assert "trajval_delta" not in out[0] and "trajval_profile" not in out[0]
@@ -228,14 +228,29 @@ def test_one_pass_priors_by_hand_from_the_early_pass_alone(score, band, weights)
 def test_a_pool_all_at_zero_or_one_gets_uniform_one_pass_weights():
     rows = [{"id": str(i), "trajval_r_early": r} for i, r in enumerate([0.0, 1.0, 1.0, 0.0])]
     for score in ("variance", "bandpass"):
-        assert {r["trajval_weight"] for r in run(rows, score=score)} == {0.05}
+        assert {r["trajval_weight"] for r in run(rows, prior=score)} == {0.05}
 
 
 def test_unknown_prior_and_bad_band_are_refused():
-    with pytest.raises(ValueError, match="parameter 'score' = 'magic': Input should be 'trajval', 'variance' or 'bandpass'"):
-        TrajvalLearnabilityMapper(score="magic")
+    with pytest.raises(ValueError, match="prior must be one of trajval, variance, bandpass, got 'magic'"):
+        TrajvalLearnabilityMapper(prior="magic")
     with pytest.raises(ValueError, match="band must satisfy"):
-        TrajvalLearnabilityMapper(score="bandpass", band_low=0.8, band_high=0.2)
+        TrajvalLearnabilityMapper(prior="bandpass", band_low=0.8, band_high=0.2)
+    with pytest.raises(ValueError, match=r"band_high must be in \(0, 1\]"):
+        TrajvalLearnabilityMapper(prior="bandpass", band_high=1.5)
+    with pytest.raises(ValueError, match=r"alpha must be in \(0, inf\)"):
+        TrajvalLearnabilityMapper(alpha=0.0)
+
+
+def test_the_old_score_key_names_the_prior_with_a_deprecation_message(caplog_loguru):
+    """Issue 34, item 4: the prior has a key of its own (``prior:``); ``score:`` is read for one
+    release with a warning, and both naming different priors is an error."""
+    rows = [{"id": str(i), "trajval_r_early": r} for i, r in enumerate([0.0, 0.5, 0.25])]
+    assert [r["trajval_weight"] for r in run(rows, score="variance")] == [r["trajval_weight"]
+                                                                         for r in run(rows, prior="variance")]
+    assert "'score: variance' is deprecated (until 0.3): write 'prior: variance'" in caplog_loguru.text
+    with pytest.raises(ValueError, match="name different priors"):
+        TrajvalLearnabilityMapper(prior="bandpass", score="variance")
 
 
 def test_posterior_estimator_scores_with_an_interval_and_says_how():
@@ -264,7 +279,7 @@ def test_noise_aware_estimators_need_counts_groups_and_the_whole_pool():
     with pytest.raises(ValueError, match="set group_key"):
         TrajvalLearnabilityMapper(estimator="pooled")
     with pytest.raises(ValueError, match="reads one pass"):
-        TrajvalLearnabilityMapper(estimator="posterior", score="variance")
+        TrajvalLearnabilityMapper(estimator="posterior", prior="variance")
     import pyarrow as pa
 
     op = TrajvalLearnabilityMapper(estimator="posterior")
@@ -311,7 +326,7 @@ def sampled_pool(rows=60, measured_every=3, groups="abcd", seed=0):
 
 
 def test_unmeasured_rows_are_predicted_flagged_and_weighted():
-    from trajval_ops.sampled_prior import predict_scores
+    from trajval_ops.priors.sampled import predict_scores
 
     rows = sampled_pool()
     out = run(rows, predict_unmeasured=True, predict_features=["short"], group_key="family", predict_seed=4)
@@ -369,13 +384,13 @@ def test_a_one_pass_prior_from_a_sampled_early_pass():
     rows = sampled_pool()
     for row in rows:
         del row["trajval_r_late"], row["trajval_r_late_status"]
-    out = run(rows, score="variance", predict_unmeasured=True, predict_features=["short"])
+    out = run(rows, prior="variance", predict_unmeasured=True, predict_features=["short"])
     measured = [r["trajval_r_early_status"] == "ok" for r in rows]
     for before, after, m in zip(rows, out, measured):
         assert after["trajval_predicted"] is (not m)
         if m:
             assert after["trajval_score"] == core.variance_score(before["trajval_r_early"])
-        assert after["trajval_weight"] == core.one_pass_weight("variance", np.array([after["trajval_score"]]))[0]
+        assert after["trajval_weight"] == core.variance_weight(np.array([after["trajval_score"]]))[0]
 
 
 def test_prediction_settings_that_do_not_go_together():

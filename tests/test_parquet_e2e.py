@@ -61,8 +61,8 @@ def run(tmp_path, name: str, source, export, **overrides):
 
 
 def as_jsonl(parquet, path):
-    """A parquet file read by :func:`trajval_ops.pool_io.read_table` and written as JSONL."""
-    from trajval_ops.pool_io import read_table, write_table
+    """A parquet file read by :func:`trajval_ops.pools.io.read_table` and written as JSONL."""
+    from trajval_ops.pools.io import read_table, write_table
 
     write_table(read_table(parquet), path)
     return path.read_bytes()
@@ -84,7 +84,7 @@ def parquet_logical_types(path) -> dict[str, str]:
 def default_runs(tmp_path_factory):
     """score_pool.yaml on the partly mixed pool: JSONL in and out, JSONL in and parquet out,
     parquet in (written by trajval_ops) and JSONL out."""
-    from trajval_ops.pool_io import read_table, write_table
+    from trajval_ops.pools.io import read_table, write_table
 
     tmp = tmp_path_factory.mktemp("parquet_default")
     rows = partly_mixed_pool()
@@ -135,12 +135,12 @@ def test_mixed_columns_are_parquet_json_holding_exact_text(default_runs):
 def test_parquet_export_reads_back_as_the_jsonl_export(default_runs):
     jsonl = default_runs["jsonl"]
     exported = read_jsonl(jsonl)
-    # trajval_ops.pool_io.read_table: the same bytes when written as JSONL
+    # trajval_ops.pools.io.read_table: the same bytes when written as JSONL
     assert as_jsonl(default_runs["parquet"], default_runs["tmp"] / "read_back.jsonl") == jsonl.read_bytes()
     # pyarrow: nested columns as Python values, JSON columns decoded from their text
     import pyarrow.parquet as pq
 
-    from trajval_ops.pool_io import decoded_values
+    from trajval_ops.pools.io import decoded_values
 
     table = pq.read_table(default_runs["parquet"])
     columns = {name: decoded_values(table.column(name)) for name in table.column_names}

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trajval_ops import pool_io
+from trajval_ops.pools import io as pool_io
+from trajval_ops.pools.io import jsonl
 from trajval_ops.errors import TrajvalInputError
 
 
@@ -66,7 +67,7 @@ def test_consistent_columns_stay_native(tmp_path):
 
 
 def test_chunks_of_different_types_and_late_columns(tmp_path, monkeypatch):
-    monkeypatch.setattr(pool_io, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(jsonl, "CHUNK_ROWS", 2)  # blocks of 2 rows: a column meets its types late
     rows = [{"a": 1}, {"a": 2}, {"a": "x", "b": [1]}, {"a": 3, "b": [2]}, {"a": None, "b": None}]
     table, out = round_trip(tmp_path, rows)
     assert canonical(out) == canonical(rows)
@@ -74,7 +75,7 @@ def test_chunks_of_different_types_and_late_columns(tmp_path, monkeypatch):
 
 
 def test_null_chunks_join_a_native_column(tmp_path, monkeypatch):
-    monkeypatch.setattr(pool_io, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(jsonl, "CHUNK_ROWS", 2)  # blocks of 2 rows: a column meets its types late
     rows = [{"a": None}, {"a": None}, {"a": "x"}, {"a": "y"}]
     table, out = round_trip(tmp_path, rows)
     assert table.schema.field("a").type == pa.string()
@@ -143,7 +144,9 @@ def test_failed_write_leaves_previous_file(tmp_path, monkeypatch):
         handle.write(b"partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pool_io, "write_json_lines", broken)
+    from trajval_ops.pools.io import write
+
+    monkeypatch.setattr(write, "write_json_lines", broken)
     with pytest.raises(KeyboardInterrupt):
         pool_io.write_table(pa.table({"a": [1]}), out)
     assert out.read_text() == "previous\n"

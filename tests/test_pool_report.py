@@ -212,7 +212,7 @@ def test_a_file_of_two_runs_scored_differently_is_refused_in_either_line_order(t
     import pyarrow as pa
 
     from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
-    from trajval_ops.pool_io import write_table
+    from trajval_ops.pools.io import write_table
 
     rows = [{"id": f"t{i}", "trajval_r_early": (i % 4) / 8, "trajval_r_late": 0.25 + (i % 3) / 4} for i in range(8)]
     files = []

@@ -13,7 +13,7 @@ pytest.importorskip("reasoning_gym")
 from trajval_ops.pools.generate import (  # noqa: E402
     FAMILIES, PRESETS, bucket_counts, check_row, generate_pool, parse_mix)
 from trajval_ops.pools.identity import PROMPT_HASH, TASK_ID, prompt_hash  # noqa: E402
-from trajval_ops.pool_io import read_rows  # noqa: E402
+from trajval_ops.pools.io import read_rows  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))

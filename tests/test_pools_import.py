@@ -11,7 +11,7 @@ import pytest
 from trajval_ops.pools.answers import extract_answer
 from trajval_ops.pools.identity import PROMPT_HASH, TASK_ID, prompt_hash
 from trajval_ops.pools.importers import import_pool
-from trajval_ops.pool_io import read_rows
+from trajval_ops.pools.io import read_rows
 from trajval_ops.errors import TrajvalInputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))

@@ -10,7 +10,7 @@ import pytest
 
 from trajval_ops.fields import SCORE_PROVENANCE, WEIGHT
 from trajval_ops.pools.identity import TASK_ID
-from trajval_ops.pool_io import read_rows
+from trajval_ops.pools.io import read_rows
 from trajval_ops.pools.transfer import provenance_column, transfer_prior
 from trajval_ops.errors import TrajvalInputError
 

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from trajval_ops.probe.config import ProbeConfig
-from trajval_ops.probe.trainer import ProbeDirectoryError, run_probe
+from trajval_ops.probe.run import ProbeDirectoryError, run_probe
 from trajval_ops.errors import TrajvalInputError
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO
 from trajval_ops import settings
-from trajval_ops.experiment.config import ConfigError, GrpoSettings, load_config
+from trajval_ops.experiment.validation_config import ConfigError, GrpoSettings, load_config
 from trajval_ops.probe.config import EXECUTION_SETTINGS, ProbeConfig
 
 DOCS_BEGIN = "<!-- settings table: generated from ProbeConfig (tests/test_probe_settings.py) -->"
@@ -94,7 +94,7 @@ def test_the_protocols_probe_run_settings_are_probe_settings(tmp_path):
     window longer than the run is an error before anything trains, as the operator makes it."""
     import yaml
 
-    from trajval_ops.experiment.config import ProbeSettings
+    from trajval_ops.experiment.validation_config import ProbeSettings
 
     probe_fields = {f.name: f for f in dataclasses.fields(ProbeConfig)}
     for name in ("epochs", "window_k"):

@@ -12,7 +12,7 @@ from tests.conftest import dj_process, read_jsonl, write_jsonl
 from trajval_ops.probe.checkpoints import list_checkpoints
 from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.probe.manifest import load_manifest, resolve_checkpoint
-from trajval_ops.probe.trainer import ProbeDirectoryError, run_probe
+from trajval_ops.probe.run import ProbeDirectoryError, run_probe
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from tests.conftest import read_jsonl_raw
-from trajval_ops import pool_io
+from trajval_ops.pools import io as pool_io
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.fields import PROVENANCE_RECORD, PROVENANCE_REF, RESAMPLE_PROVENANCE, SCORE_PROVENANCE
 from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper

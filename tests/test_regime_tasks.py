@@ -152,7 +152,7 @@ def test_cli_writes_the_splits(tmp_path, capsys):
 
 def test_rows_are_accepted_by_the_probe_trainer(sample_rows):
     from trajval_ops.probe.config import ProbeConfig
-    from trajval_ops.probe.trainer import probe_examples
+    from trajval_ops.probe.run import probe_examples
 
     name, options = VERIFIER
     config = ProbeConfig(model="tiny-arith", verifier=name, verifier_options=options)

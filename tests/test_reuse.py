@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from trajval_ops.experiment.config import ConfigError
+from trajval_ops.experiment.validation_config import ConfigError
 from trajval_ops.experiment.protocol import Unit, _grpo_unit, main, run_units
 from trajval_ops.experiment.reuse import check_reusable_run, reuse_units, without_run_paths
 

@@ -17,9 +17,15 @@ from tests.conftest import REPO, write_jsonl
 from tests.test_rollout_mapper import _batch, _op
 from trajval_ops import core
 from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
+from trajval_ops.priors import TrajVal
 from trajval_ops.rollout.budget import AdaptiveBudget
 
-LATE = AdaptiveBudget("late", cap=16, round_size=4, tolerance=0.05)
+#: the paper's prior: the weight an adaptive pass bounds unless a recipe says otherwise
+TRAJVAL = TrajVal()
+#: an endpoint pass with the adaptive budget, told the prior (dj-process tells it from its recipe)
+ADAPTIVE = dict(budget="adaptive", budget_prior=TRAJVAL.spec())
+
+LATE = AdaptiveBudget("late", cap=16, round_size=4, prior=TRAJVAL, tolerance=0.05)
 
 
 @pytest.mark.parametrize("r_early, successes, rollouts, decided", [
@@ -35,7 +41,7 @@ def test_late_rule_by_hand(r_early, successes, rollouts, decided):
     assert LATE.decided([successes], rollouts, np.array([r_early]))[0] == decided
 
 
-EARLY = AdaptiveBudget("early", cap=16, round_size=4, tolerance=0.05)
+EARLY = AdaptiveBudget("early", cap=16, round_size=4, prior=TRAJVAL, tolerance=0.05)
 
 
 @pytest.mark.parametrize("successes, rollouts, decided", [
@@ -55,25 +61,27 @@ def test_the_early_rule_stops_no_row_before_the_cap_at_the_default_tolerance():
     successes = np.array([k for m in range(16) for k in range(m + 1)])
     rollouts = np.array([m for m in range(16) for _ in range(m + 1)])
     assert not EARLY.decided(successes, rollouts).any()
-    assert not AdaptiveBudget("early", 16, 4, tolerance=0.9).decided([0], 12)[0]  # w may still reach 1: 0.95 > 0.9
-    assert AdaptiveBudget("early", 16, 4, tolerance=0.2).decided([15], 15)[0]  # looser: 0.19 - 0.05 <= 0.2
+    # w may still reach 1: 0.95 > 0.9; looser: 0.19 - 0.05 <= 0.2
+    assert not AdaptiveBudget("early", 16, 4, prior=TRAJVAL, tolerance=0.9).decided([0], 12)[0]
+    assert AdaptiveBudget("early", 16, 4, prior=TRAJVAL, tolerance=0.2).decided([15], 15)[0]
 
 
 def test_the_weight_range_is_the_weights_at_the_two_ends_of_the_pass_rate():
     low, high = LATE.weight_range([12], 12, np.array([0.0]))
     assert low[0] == pytest.approx(core.sampling_weight([0.75])[0]) and high[0] == pytest.approx(1.0)
-    early = AdaptiveBudget("early", cap=16, round_size=4)
+    early = AdaptiveBudget("early", cap=16, round_size=4, prior=TRAJVAL)
     low, high = early.weight_range([4], 4)  # 4 of 4 correct: r_early at least 4/16
     assert low[0] == 0.05 and high[0] == pytest.approx(core.sampling_weight([(1 - 4 / 16) ** 2])[0])
     assert early.decided([16], 16)[0] and not early.decided([4], 4)[0]
-    assert AdaptiveBudget("late", 16, 4, tolerance=0.1).decided([12], 12, np.array([0.0]))[0]  # a looser tolerance
+    looser = AdaptiveBudget("late", 16, 4, prior=TRAJVAL, tolerance=0.1)
+    assert looser.decided([12], 12, np.array([0.0]))[0]
 
 
 def test_a_bad_budget_is_refused():
     with pytest.raises(ValueError, match="round_size"):
-        AdaptiveBudget("late", cap=16, round_size=32)
+        AdaptiveBudget("late", cap=16, round_size=32, prior=TRAJVAL)
     with pytest.raises(ValueError, match="early or the late"):
-        AdaptiveBudget("middle", cap=16, round_size=4)
+        AdaptiveBudget("middle", cap=16, round_size=4, prior=TRAJVAL)
 
 
 def _late_rows():
@@ -86,7 +94,7 @@ def _late_rows():
 
 
 def test_an_adaptive_late_pass_skips_exactly_the_rows_the_rule_names_and_reproduces(tmp_path):
-    options = dict(window="late", output_key=None, n=8, budget="adaptive", round_size=2, max_new_tokens=6,
+    options = dict(window="late", output_key=None, n=8, **ADAPTIVE, round_size=2, max_new_tokens=6,
                    verifier="custom", verifier_options={"function": "tests.test_rollout_budget:odd_length"})
     op = _op(tmp_path, **options)
     out = op.process_batched(_batch(_late_rows()))
@@ -110,7 +118,7 @@ def odd_length(completion, ground_truth, row):
 
 
 def test_a_resumed_adaptive_pass_writes_the_uninterrupted_bytes(tmp_path):
-    options = dict(window="late", output_key=None, n=8, budget="adaptive", round_size=2, max_new_tokens=6,
+    options = dict(window="late", output_key=None, n=8, **ADAPTIVE, round_size=2, max_new_tokens=6,
                    prompts_per_generate=2, verifier="custom",
                    verifier_options={"function": "tests.test_rollout_budget:odd_length"})
     full = _op(tmp_path, **options)
@@ -130,7 +138,7 @@ def test_an_adaptive_pass_killed_mid_round_resumes_to_the_uninterrupted_bytes(tm
     second batch's second round; a rerun on the same cache writes the bytes of a run never killed
     (the adaptive pass caches a batch once its rounds end, so the cut batch is sampled again)."""
     options = dict(model="tiny-random-llama", engine="transformers", window="late", output_key=None, n=8,
-                   budget="adaptive", round_size=2, max_new_tokens=6, prompts_per_generate=2, seed=3,
+                   **ADAPTIVE, round_size=2, max_new_tokens=6, prompts_per_generate=2, seed=3,
                    verifier="custom", verifier_options={"function": "tests.test_rollout_budget:odd_length"})
     rows = _late_rows()[2:] + _late_rows()[2:]  # rows 1-2 (early rate 1) are skipped by the rule
     for i, row in enumerate(rows):
@@ -162,14 +170,14 @@ def test_an_adaptive_pass_killed_mid_round_resumes_to_the_uninterrupted_bytes(tm
     resumed_op = TrajvalEndpointRewardMapper(**options, cache_dir=str(cache))
     resumed = run(resumed_op, batches)
     assert json.dumps(resumed, sort_keys=True, default=str) == json.dumps(uninterrupted, sort_keys=True, default=str)
-    assert resumed_op._stats["completions"] == sum(uninterrupted["trajval_r_late_n"][4:])  # only the cut batch again
+    assert resumed_op.endpoint.stats["completions"] == sum(uninterrupted["trajval_r_late_n"][4:])  # only the cut batch again
 
 
 def test_adaptive_budget_needs_a_window_and_sampling(tmp_path):
     with pytest.raises(ValueError, match="set window"):
         _op(tmp_path, budget="adaptive")
     with pytest.raises(ValueError, match="greedy decoding .temperature 0. gives every round the same completion"):
-        _op(tmp_path, window="late", output_key=None, budget="adaptive", temperature=0)  # refused when built
+        _op(tmp_path, window="late", output_key=None, **ADAPTIVE, temperature=0)  # refused when built
 
 
 def test_a_changed_early_pass_gets_the_fresh_runs_late_pass_from_a_shared_cache(tmp_path):
@@ -177,7 +185,7 @@ def test_a_changed_early_pass_gets_the_fresh_runs_late_pass_from_a_shared_cache(
     (issue 36, item 1): a rerun on the same cache after the early pass changed writes what a run
     on a fresh cache writes, and a skipped row's pass rate is its current early rate, not the one
     cached with it."""
-    options = dict(window="late", output_key=None, n=8, budget="adaptive", round_size=2, max_new_tokens=6,
+    options = dict(window="late", output_key=None, n=8, **ADAPTIVE, round_size=2, max_new_tokens=6,
                    prompts_per_generate=2, verifier="custom",
                    verifier_options={"function": "tests.test_rollout_budget:odd_length"})
     first_rows, changed_rows = _late_rows(), _late_rows()
@@ -206,14 +214,104 @@ def test_an_early_pass_whose_tolerance_decides_every_row_samples_one_round_and_e
     """Issue 36, item 7: a tolerance as wide as the weight's range (>= 1 - eps) decided every row
     of an early pass before its first round and then crashed; each row now takes one round and
     stops there, its pass rate k / round_size, status stopped_weight_bounded."""
-    assert not AdaptiveBudget("early", 16, 4, tolerance=0.96).decided([0], 0)[0]
-    assert AdaptiveBudget("early", 16, 4, tolerance=0.96).decided([0], 4)[0]
-    assert AdaptiveBudget("late", 16, 4, tolerance=0.96).decided([0], 0, np.array([1.0]))[0]  # s = 0 for sure
-    assert not AdaptiveBudget("late", 16, 4, tolerance=0.96).decided([0], 0, np.array([0.9375]))[0]
-    op = _op(tmp_path, window="early", output_key=None, n=8, budget="adaptive", round_size=2, max_new_tokens=6,
+    assert not AdaptiveBudget("early", 16, 4, prior=TRAJVAL, tolerance=0.96).decided([0], 0)[0]
+    assert AdaptiveBudget("early", 16, 4, prior=TRAJVAL, tolerance=0.96).decided([0], 4)[0]
+    saturated = np.array([1.0])  # s = 0 for sure
+    assert AdaptiveBudget("late", 16, 4, prior=TRAJVAL, tolerance=0.96).decided([0], 0, saturated)[0]
+    assert not AdaptiveBudget("late", 16, 4, prior=TRAJVAL, tolerance=0.96).decided([0], 0, np.array([0.9375]))[0]
+    op = _op(tmp_path, window="early", output_key=None, n=8, **ADAPTIVE, round_size=2, max_new_tokens=6,
              weight_tolerance=0.96, verifier="custom",
              verifier_options={"function": "tests.test_rollout_budget:odd_length"})
     out = op.process_batched(_batch(_late_rows()))
     op.release()
     assert out["trajval_r_early_n"] == [2] * 6 and set(out["trajval_r_early_status"]) == {"stopped_weight_bounded"}
     assert all(rate in (0.0, 0.5, 1.0) for rate in out["trajval_r_early"])
+
+
+def _budget_recipe(tmp_path, rows, early: dict, late: dict | None, learnability: dict) -> dict:
+    endpoint = dict(model="tiny-arith", engine="transformers", temperature=1.0, max_new_tokens=8,
+                    prompts_per_generate=64, verifier="math", verifier_options={"fallback_last_number": True},
+                    cache_dir=str(tmp_path / "rollouts"))
+    process = [{"trajval_endpoint_reward_mapper": endpoint | {"window": "early", "seed": 0} | early}]
+    if late is not None:
+        process.append({"trajval_endpoint_reward_mapper": endpoint | {"window": "late", "seed": 1} | late})
+    process.append({"trajval_learnability_mapper": learnability})
+    return {"dataset_path": str(write_jsonl(tmp_path / "pool.jsonl", rows)), "export_path": str(tmp_path / "out.jsonl"),
+            "np": 1, "text_keys": None, "skip_op_error": False, "open_tracer": False, "op_fusion": False,
+            "process": process}
+
+
+def _stopped_rows_are_pinned(out: list[dict], key: str, cap: int, tolerance: float, prior, r_early=None) -> int:
+    """Each stopped row's written weight, whatever its rollouts left would have given, moves by at
+    most the tolerance; returns how many rows stopped before the cap."""
+    stopped = 0
+    for i, row in enumerate(out):
+        got = row[f"{key}_n"]
+        if row[f"{key}_status"] != "stopped_weight_bounded":
+            continue
+        stopped += 1
+        k = round(row[key] * got)
+        interval = (np.array([k / cap]), np.array([(k + cap - got) / cap]))
+        if r_early is None:
+            low, high = prior.weight_range(interval)
+        else:
+            early = np.array([r_early[i]])
+            low, high = prior.weight_range((early, early), interval)
+        assert high[0] - low[0] <= tolerance + 1e-12, (row["id"], k, got, low, high)
+    return stopped
+
+
+def test_the_budget_bounds_the_weight_the_recipe_writes(tmp_path):
+    """Issue 34: the adaptive budget bounded TrajVal's paper weight (alpha 0.3, eps 0.05) whatever
+    the recipe wrote. Through dj-process it now bounds the recipe's own prior: with ``prior:
+    variance`` an adaptive early pass stops only rows whose variance weight is pinned, and with
+    ``alpha: 0.5`` an adaptive late pass only rows whose alpha-0.5 weight is pinned; the pass's
+    provenance names the prior."""
+    from tests.conftest import dj_process, read_jsonl
+    from trajval_ops.priors import TrajVal, Variance
+
+    pool = [json.loads(line) for line in (REPO / "trajval_ops" / "data" / "demo_arith_pool.jsonl").read_text()
+            .splitlines()[:96]]
+    adaptive = {"n": 16, "budget": "adaptive", "round_size": 4, "weight_tolerance": 0.3}
+    recipe = _budget_recipe(tmp_path, pool, adaptive, None, {"prior": "variance"})
+    result = dj_process(recipe, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = read_jsonl(tmp_path / "out.jsonl")
+    assert out[0]["trajval_r_early_provenance"]["budget"]["weight_prior"] == {"prior": "variance", "eps": 0.05}
+    assert _stopped_rows_are_pinned(out, "trajval_r_early", 16, 0.3, Variance()) > 0
+
+    rates = [0.0, 0.125, 0.25, 0.5, 0.75]
+    for i, row in enumerate(pool):
+        row["base_rate"] = rates[i % len(rates)]
+    (tmp_path / "out.jsonl").unlink()
+    recipe = _budget_recipe(tmp_path, pool, {"reuse_key": "base_rate", "reuse_n": 16},
+                            {"n": 16, "budget": "adaptive", "round_size": 4, "weight_tolerance": 0.1},
+                            {"alpha": 0.5, "eps": 0.05})
+    result = dj_process(recipe, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = read_jsonl(tmp_path / "out.jsonl")
+    budget = out[0]["trajval_r_late_provenance"]["budget"]
+    assert (budget["alpha"], budget["eps"]) == (0.5, 0.05)  # TrajVal's paper weight: its alpha and eps
+    assert _stopped_rows_are_pinned(out, "trajval_r_late", 16, 0.1, TrajVal(alpha=0.5),
+                                    [row["base_rate"] for row in pool]) > 0
+
+
+def test_a_pass_not_told_its_prior_or_told_another_is_refused(tmp_path):
+    """An adaptive pass outside a recipe with a learnability mapper must be told the prior; one
+    told another prior than the recipe writes, or a late pass under a one-pass prior, is refused."""
+    from tests.conftest import dj_process
+
+    with pytest.raises(ValueError, match="not told which prior that is"):
+        _op(tmp_path, window="late", output_key=None, budget="adaptive")
+    with pytest.raises(ValueError, match="the variance prior reads no late pass"):
+        _op(tmp_path, window="late", output_key=None, budget="adaptive", budget_prior={"prior": "variance"})
+    with pytest.raises(ValueError, match="make a row's weight depend on the whole pool's"):
+        _op(tmp_path, window="late", output_key=None, budget="adaptive",
+            budget_prior={"prior": "trajval", "estimator": "posterior"})
+    pool = [json.loads(line) for line in (REPO / "trajval_ops" / "data" / "demo_arith_pool.jsonl").read_text()
+            .splitlines()[:8]]
+    recipe = _budget_recipe(tmp_path, pool, {"n": 4, "budget": "adaptive", "budget_prior": {"prior": "trajval"}}, None,
+                            {"prior": "variance"})
+    result = dj_process(recipe, tmp_path)
+    assert result.returncode == 2 and "is not the prior the recipe's trajval_learnability_mapper (process[1]) " \
+                                      "writes" in result.stderr

@@ -10,13 +10,13 @@ from trajval_ops.rollout.cache import RolloutCache
 def test_a_second_process_reads_rows_written_after_it_opened_the_cache(tmp_path, monkeypatch):
     first = RolloutCache(tmp_path, {"k": 1})
     second = RolloutCache(tmp_path, {"k": 1})
-    first.put_many([("a", {"scores": [1.0]})])
+    first.put_many([("a", {"rewards": [1.0]})])
     assert second.get("a") is None
     second.reload()
-    assert second.get("a") == {"row": "a", "scores": [1.0]}
+    assert second.get("a") == {"row": "a", "rewards": [1.0]}
     # a line being written (no newline yet) is left for a later read, then read once complete
     log = next(tmp_path.rglob("results-*.jsonl"))
-    line = json.dumps({"row": "b", "scores": [0.0]})
+    line = json.dumps({"row": "b", "rewards": [0.0]})
     with open(log, "a") as handle:
         handle.write(line[:10])
     second.reload()
@@ -24,13 +24,13 @@ def test_a_second_process_reads_rows_written_after_it_opened_the_cache(tmp_path,
     with open(log, "a") as handle:
         handle.write(line[10:] + "\n")
     second.reload()
-    assert second.get("b") == {"row": "b", "scores": [0.0]}
+    assert second.get("b") == {"row": "b", "rewards": [0.0]}
     assert len(second) == 2
 
 
 def test_a_record_cut_short_by_a_kill_is_ignored_and_reported(tmp_path, caplog_loguru):
     cache = RolloutCache(tmp_path, {"k": 2})
-    cache.put_many([("a", {"scores": [1.0]})])
+    cache.put_many([("a", {"rewards": [1.0]})])
     cache.close()
     log = next(tmp_path.rglob("results-*.jsonl"))
     with open(log, "a") as handle:
@@ -38,3 +38,9 @@ def test_a_record_cut_short_by_a_kill_is_ignored_and_reported(tmp_path, caplog_l
     again = RolloutCache(tmp_path, {"k": 2})
     assert again.get("a") is not None and again.get("b") is None
     assert "ignored 1 incomplete record" in caplog_loguru.text
+
+
+def test_a_record_of_an_earlier_release_names_its_rewards_scores_and_still_resumes(tmp_path):
+    cache = RolloutCache(tmp_path, {"k": 1})
+    (cache.directory / "results-old-1.jsonl").write_text(json.dumps({"row": "a", "scores": [1.0, 0.0]}) + "\n")
+    assert RolloutCache(tmp_path, {"k": 1}).get("a") == {"row": "a", "rewards": [1.0, 0.0]}

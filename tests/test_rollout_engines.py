@@ -80,8 +80,8 @@ def test_endpoint_mapper_divides_the_cores_among_its_workers(tiny_model_path, mo
     monkeypatch.setattr("trajval_ops.hardware.usable_cpus", lambda: 8)
     for options, expected in (({}, 8), ({"num_proc": 4}, 2), ({"num_proc": 16}, 1), ({"torch_threads": 3}, 3)):
         op = TrajvalEndpointRewardMapper(model=tiny_model_path, engine="transformers", **options)
-        op._model_path = tiny_model_path
-        op._ensure_session()
+        op.endpoint._model_path, op.endpoint.threads = tiny_model_path, op._worker_threads()  # as before a batch
+        op.endpoint._ensure_session()
         assert started[-1] == expected, options
     # a Ray actor takes the CPUs Ray reserved for it; an actor pool is the default there
     monkeypatch.setenv("RAY_JOB", "1")
@@ -89,8 +89,8 @@ def test_endpoint_mapper_divides_the_cores_among_its_workers(tiny_model_path, mo
                               ({"num_proc": 4}, 2)):
         op = TrajvalEndpointRewardMapper(model=tiny_model_path, engine="transformers", **options)
         assert op.use_ray_actor()
-        op._model_path = tiny_model_path
-        op._ensure_session()
+        op.endpoint._model_path, op.endpoint.threads = tiny_model_path, op._worker_threads()  # as before a batch
+        op.endpoint._ensure_session()
         assert started[-1] == expected, options
     vllm_pool = TrajvalEndpointRewardMapper(model=tiny_model_path, engine="vllm", num_proc=4)
     assert vllm_pool.num_proc == 4  # under Ray num_proc counts actors, each with its own engine

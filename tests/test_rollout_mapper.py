@@ -63,9 +63,9 @@ def test_same_seed_same_output_and_cache_reuse(tmp_path):
 
     cached_op = _op(tmp_path, keep_completions=True)
     once = cached_op.process_batched(_batch(rows))
-    assert cached_op._stats["completions"] == 9
+    assert cached_op.endpoint.stats["completions"] == 9
     again = cached_op.process_batched(_batch(rows))  # everything from the cache
-    assert cached_op._stats["completions"] == 9
+    assert cached_op.endpoint.stats["completions"] == 9
     assert again["trajval_acc_early"] == once["trajval_acc_early"]
     records = [json.loads(line) for log in (tmp_path / "rollouts").rglob("results-*.jsonl") for line in open(log)]
     assert len(records) == 3 and all(len(r["completions"]) == 3 for r in records)
@@ -74,7 +74,7 @@ def test_same_seed_same_output_and_cache_reuse(tmp_path):
     # another sampling setting is another cache entry
     other = _op(tmp_path, n=2)
     other.process_batched(_batch(rows))
-    assert other._stats["completions"] == 6
+    assert other.endpoint.stats["completions"] == 6
     other.release()
 
 
@@ -91,7 +91,7 @@ def test_interrupted_run_resumes_with_only_the_missing_rows(tmp_path):
     op = _op(tmp_path, output_key="acc", n=2, max_new_tokens=48, prompts_per_generate=1)
     out = op.process_batched(_batch(rows))
     assert out["acc_n"] == [2] * len(rows)
-    assert op._stats["completions"] == 2 * (len(rows) - done)  # only the missing rows sampled
+    assert op.endpoint.stats["completions"] == 2 * (len(rows) - done)  # only the missing rows sampled
     op.release()
 
 
@@ -123,7 +123,7 @@ def test_a_run_killed_mid_call_resumes_to_the_uninterrupted_bytes(tmp_path):
     assert cache_records() == sampled  # the same completions, each row once
     assert json.dumps(resumed, sort_keys=True) == json.dumps(uninterrupted, sort_keys=True)
     # the first call ran again whole (its two cached rows kept), the second call as before
-    assert resumed_op._stats["completions"] == 8 * 6
+    assert resumed_op.endpoint.stats["completions"] == 8 * 6
 
 
 @pytest.mark.parametrize("row, fragment", [
@@ -157,7 +157,7 @@ def test_bad_settings(tmp_path):
 
 def test_manifest_reference(tmp_path, tiny_model_path):
     from trajval_ops.probe.manifest import FORMAT, write_manifest
-    from trajval_ops.models import resolve_model_reference
+    from trajval_ops.probe.manifest import resolve_model_reference
 
     probe = tmp_path / "probe"
     write_manifest(probe, {
@@ -269,7 +269,7 @@ def test_repeated_rows_are_sampled_once(tmp_path):
     rows = [dict(row, id=f"copy{i}") for i in range(3)]  # same prompt and ground truth
     op = _op(tmp_path)
     out = op.process_batched(_batch(rows))
-    assert op._stats["completions"] == 3  # n=3 once, not three times
+    assert op.endpoint.stats["completions"] == 3  # n=3 once, not three times
     assert len(set(out["trajval_acc_early"])) == 1 and out["id"] == ["copy0", "copy1", "copy2"]
     op.release()
 
@@ -282,7 +282,7 @@ def test_bad_truths_within_the_allowed_share_are_counted_not_sampled(tmp_path):
     out = op.process_batched(_batch(rows))
     assert out["trajval_acc_early_status"] == ["ok", "ok", "bad_ground_truth", "ok"]
     assert out["trajval_acc_early"][2] == 0.0 and out["trajval_acc_early_n"][2] == 0
-    assert op._stats["completions"] == 3 * 3  # the bad row is not sampled
+    assert op.endpoint.stats["completions"] == 3 * 3  # the bad row is not sampled
     op.release()
 
 
@@ -294,8 +294,8 @@ def test_a_share_above_the_limit_stops_the_run(tmp_path):
     statuses = op.process_batched(_batch(rows))["trajval_acc_early_status"]
     op.release()
     with pytest.raises(TrajvalInputError, match=r"2 of 4 rows \(50.0%\) have a ground truth .* the first is row 0"):
-        op.check_bad_truth_share(statuses)
-    _op(tmp_path, max_bad_truth_share=0.5).check_bad_truth_share(statuses)
+        op.endpoint.check_bad_truth_share(statuses)
+    _op(tmp_path, max_bad_truth_share=0.5).endpoint.check_bad_truth_share(statuses)
 
 
 def test_overlong_prompt_is_an_error_or_cut_from_the_left(tmp_path):
@@ -323,23 +323,29 @@ def test_duplicate_ids_stop_the_run_naming_both_rows(tmp_path):
         _op(tmp_path).run(NestedDataset(Dataset.from_list(rows)))
 
 
-def test_decoding_parameters_are_the_declared_decoding_settings():
-    """n, temperature, top_p, top_k, max_new_tokens and seed are declared once (DecodingConfig):
-    the operator's defaults and docstring lines come from there."""
+def test_the_pass_settings_are_declared_once_in_their_groups():
+    """Every setting of the pass (decoding, engine, prompt, verifier, cache, budget, sample, reuse)
+    is declared once, in its group (issue 34): the operator's flat recipe keys, their defaults,
+    docstring lines and checks come from there."""
     import dataclasses
     import inspect
 
     from trajval_ops import settings
     from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
-    from trajval_ops.rollout.engines import DecodingConfig
+    from trajval_ops.rollout.endpoint_pass import SETTING_GROUPS
 
     parameters = inspect.signature(TrajvalEndpointRewardMapper.__init__).parameters
     doc = TrajvalEndpointRewardMapper.__init__.__doc__
-    for field in dataclasses.fields(DecodingConfig):
-        assert parameters[field.name].default == field.default, field.name
-        assert f":param {field.name}: {settings.help_text(field)}" in doc, field.name
-    with pytest.raises(ValueError, match=r"parameter 'top_p' = 1.5: Input should be less than or equal to 1"):
+    for group in SETTING_GROUPS:
+        for field in dataclasses.fields(group):
+            assert parameters[field.name].default == field.default, field.name
+            assert f":param {field.name}: {settings.help_text(field)}" in doc, field.name
+    with pytest.raises(ValueError, match=r"trajval_endpoint_reward_mapper: top_p must be in \(0, 1\], got 1.5"):
         TrajvalEndpointRewardMapper(model="tiny-random-llama", top_p=1.5)
+    with pytest.raises(ValueError, match=r"sample_fraction must be in \(0, 1\], got 0"):
+        TrajvalEndpointRewardMapper(model="tiny-random-llama", sample_fraction=0)
+    with pytest.raises(ValueError, match=r"parameter 'n' = 16.0: Input should be a valid integer"):
+        TrajvalEndpointRewardMapper(model="tiny-random-llama", n=16.0)  # the type, strictly, from the signature
 
 
 def test_recorded_cost_is_what_the_engine_was_asked_for(tmp_path):
@@ -391,7 +397,7 @@ def test_a_reused_early_pass_reads_the_pool_and_samples_nothing(tmp_path):
     provenance = out["trajval_r_early_provenance"][0]
     assert provenance["source"] == "pool_field" and provenance["field"] == "base_pass_rate" and provenance["n"] == 8
     assert provenance["cost"] == {"completions": 0, "generated_tokens": 0}
-    assert op._session is None and op._cache is None  # no model, no rollout cache
+    assert op.endpoint._session is None and op.endpoint._cache is None  # no model, no rollout cache
     op.release()
 
 
@@ -449,7 +455,7 @@ def _family_rows(count=12):
 
 
 def _sampled_run(tmp_path, rows, **options):
-    from trajval_ops.pool_io import table_from_columns
+    from trajval_ops.pools.io import table_from_columns
 
     op = _op(tmp_path, sample_fraction=0.25, sample_seed=3, sample_group_key="family", **options)
     batch = _batch(rows)
@@ -462,7 +468,7 @@ def _sampled_run(tmp_path, rows, **options):
 def test_a_sampled_pass_rolls_out_its_seeded_stratified_sample_and_nothing_else(tmp_path):
     """Per family the ceil(0.25 x 4) = 1 row of smallest seeded hash is rolled out; the others get
     no pass rate, no rollouts, status not_sampled and no cost; the same rows in any pool order."""
-    from trajval_ops.sampled_prior import stratified_sample
+    from trajval_ops.priors.sampled import stratified_sample
 
     rows = _family_rows()
     op, out = _sampled_run(tmp_path, rows)
@@ -475,7 +481,7 @@ def test_a_sampled_pass_rolls_out_its_seeded_stratified_sample_and_nothing_else(
         assert row["trajval_acc_early_provenance"]["sample"]["measured_rows"] == 3
         if not keep:
             assert row["trajval_acc_early_provenance"]["cost"] == {"completions": 0, "generated_tokens": 0}
-    assert op._stats["completions"] == 3 * 3  # what the engine was asked for: the sample's rows only
+    assert op.endpoint.stats["completions"] == 3 * 3  # what the engine was asked for: the sample's rows only
     assert [r["id"] for r in out] == [r["id"] for r in rows]
 
     shuffled = list(reversed(rows))
@@ -506,7 +512,7 @@ def test_a_sampled_pass_refuses_a_group_key_no_row_has_and_counts_rows_without_i
     """A misspelled child of an existing struct is "not found", named, as a misspelled top-level
     field is (issue 36, item 3), not an unstratified sample under the key's name; rows lacking
     the key among rows that have it are counted in a warning."""
-    from trajval_ops.pool_io import table_from_columns
+    from trajval_ops.pools.io import table_from_columns
 
     rows = _family_rows(6)
     for i, row in enumerate(rows):
@@ -536,12 +542,12 @@ def test_a_killed_sampled_pass_resumes_to_the_same_output(tmp_path):
     assert worker.returncode == -signal.SIGKILL
 
     def run(cache_dir):
-        from trajval_ops.pool_io import read_table
+        from trajval_ops.pools.io import read_table
 
         op = TrajvalEndpointRewardMapper(**{**options, "cache_dir": str(cache_dir)})
         op.check_pool(read_table(pool))
         out = op.process_batched(_batch(rows))
-        completions = op._stats["completions"]
+        completions = op.endpoint.stats["completions"]
         op.release()
         for provenance in out["acc_provenance"]:
             provenance.pop("cost", None)  # what this run generated differs; the results must not

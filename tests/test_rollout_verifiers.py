@@ -42,7 +42,7 @@ def test_math_verifier(math_verifier, completion, truth, expected):
 
 def test_math_fallback_last_number_is_named_and_recorded(math_fallback, math_verifier):
     result = math_fallback.check("2 + 3 makes 5.", "5")
-    assert (result.score, result.method) == (1.0, "last_number")
+    assert (result.reward, result.method) == (1.0, "last_number")
     assert math_fallback.check("\\boxed{5} not 7", "5").method == "boxed"  # box wins
     assert math_fallback("I think it is 4, no 6", "5") == 0.0
     assert math_fallback.spec["fallback_last_number"] is True
@@ -197,7 +197,7 @@ def test_check_many_checks_each_distinct_completion_once():
     verifier.check = counting
     long_text = "9" * (verifier.max_completion_chars + 1)
     results = verifier.check_many(["42", "41", "42", "42", long_text, long_text], "42")
-    assert [r.score for r in results] == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    assert [r.reward for r in results] == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
     assert calls == ["42", "41", long_text]
     assert sum(verifier.rejections.values()) == 2  # each rejected completion counts
     verifier.close()
@@ -219,7 +219,7 @@ def test_integer_answers_are_decided_as_math_verify_decides_them():
         for completion in completions:
             fast = verifier._run_limited(completion, gold, None)
             slow = verifier._check(completion, gold, None)  # math-verify, in this process
-            assert (fast.score, fast.method) == (slow.score, slow.method), (completion, gold)
+            assert (fast.reward, fast.method) == (slow.reward, slow.method), (completion, gold)
     for gold in golds + [" 12 ", 3, -4, "9" * 100]:  # the truth check's fast path agrees too
         assert verifier.truth_problem(gold) is None and verifier._truth_problem(gold) is None
     calls = []

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from trajval_ops import core
-from trajval_ops.sampled_prior import predict_scores, sample_key, stratified_sample
+from trajval_ops.priors.sampled import predict_scores, sample_key, stratified_sample
 
 
 def test_the_sample_is_per_group_deterministic_and_blind_to_row_order():

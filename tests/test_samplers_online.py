@@ -136,9 +136,9 @@ def test_bots_update_matches_the_formula_by_hand():
     bots = BotsScheduler(2, m=16, lam=0.1, rho=0.1, thompson=False)
     bots.update(np.array([0]), np.array([0.75]), np.array([16]), np.array([False]))
     # observed task: 0.9*1 + 0.1 + 0.9*12 + 0.1*0.75*16 = 13.0 ; beta: 0.9 + 0.1 + 0.9*4 + 0.1*0.25*16 = 5.0
-    assert bots.alpha[0] == pytest.approx(13.0) and bots.beta[0] == pytest.approx(5.0)
+    assert bots.pseudo_successes[0] == pytest.approx(13.0) and bots.pseudo_failures[0] == pytest.approx(5.0)
     # unobserved task: p_ref = posterior mean 0.5 -> 0.9 + 0.1 + 0.1*0.5*16 = 1.8 each
-    assert bots.alpha[1] == pytest.approx(1.8) and bots.beta[1] == pytest.approx(1.8)
+    assert bots.pseudo_successes[1] == pytest.approx(1.8) and bots.pseudo_failures[1] == pytest.approx(1.8)
 
 
 def test_bots_prefers_tasks_near_the_target_and_prior_still_shifts_mass():
@@ -203,13 +203,13 @@ def test_bots_interpolates_reference_pass_rates_for_unobserved_tasks():
     c = (0.625 - 0.3) / (0.7 - 0.3 + 1e-6)  # first batch: c taken as is
     assert bots.capability == pytest.approx(c)
     # observed: alpha = 0.9*1 + 0.1 + 16 r (rho has no effect on observed tasks)
-    assert bots.alpha[0] == pytest.approx(1.0 + 8.0) and bots.beta[0] == pytest.approx(1.0 + 8.0)
-    assert bots.alpha[1] == pytest.approx(1.0 + 12.0) and bots.beta[1] == pytest.approx(1.0 + 4.0)
+    assert bots.pseudo_successes[0] == pytest.approx(1.0 + 8.0) and bots.pseudo_failures[0] == pytest.approx(1.0 + 8.0)
+    assert bots.pseudo_successes[1] == pytest.approx(1.0 + 12.0) and bots.pseudo_failures[1] == pytest.approx(1.0 + 4.0)
     # unobserved task 2: p~ = clip(0 + c * 1) = 0.8125; alpha = 1 + 0.1*16*p~
     p2 = min(max(0.0 + c * 1.0, 0.0), 1.0)
-    assert bots.alpha[2] == pytest.approx(1.0 + 1.6 * p2) and bots.beta[2] == pytest.approx(1.0 + 1.6 * (1 - p2))
+    assert bots.pseudo_successes[2] == pytest.approx(1.0 + 1.6 * p2) and bots.pseudo_failures[2] == pytest.approx(1.0 + 1.6 * (1 - p2))
     # task 3: f0 == f1 -> p~ = 0.5 whatever c
-    assert bots.alpha[3] == pytest.approx(1.8) and bots.beta[3] == pytest.approx(1.8)
+    assert bots.pseudo_successes[3] == pytest.approx(1.8) and bots.pseudo_failures[3] == pytest.approx(1.8)
     # second batch: c is smoothed, c <- 0.9 c + 0.1 c_batch
     bots.update(np.array([2]), np.array([1.0]), np.array([16]), np.array([True]))
     c_batch = (1.0 - 0.0) / (1.0 - 0.0 + 1e-6)

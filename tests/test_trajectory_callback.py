@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 from trajval_ops.analysis import pool_columns  # noqa: E402
-from trajval_ops.pool_io import read_rows  # noqa: E402
+from trajval_ops.pools.io import read_rows  # noqa: E402
 from trajval_ops.experiment.trajectory_callback import TrajectoryCallback, read_trajectories  # noqa: E402
 from trajval_ops.errors import TrajvalInputError  # noqa: E402
 
@@ -87,7 +87,7 @@ def probe_run(tmp_path_factory):
     """A two-step probe run (2 prompts, 1 step per epoch, 2 epochs) with the callback on 4 tasks."""
     from loguru import logger
 
-    from trajval_ops.probe.trainer import run_probe
+    from trajval_ops.probe.run import run_probe
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("trajectory_run")
@@ -250,7 +250,7 @@ def test_killed_probe_run_resumes_its_trajectories(tmp_path):
     with steps [0, 1, 2, 3]."""
     from transformers import TrainerCallback
 
-    from trajval_ops.probe.trainer import run_probe
+    from trajval_ops.probe.run import run_probe
 
     torch.set_num_threads(1)
 

@@ -71,7 +71,7 @@ def test_a_parameter_of_the_wrong_type(tmp_path):
     ("probe", {"output_dir": "x", "epochs": "20"}, "parameter 'epochs' = '20': Input should be a valid integer"),
 ])
 def test_operator_parameters_are_checked_when_the_operator_is_built(operator, parameters, message):
-    from trajval_ops.ops.dj_adapter import SettingError
+    from trajval_ops.ops.dj.error_exit import SettingError
     from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
     from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
     from trajval_ops.ops.probe_trainer import TrajvalProbeTrainer

@@ -13,7 +13,7 @@ import yaml
 
 from tests.conftest import REPO
 from trajval_ops import core
-from trajval_ops.experiment.config import ConfigError, load_config
+from trajval_ops.experiment.validation_config import ConfigError, load_config
 from trajval_ops.experiment.protocol import check_splits
 from trajval_ops.experiment.results import RESULT_KEYS, bootstrap_ci
 
@@ -131,10 +131,10 @@ def test_baseline_priors():
     r = np.array([0.0, 0.25, 0.5, 1.0])
     assert core.variance_score(r).tolist() == [0.0, 0.1875, 0.25, 0.0]
     assert core.bandpass_score(r).tolist() == [0.0, 1.0, 1.0, 0.0]
-    assert core.one_pass_weight("variance", core.variance_score(r)).tolist() == [0.05, 0.75, 1.0, 0.05]
-    assert core.one_pass_weight("bandpass", core.bandpass_score(r)).tolist() == [0.05, 1.0, 1.0, 0.05]
+    assert core.variance_weight(core.variance_score(r)).tolist() == [0.05, 0.75, 1.0, 0.05]
+    assert core.bandpass_weight(core.bandpass_score(r)).tolist() == [0.05, 1.0, 1.0, 0.05]
     # every task at 0 or 1: every weight at the floor, i.e. uniform sampling
-    assert core.one_pass_weight("variance", core.variance_score([0.0, 1.0, 1.0])).tolist() == [0.05] * 3
+    assert core.variance_weight(core.variance_score([0.0, 1.0, 1.0])).tolist() == [0.05] * 3
 
 
 @pytest.mark.slow
@@ -285,7 +285,7 @@ def test_ceiling_priors_from_a_hand_made_oracle():
 
 def test_the_sampled_prior_keeps_the_measured_scores_and_predicts_the_rest():
     from trajval_ops.experiment.priors import SAMPLED_SHORT, prior_weights, sampled_rows
-    from trajval_ops.sampled_prior import predict_scores
+    from trajval_ops.priors.sampled import predict_scores
 
     rng = np.random.default_rng(0)
     rows = [{"id": f"t{i}", "trajval_r_early": 0.5, "trajval_score": float(rng.uniform(0, 0.5)),
@@ -331,7 +331,7 @@ def test_group_arms_need_a_group_key_and_every_row_its_group(tmp_path):
 
 
 def test_a_run_recorded_before_a_setting_existed_resumes_when_the_setting_is_at_its_default(tmp_path):
-    from trajval_ops.experiment.config import protocol_hash, recorded_settings
+    from trajval_ops.experiment.validation_config import protocol_hash, recorded_settings
     from trajval_ops.experiment.protocol import check_same_protocol
 
     arms = ["uniform", "trajval"]

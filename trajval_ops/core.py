@@ -231,14 +231,9 @@ def hard_cut_mask(score, threshold: float) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- one-pass priors
-# Training-free priors from the early endpoint pass alone (no probe, no late pass): the
-# learnability mapper writes them as the weight on request (``score: variance | bandpass``) and
-# the validation protocol scores them against TrajVal.
+# Training-free priors from the early endpoint pass alone (no probe, no late pass): their
+# formulas; the priors themselves (settings, passes, provenance) are :mod:`trajval_ops.priors`.
 
-#: The priors the learnability mapper can write as ``trajval_weight``.
-PRIOR_KINDS = ("trajval", "variance", "bandpass")
-#: The priors computed from the early pass alone.
-ONE_PASS_PRIORS = frozenset({"variance", "bandpass"})
 #: The largest Bernoulli variance (at r = 0.5): the variance prior's scale.
 MAX_VARIANCE = 0.25
 
@@ -266,19 +261,24 @@ def check_band(low: float, high: float) -> None:
         raise ValueError(f"band must satisfy 0 <= low < high <= 1, got ({low}, {high})")
 
 
-def one_pass_weight(kind: str, score, eps: float = DEFAULT_EPS) -> np.ndarray:
-    """A one-pass prior's score as a sampling weight on TrajVal's scale, ``[eps, 1]``: the
-    variance prior ``max(4 r (1 - r), eps)`` (1 at r = 0.5), the band-pass prior
-    ``max(1{low < r < high}, eps)``. The scale is fixed, not the pool's maximum, so a batch's
-    weights do not depend on the other batches. A pool where every task sits at 0 or 1 gets
-    ``eps`` everywhere: uniform sampling."""
-    if kind not in ONE_PASS_PRIORS:
-        raise ValueError(f"one-pass prior must be one of {sorted(ONE_PASS_PRIORS)}, got {kind!r}")
+def _check_eps(eps: float) -> None:
     if not (np.isfinite(eps) and 0 < eps <= 1):
         raise ValueError(f"eps must be in (0, 1], got {eps!r}")
-    s = _as_float_array(score, "score")
-    scaled = s / MAX_VARIANCE if kind == "variance" else s
-    return np.maximum(scaled, eps)
+
+
+def variance_weight(score, eps: float = DEFAULT_EPS) -> np.ndarray:
+    """The variance prior's score as a sampling weight on TrajVal's scale, ``[eps, 1]``:
+    ``max(4 r (1 - r), eps)`` (1 at r = 0.5). The scale is fixed, not the pool's maximum, so a
+    batch's weights do not depend on the other batches; a pool where every task sits at 0 or 1
+    gets ``eps`` everywhere: uniform sampling."""
+    _check_eps(eps)
+    return np.maximum(_as_float_array(score, "score") / MAX_VARIANCE, eps)
+
+
+def bandpass_weight(score, eps: float = DEFAULT_EPS) -> np.ndarray:
+    """The band-pass prior's score as a sampling weight: ``max(1{low < r < high}, eps)``."""
+    _check_eps(eps)
+    return np.maximum(_as_float_array(score, "score"), eps)
 
 
 # ----------------------------------------------------------------------------- noise-aware scores
@@ -324,9 +324,9 @@ def _posterior_grid(successes, trials, prior: tuple[float, float], grid: int) ->
 
     a, b = prior
     u = (np.arange(grid) + 0.5) / grid
-    alpha = (a + np.asarray(successes, dtype=np.float64))[:, None]
-    beta = (b + np.asarray(trials, dtype=np.float64) - np.asarray(successes, dtype=np.float64))[:, None]
-    return betaincinv(alpha, beta, u[None, :])
+    posterior_a = (a + np.asarray(successes, dtype=np.float64))[:, None]
+    posterior_b = (b + np.asarray(trials, dtype=np.float64) - np.asarray(successes, dtype=np.float64))[:, None]
+    return betaincinv(posterior_a, posterior_b, u[None, :])
 
 
 def posterior_score(r_early, n_early, r_late, n_late, prior_early, prior_late,

@@ -1,7 +1,7 @@
 """Input checks that name the row and the field, shared by every operator and tool.
 
 Batches arrive as dicts of lists (Data-Juicer's batched format) or as Arrow tables (pools read
-by :mod:`trajval_ops.pool_io`). A bad value raises :class:`~trajval_ops.errors.TrajvalInputError`
+by :mod:`trajval_ops.pools.io`). A bad value raises :class:`~trajval_ops.errors.TrajvalInputError`
 whose message names the row (its id when the row has one, else its position) and the field, so
 that ``dj-process`` stops with a message a user can act on.
 """
@@ -15,7 +15,7 @@ import numpy as np
 
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.fields import ID_CANDIDATES
-from trajval_ops.pool_io import decoded_values, is_json_type, struct_path_array, table_path_values, table_row
+from trajval_ops.pools.io import decoded_values, is_json_type, struct_path_array, table_path_values, table_row
 from trajval_ops.rows import batch_row, row_label
 
 

@@ -10,8 +10,10 @@ A ``model`` setting (the probe's base model, an endpoint pass's checkpoint) may 
   the ref is ``early[i]``, ``late[i]`` (Python indexing into the window) or a checkpoint name
   (``base``).
 
-:func:`resolve_model_reference` resolves any of them to a folder and a description for
-provenance; :func:`resolve_model` gives the folder alone.
+:func:`resolve_model` resolves a folder or a short reference (:func:`resolve_model_description`
+with its description for provenance); a ``manifest:`` reference is resolved where manifests live,
+:func:`trajval_ops.probe.manifest.resolve_model_reference`, which reads the manifest and then
+resolves the checkpoint's folder here.
 
 No model hub is reachable from the machines this runs on, so recipes name models either by a
 local folder or by one of the short references below, which are built once into
@@ -69,43 +71,27 @@ MANIFEST_PREFIX = "manifest:"
 
 
 def resolve_model(model: str) -> Path:
-    """The model folder a ``model`` setting names (see the module docstring).
+    """The model folder a ``model`` setting names: a folder or a short reference (module
+    docstring). A probe checkpoint (``manifest:<dir>#<ref>``) is resolved where manifests live,
+    :func:`trajval_ops.probe.manifest.resolve_model_reference`.
 
     :raises FileNotFoundError: neither a known reference nor a directory.
-    :raises ValueError: a malformed ``manifest:`` reference (``ManifestError`` for a bad manifest).
+    :raises ValueError: not a model name, or a ``manifest:`` reference.
     """
-    return resolve_model_reference(model)[0]
+    return resolve_model_description(model)[0]
 
 
-def resolve_model_reference(model: str) -> tuple[Path, dict]:
-    """(model folder, checkpoint description for provenance) of a ``model`` setting.
-
-    Short references are built on first use (see the module docstring); an existing directory
-    is returned as is.
-    """
+def resolve_model_description(model: str) -> tuple[Path, dict]:
+    """(model folder, its description for provenance) of a folder or a short reference."""
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"model must be a path, a short model reference or 'manifest:<dir>#<ref>', got {model!r}")
-    if not model.startswith(MANIFEST_PREFIX):
-        path = _model_folder(model)
-        return path, {"name": model, "source": "path" if Path(model).expanduser().is_dir() else "short_ref"}
-    location, sep, ref = model[len(MANIFEST_PREFIX):].partition("#")
-    if not sep or not location or not ref:
-        raise ValueError(
-            f"model {model!r}: a manifest reference reads 'manifest:<probe dir or manifest.json>#<ref>' "
-            f"with ref early[i], late[i] or a checkpoint name"
-        )
-    from trajval_ops.probe.manifest import resolve_checkpoint
-
-    checkpoint = resolve_checkpoint(location, ref)
-    path = _model_folder(str(checkpoint["path"]))
-    return path, {
-        "name": checkpoint["name"], "source": "manifest", "ref": ref, "window": checkpoint.get("window"),
-        "epoch": checkpoint.get("epoch"), "step": checkpoint.get("step"),
-        "manifest": checkpoint.get("manifest"), "config_hash": checkpoint.get("config_hash"),
-    }
+    if model.startswith(MANIFEST_PREFIX):
+        raise ValueError(f"model {model!r} names a probe checkpoint: resolve it with "
+                         "trajval_ops.probe.manifest.resolve_model_reference")
+    return model_folder(model), {"name": model, "source": "path" if Path(model).expanduser().is_dir() else "short_ref"}
 
 
-def _model_folder(ref_or_path: str) -> Path:
+def model_folder(ref_or_path: str) -> Path:
     if ref_or_path in _SHIPPED:
         return _shipped_model(ref_or_path)
     if ref_or_path in _BUILDERS:

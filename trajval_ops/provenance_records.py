@@ -11,7 +11,7 @@ row stays: every reader resolves each row to its own run's record, and a record 
 or a reference whose record was cut away is an error naming the row.
 
 :func:`compact_rows` / :func:`expand_rows` convert streamed rows; the Arrow-table forms are
-:func:`trajval_ops.pool_io.compact_provenance` / :func:`~trajval_ops.pool_io.expand_provenance`.
+:func:`trajval_ops.pools.io.compact_provenance` / :func:`~trajval_ops.pools.io.expand_provenance`.
 In memory (operators, tools) the run provenance columns are always expanded. Parquet keeps
 them as native columns (its dictionary encoding already stores a repeated value once).
 """
@@ -81,7 +81,7 @@ def record_missing(where: str, label: str, ref: str) -> TrajvalInputError:
 
 def compact_rows(rows: Iterable[dict]) -> Iterator[dict]:
     """Rows with their run provenance replaced by a reference, the record on the first row of
-    each (the row form of :func:`trajval_ops.pool_io.compact_provenance`)."""
+    each (the row form of :func:`trajval_ops.pools.io.compact_provenance`)."""
     emitted: set[str] = set()
     last_text, last_ref = None, None
     for row in rows:
@@ -107,10 +107,10 @@ def compact_rows(rows: Iterable[dict]) -> Iterator[dict]:
 
 def expand_rows(rows: Iterable[dict], where: str = "the pool") -> Iterator[dict]:
     """Rows with their references resolved (the row form of
-    :func:`trajval_ops.pool_io.expand_provenance`), in order; a
+    :func:`trajval_ops.pools.io.expand_provenance`), in order; a
     row whose record comes later in the file waits for it.
 
-    :raises TrajvalInputError: as :func:`trajval_ops.pool_io.expand_provenance`.
+    :raises TrajvalInputError: as :func:`trajval_ops.pools.io.expand_provenance`.
     """
     records: dict[str, dict] = {}
     waiting: deque = deque()

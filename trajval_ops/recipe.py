@@ -64,3 +64,46 @@ def check_same_sample(passes: list[tuple[str, dict | None]]) -> None:
                 + "; ".join(f"sample_{key} {reference[key]!r} vs {sample[key]!r}" for key in differ)
                 + "): a sampled prior scores the rows both passes measured, so give every sampled pass the same "
                 "sample_fraction, sample_seed and sample_group_key")
+
+
+def learnability_prior_spec(settings: Mapping[str, Any], index: int) -> dict:
+    """The prior a learnability mapper entry writes, as its spec (``{"prior": name, ...}``)."""
+    from trajval_ops.priors import DEFAULT_PRIOR, build_prior, recipe_prior_name
+
+    try:
+        name = recipe_prior_name(settings.get("prior") or DEFAULT_PRIOR, settings.get("score"))
+        return build_prior(name, settings).spec()
+    except ValueError as exc:
+        raise TrajvalInputError(f"process[{index}] {LEARNABILITY_OP}: {exc}") from None
+
+
+def budget_priors(entries: list[tuple[str, Mapping[str, Any]]]) -> dict[int, dict]:
+    """What each adaptive endpoint pass is told: the spec of the prior whose weight its budget
+    bounds, that of the first learnability mapper after it in the recipe (by entry position).
+
+    :raises TrajvalInputError: a pass's own ``budget_prior`` that is not the prior the recipe
+        writes.
+    """
+    from trajval_ops.priors import prior_from_spec
+
+    told = {}
+    for index, (name, settings) in enumerate(entries):
+        if name != ENDPOINT_OP or not isinstance(settings, Mapping) or settings.get("budget") != "adaptive":
+            continue
+        scorer = next(((i, s) for i, (n, s) in enumerate(entries) if i > index and n == LEARNABILITY_OP), None)
+        if scorer is None:
+            continue  # the pass is told by its own budget_prior, or refuses
+        spec = learnability_prior_spec(scorer[1], scorer[0])
+        given = settings.get("budget_prior")
+        if given is not None:
+            try:
+                given = prior_from_spec(given).spec()
+            except ValueError as exc:
+                raise TrajvalInputError(f"{pass_name(settings, index)}: budget_prior: {exc}") from None
+            if given != spec:
+                raise TrajvalInputError(
+                    f"{pass_name(settings, index)}: budget_prior {given} is not the prior the recipe's "
+                    f"{LEARNABILITY_OP} (process[{scorer[0]}]) writes, {spec}: the budget would stop rows on a weight "
+                    "the recipe never writes; drop budget_prior (the recipe tells the pass)")
+        told[index] = spec
+    return told

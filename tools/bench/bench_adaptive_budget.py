@@ -40,10 +40,10 @@ def demo_probe(out: Path) -> dict:
     import yaml
 
     from trajval_ops.ops.probe_trainer import PROBE_SETTINGS
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.pools.io import read_rows
     from trajval_ops.probe.config import ProbeConfig
     from trajval_ops.probe.probe_set import probe_size_for, sample_probe_positions
-    from trajval_ops.probe.trainer import run_probe
+    from trajval_ops.probe.run import run_probe
 
     recipe = yaml.safe_load((REPO / "recipes" / "demo_trajval.yaml").read_text())
     settings = recipe["process"][0]["trajval_probe_trainer"]
@@ -97,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     from scipy.stats import spearmanr
 
-    from trajval_ops.models import resolve_model_reference
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.probe.manifest import resolve_model_reference
+    from trajval_ops.pools.io import read_rows
+    from trajval_ops.priors import TrajVal
     from trajval_ops.rollout.budget import AdaptiveBudget
 
     out = Path(args.out)
@@ -128,10 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         repeats["fixed"].append(measured(one_pass(base, rows, args.n, seed=early_seed),
                                          one_pass(late_model, rows, args.n, seed=late_seed)))
         early = one_pass(base, rows, args.n, seed=early_seed,
-                         budget=AdaptiveBudget("early", args.n, args.round_size, args.tolerance))
+                         budget=AdaptiveBudget("early", args.n, args.round_size, TrajVal(), args.tolerance))
         scored = [{**row, "trajval_r_early": rate} for row, rate in zip(rows, early["rates"])]
         late = one_pass(late_model, scored, args.n, seed=late_seed, early_key="trajval_r_early",
-                        budget=AdaptiveBudget("late", args.n, args.round_size, args.tolerance))
+                        budget=AdaptiveBudget("late", args.n, args.round_size, TrajVal(), args.tolerance))
         repeats["adaptive"].append(measured(early, late))
     figures = {"repeats": repeats}
     for name, runs in repeats.items():

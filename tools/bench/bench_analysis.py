@@ -21,7 +21,7 @@ import numpy as np
 
 from trajval_ops import core
 from trajval_ops.analysis import pool_columns, within_bin
-from trajval_ops.pool_io import read_rows  # noqa: E402
+from trajval_ops.pools.io import read_rows  # noqa: E402
 from trajval_ops.analysis.pool_report import build_report
 
 

@@ -54,7 +54,7 @@ def load_rows(pool: str | None, count: int) -> list[dict]:
     if pool is None:
         return [{"id": f"q{i}", "prompt": f"{PROBLEMS[i % len(PROBLEMS)][0]} (problem {i})",
                  "reward_model": {"ground_truth": PROBLEMS[i % len(PROBLEMS)][1]}} for i in range(count)]
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.pools.io import read_rows
 
     rows = []
     for row in read_rows(pool):
@@ -119,19 +119,19 @@ def measure_engine(args, rows, workdir: Path) -> dict:
         enforce_eager=args.enforce_eager, max_model_len=1024,
     )
     start = time.perf_counter()
-    op._prepare()
-    session = op._ensure_session()
+    op.endpoint._prepare()
+    session = op.endpoint._ensure_session()
     load_s = time.perf_counter() - start
     prompts = rendered_prompts(session.tokenizer, rows, args.template)
     start = time.perf_counter()
     for chunk in chunks(prompts, args.prompts_per_generate):
-        session.generate(chunk, op.decoding)
+        session.generate(chunk, op.endpoint.decoding)
     engine_s = time.perf_counter() - start
     batch = {key: [row.get(key) for row in rows] for key in rows[0]}
     start = time.perf_counter()
     out = op.process_batched(batch)
     op_s = time.perf_counter() - start
-    generate_s = op._stats["generate_s"]
+    generate_s = op.endpoint.stats["generate_s"]
     op.release()
     completions = len(rows) * args.n
     return {"threads": args.threads, "model_load_s": round(load_s, 1),

@@ -9,7 +9,7 @@ run's ``grpo.num_generations`` completions):
 - the one-pass priors (variance, band-pass) from early passes of the base model at
   ``--ns`` rollouts per task (4, 8, 16), sampled here (seeded, ``--seeds`` repeats; the mean and
   range of the Spearman are printed), and from the run's own early pass;
-- the sampled prior (``trajval_ops.sampled_prior``) at ``--fractions`` of the pool: TrajVal's
+- the sampled prior (``trajval_ops.priors.sampled``) at ``--fractions`` of the pool: TrajVal's
   score measured on a seeded sample stratified by family (the run's own passes, charged per
   measured row, the probe in full), every other row predicted from its family alone
   (``sampled-group``) or from its family and a short early pass at the smallest of ``--ns``
@@ -58,8 +58,8 @@ def early_pass(rows, n: int, seed: int, model: str, verifier: tuple) -> tuple[np
 def sampled_points(point, rows, column, score, families, fractions, short_passes) -> list[dict]:
     """TrajVal measured on a stratified sample, the rest predicted (see the module docstring)."""
     from trajval_ops import fields
-    from trajval_ops.cost import recorded_cost
-    from trajval_ops.sampled_prior import predict_scores, stratified_sample
+    from trajval_ops.prior_cost import recorded_cost
+    from trajval_ops.priors.sampled import predict_scores, stratified_sample
 
     probe = recorded_cost(column, [fields.R_EARLY], [fields.R_LATE])["stages"].get("probe", {}).get("completions", 0)
     per_row = np.zeros(len(rows))
@@ -101,11 +101,11 @@ def one_run(run: Path, ns: list[int], seeds: int, fractions: list[float]) -> dic
 
     from trajval_ops import core, fields
     from trajval_ops.analysis.agreement import group_spearman
-    from trajval_ops.cost import recorded_cost
-    from trajval_ops.experiment.config import load_config
+    from trajval_ops.prior_cost import recorded_cost
+    from trajval_ops.experiment.validation_config import load_config
     from trajval_ops.experiment.protocol import regime_verifier
     from trajval_ops.experiment.results import oracle_figures
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.pools.io import read_rows
     from trajval_ops.rows import get_path
 
     protocol = json.loads((run / "protocol.json").read_text())

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from trajval_ops.pools.importers import import_pool  # noqa: E402
-from trajval_ops.pool_io import read_rows  # noqa: E402
+from trajval_ops.pools.io import read_rows  # noqa: E402
 
 INSTRUCTION = ("Solve the following math problem step by step. The last line of your response should be "
                "of the form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n")

@@ -41,10 +41,10 @@ def bench_one(model_ref: str, steps: int, prompts: int, n: int, max_tokens: int,
 
     from trajval_ops.models import resolve_model
     from trajval_ops.probe.config import ProbeConfig
-    from trajval_ops.probe.trainer import run_probe
+    from trajval_ops.probe.run import run_probe
     from trajval_ops.rollout.prompts import build_messages, render_prompt
 
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.pools.io import read_rows
 
     rows = list(read_rows(DEMO_POOL))[: prompts * steps]
     # the real thing first (so peak RSS is the probe's own): run_probe for `steps` steps, one epoch

@@ -75,7 +75,7 @@ def slug(name: str) -> str:
 
 def candidate_config(base, name: str):
     """The base run's config with the candidate's probe and the two arms compared."""
-    from trajval_ops.experiment.config import check_config
+    from trajval_ops.experiment.validation_config import check_config
 
     settings = dict(CANDIDATES[name])
     config = dataclasses.replace(
@@ -105,9 +105,9 @@ def measure(base_out: Path, base, name: str, out: Path, shipped_score: np.ndarra
     """Agreement, cost and the trained result of one finished candidate run."""
     from trajval_ops import core, fields
     from trajval_ops.analysis.agreement import group_spearman, spearman
-    from trajval_ops.cost import recorded_cost
+    from trajval_ops.prior_cost import recorded_cost
     from trajval_ops.experiment.results import bootstrap_ci, oracle_figures
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.pools.io import read_rows
     from trajval_ops.rows import get_path
 
     config = candidate_config(base, name)
@@ -220,7 +220,7 @@ def table(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from trajval_ops import fields
-    from trajval_ops.experiment.config import load_config
+    from trajval_ops.experiment.validation_config import load_config
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", nargs="+", help="finished trajval validate folders, one per tuning split")
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _rows(folder: Path) -> list[dict]:
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.pools.io import read_rows
 
     return list(read_rows(folder / "probe" / "weighted.jsonl"))
 

@@ -183,7 +183,7 @@ def estimate_agreement(probe: dict, oracle: dict) -> dict:
     profile kappas when both carry ``profile``.
 
     :param probe: column name -> 1-D array (e.g. ``r_early``, ``r_late``, ``score``, ``profile``),
-        rows aligned with ``oracle``'s (join them first, e.g. with ``pool_io.join_on_id``).
+        rows aligned with ``oracle``'s (join them first, e.g. with ``analysis.pool_columns.join_on_id``).
     """
     out: dict = {}
     for name in ("r_early", "r_late", "delta", "score", "weight"):

@@ -26,7 +26,7 @@ from trajval_ops.summary import log_rollout_noise, rollout_noise
 from trajval_ops.analysis import agreement, pool_columns, trajectories
 from trajval_ops.analysis.html_table import html_table
 from trajval_ops.errors import TrajvalInputError
-from trajval_ops.pool_io import read_rows
+from trajval_ops.pools.io import read_rows
 
 PROFILE_COLOURS = {
     "stable": "#1b9e77",

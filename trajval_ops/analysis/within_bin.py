@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from trajval_ops.atomic import write_json
-from trajval_ops.pool_io import write_rows
+from trajval_ops.pools.io import write_rows
 
 BIN_NAMES = ("low", "mid", "high")
 HALVES = ("high_delta", "low_delta")

@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
 def _estimate(args) -> dict:
     import yaml
 
-    from trajval_ops.cost import recipe_cost, sample_group_keys
-    from trajval_ops.pool_io import count_rows
+    from trajval_ops.prior_cost import recipe_cost, sample_group_keys
+    from trajval_ops.pools.io import count_rows
 
     from trajval_ops.ops.recipe_check import check_recipe
 
@@ -81,7 +81,7 @@ def _estimate(args) -> dict:
         from collections import Counter
 
         from trajval_ops.input_checks import group_values
-        from trajval_ops.pool_io import read_table
+        from trajval_ops.pools.io import read_table
 
         table = read_table(pool)
         group_sizes = {key: list(Counter(map(repr, group_values(table, key, f"{pool}: sample_group_key"))).values())
@@ -90,8 +90,8 @@ def _estimate(args) -> dict:
 
 
 def _recorded(path: str) -> dict:
-    from trajval_ops.cost import pool_cost
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.prior_cost import pool_cost
+    from trajval_ops.pools.io import read_rows
 
     rows = list(read_rows(path))
     if not rows:
@@ -102,6 +102,10 @@ def _recorded(path: str) -> dict:
 def _print_estimate(report: dict) -> None:
     print(f"pool: {report['pool_rows']:,} rows; one main-run epoch = {report['pool_rows']:,} x n = {report['main_n']} "
           f"= {report['pool_rows'] * report['main_n']:,} completions")
+    if report.get("prior"):
+        prior = dict(report["prior"])
+        name = prior.pop("prior")
+        print(f"prior: {name} ({', '.join(f'{k} {v}' for k, v in prior.items())})")
     print(f"{'stage':8} {'field':24} {'completions':>14} {'max new tokens':>18}")
     for stage in report["stages"]:
         field = stage.get("output_key", f"|P| = {stage.get('probe_rows')}, {stage.get('steps')} steps")
@@ -110,6 +114,8 @@ def _print_estimate(report: dict) -> None:
             note += (f" (sampled: {stage['measured_rows']:,} rows" if stage["measured_rows_exact"] else
                      f" (sampled at {stage['sample_fraction']:g}: about {stage['measured_rows']:,} rows, plus at most "
                      "one per group: group sizes unknown") + ")"
+        if stage.get("read_by_prior") is False:
+            note += f" (the {report['prior']['prior']} prior does not read this stage)"
         print(f"{stage['stage']:8} {field:24} {stage['completions']:>14,} {stage['max_new_tokens_total']:>18,}{note}")
     print(f"{'total':33} {report['completions']:>14,} {report['max_new_tokens_total']:>18,}")
     print(f"the prior costs {report['main_epochs_equivalent']:.3g} main-run epoch(s) "

@@ -37,9 +37,9 @@ def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> arg
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit code 0; 1 when ``--check`` finds rows that fail; 2 on a bad mix or size."""
     args = parse_args(argv, prog=prog)
-    from trajval_ops.pool_io import write_rows
+    from trajval_ops.pools.io import write_rows
     from trajval_ops.pools.generate import FAMILIES, PRESETS, check_row, generate_pool, mix_summary, preset_mix
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.pools.io import read_rows
     from trajval_ops.errors import TrajvalInputError
     from trajval_ops.rows import row_label
 

@@ -48,9 +48,9 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit code 0, or 2 on bad input (unmatched rows under ``--unmatched error``, mixed regimes)."""
     args = parse_args(argv, prog=prog)
     from trajval_ops.atomic import check_output_spares_inputs, write_json
-    from trajval_ops.pool_io import write_rows
+    from trajval_ops.pools.io import write_rows
     from trajval_ops.canonical import file_sha256
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.pools.io import read_rows
     from trajval_ops.pools.transfer import transfer_prior
     from trajval_ops.errors import TrajvalInputError
 

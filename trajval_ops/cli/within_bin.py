@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
 
     from trajval_ops.analysis import pool_columns, within_bin
     from trajval_ops.atomic import check_output_spares_inputs
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.pools.io import read_rows
     from trajval_ops.errors import TrajvalInputError
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])

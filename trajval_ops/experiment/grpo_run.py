@@ -44,11 +44,11 @@ def run(spec: dict[str, Any]) -> dict:
     from loguru import logger
     from trl import GRPOConfig
 
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.pools.io import read_rows
     from trajval_ops.models import resolve_model
     from trajval_ops.probe.config import ProbeConfig, grpo_arguments
     from trajval_ops.probe.rewards import verifier_reward
-    from trajval_ops.probe.trainer import load_policy, load_tokenizer, max_context_of, probe_examples, training_dataset
+    from trajval_ops.probe.run import load_policy, load_tokenizer, max_context_of, probe_examples, training_dataset
     from trajval_ops.rollout.verifiers import build_verifier
     from trajval_ops.samplers.trl import TrajvalGRPOTrainer
 
@@ -132,7 +132,7 @@ def _online_scheduler(spec: dict[str, Any], rows: list[dict]):
 def _evaluation_callbacks(spec: dict[str, Any]) -> list:
     """One :class:`TrajectoryCallback` per evaluation of the spec (held-out or every pool task)."""
     from trajval_ops.experiment.trajectory_callback import TrajectoryCallback
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.pools.io import read_rows
 
     return [
         TrajectoryCallback(

@@ -2,8 +2,8 @@
 pool (``priors/train_pool.jsonl``).
 
 - ``trajval``: the weight the learnability mapper wrote in the probe unit's pipeline;
-- ``variance`` / ``bandpass``: the one-pass priors from that pipeline's early pass
-  (:func:`trajval_ops.core.one_pass_weight`, the learnability mapper's own formula);
+- ``variance`` / ``bandpass``: the one-pass priors from that pipeline's early pass (their
+  registry entries, :mod:`trajval_ops.priors`, which the learnability mapper writes, with its eps);
 - ``trajval_floor`` / ``trajval_mix``: TrajVal's score mapped to keep more breadth: the floor
   raised to :data:`BREADTH_FLOOR`, or half of the draws uniform (:data:`UNIFORM_SHARE`,
   :func:`trajval_ops.core.uniform_mixture`);
@@ -12,7 +12,7 @@ pool (``priors/train_pool.jsonl``).
   fitted on the pool or on each task's group;
 - ``trajval_sampled``: the sampled prior of ``recipes/demo_sampled.yaml``: TrajVal's score kept
   on a seeded :data:`SAMPLED_FRACTION` of the pool stratified by the config's group, every other
-  row's predicted (:func:`trajval_ops.sampled_prior.predict_scores`) from a short early pass at
+  row's predicted (:func:`trajval_ops.priors.sampled.predict_scores`) from a short early pass at
   :data:`SAMPLED_SHORT_N` rollouts (the probe unit runs it for this arm) and the group. The
   measured rows' scores are the full passes' own (a sampled pass draws the same rows the same
   way); it is charged the probe, those rows' passes and the short pass;
@@ -70,8 +70,8 @@ CEILING_PRIORS = ORACLE_PRIORS
 
 def sampled_rows(rows: list[dict], group_key: str | None) -> np.ndarray:
     """Which rows the sampled prior measures (the endpoint mapper's ``sample_fraction`` draw)."""
+    from trajval_ops.priors.sampled import stratified_sample
     from trajval_ops.rows import get_path
-    from trajval_ops.sampled_prior import stratified_sample
 
     groups = [get_path(row, group_key, None) for row in rows] if group_key else None
     return stratified_sample([row["id"] for row in rows], SAMPLED_FRACTION, SAMPLED_SEED, groups)
@@ -105,61 +105,71 @@ def prior_weights(rows: list[dict], priors: set[str], oracle: dict | None = None
     :param oracle: oracle A's per-task figures (``ids``, ``score``, ``profile``), for ceilings.
     :param group_key: dotted path of a row's group, for the group-mean priors.
     """
+    import dataclasses
+
+    from trajval_ops.priors import ONE_PASS_PRIORS, build_prior
     from trajval_ops.rows import get_path
 
     r_early = np.array([row[fields.R_EARLY] for row in rows], dtype=np.float64)
     groups = [get_path(row, group_key, None) for row in rows] if group_key else None
+    # the settings the probe unit's learnability mapper wrote TrajVal's weight with
+    trajval = build_prior("trajval", rows[0].get(fields.SCORE_PROVENANCE) or {})
     out: dict[str, np.ndarray] = {}
-    if "variance" in priors:
-        out["variance"] = core.one_pass_weight("variance", core.variance_score(r_early))
-    if "bandpass" in priors:
-        out["bandpass"] = core.one_pass_weight("bandpass", core.bandpass_score(r_early))
+    for name in sorted(priors & ONE_PASS_PRIORS):
+        out[name] = build_prior(name, {"eps": trajval.eps}).weights(r_early)
     for estimator in ("posterior", "pooled"):
         if f"trajval_{estimator}" in priors:
             counts = [_rollouts(rows, window) for window in fields.WINDOWS]
             r_late = np.array([row[fields.R_LATE] for row in rows], dtype=np.float64)
-            mean, *_ = core.noise_aware_score(estimator, r_early, counts[0], r_late, counts[1],
-                                              groups if estimator == "pooled" else None)
-            out[f"trajval_{estimator}"] = core.sampling_weight(mean)
+            mean, *_ = dataclasses.replace(trajval, estimator=estimator).estimate(
+                r_early, counts[0], r_late, counts[1], groups if estimator == "pooled" else None)
+            out[f"trajval_{estimator}"] = trajval.weight(mean)
     if "trajval_adaptive" in priors:
-        late = np.array([row[ADAPTIVE_LATE] for row in rows], dtype=np.float64)
-        out["trajval_adaptive"] = core.sampling_weight(core.learnability_score(r_early, late))
+        out["trajval_adaptive"] = trajval.weights(r_early, [row[ADAPTIVE_LATE] for row in rows])
     if priors & {"trajval_group", "trajval_floor"}:
         score = np.array([row[fields.SCORE] for row in rows], dtype=np.float64)
     if "trajval_group" in priors:
-        out["trajval_group"] = core.sampling_weight(group_mean(score, groups))
+        out["trajval_group"] = trajval.weight(group_mean(score, groups))
     if "trajval_floor" in priors:
-        out["trajval_floor"] = core.sampling_weight(score, eps=BREADTH_FLOOR)
+        out["trajval_floor"] = dataclasses.replace(trajval, eps=BREADTH_FLOOR).weight(score)
     if "trajval_mix" in priors:
         trajval_weight = np.array([row[fields.WEIGHT] for row in rows], dtype=np.float64)
         out["trajval_mix"] = core.uniform_mixture(trajval_weight, UNIFORM_SHARE)
     if "trajval_sampled" in priors:
-        from trajval_ops.sampled_prior import predict_scores
+        from trajval_ops.priors.sampled import predict_scores
 
         measured = sampled_rows(rows, group_key)
         score = np.array([row[fields.SCORE] for row in rows], dtype=np.float64)
         short = np.array([[row[SAMPLED_SHORT]] for row in rows], dtype=np.float64)
         predicted = predict_scores(np.where(measured, score, 0.0), measured, short, groups, seed=SAMPLED_SEED)
-        out["trajval_sampled"] = core.sampling_weight(predicted.score)
+        out["trajval_sampled"] = trajval.weight(predicted.score)
     if priors & ORACLE_PRIORS:
-        at = {task: i for i, task in enumerate(oracle["ids"])}
-        index = np.array([at[row["id"]] for row in rows])
-        oracle_score, profile = oracle["score"][index], oracle["profile"][index]
-        if "oracle" in priors:
-            out["oracle"] = core.sampling_weight(oracle_score)
-        if "oracle_subset" in priors:
-            out["oracle_subset"] = core.is_learnable(profile).astype(np.float64)
-        if "oracle_group" in priors:
-            out["oracle_group"] = core.sampling_weight(group_mean(oracle_score, groups))
-        if "oracle_subset_group" in priors:
-            out["oracle_subset_group"] = group_mean(core.is_learnable(profile).astype(np.float64), groups)
+        out.update(_ceilings(priors, oracle, rows, groups, trajval))
+    return out
+
+
+def _ceilings(priors: set[str], oracle: dict, rows: list[dict], groups, trajval) -> dict[str, np.ndarray]:
+    """The ceiling priors: oracle A's own score through TrajVal's weight, its learnable subset,
+    and their group means."""
+    at = {task: i for i, task in enumerate(oracle["ids"])}
+    index = np.array([at[row["id"]] for row in rows])
+    oracle_score, profile = oracle["score"][index], oracle["profile"][index]
+    out = {}
+    if "oracle" in priors:
+        out["oracle"] = trajval.weight(oracle_score)
+    if "oracle_subset" in priors:
+        out["oracle_subset"] = core.is_learnable(profile).astype(np.float64)
+    if "oracle_group" in priors:
+        out["oracle_group"] = trajval.weight(group_mean(oracle_score, groups))
+    if "oracle_subset_group" in priors:
+        out["oracle_subset_group"] = group_mean(core.is_learnable(profile).astype(np.float64), groups)
     return out
 
 
 def write_priors(out: Path, priors: set[str], oracle: dict | None = None, group_key: str | None = None) -> Path:
     """The training pool (``priors/train_pool.jsonl``): the probe unit's rows plus one weight
     column per prior (TrajVal's is already there)."""
-    from trajval_ops.pool_io import read_rows, write_rows
+    from trajval_ops.pools.io import read_rows, write_rows
 
     target = out / "priors" / "train_pool.jsonl"
     if target.is_file():

@@ -42,14 +42,15 @@ from loguru import logger
 
 from trajval_ops import fields
 from trajval_ops.atomic import write_json
-from trajval_ops.pool_io import write_rows
-from trajval_ops.experiment.config import (ARMS, ConfigError, ValidationConfig, load_config, protocol_hash,
+from trajval_ops.pools.io import write_rows
+from trajval_ops.experiment.validation_config import (ARMS, ConfigError, ValidationConfig, load_config, protocol_hash,
                                            recorded_settings)
 from trajval_ops.experiment.grpo_run import RESULT_FILE, unit_file
 from trajval_ops.experiment.priors import (
     ADAPTIVE_LATE, ORACLE_PRIORS, PRIOR_COLUMNS, SAMPLED_SHORT, SAMPLED_SHORT_N, write_priors,
 )
-from trajval_ops.pool_io import read_rows
+from trajval_ops.pools.io import read_rows
+from trajval_ops.priors import ONE_PASS_PRIORS
 
 DATA_DONE = "data.json"
 PROBE_OUTPUT = "weighted.jsonl"
@@ -414,7 +415,7 @@ def _priors_when_ready(config: ValidationConfig, out: Path, finished: set[str],
         from trajval_ops.experiment.results import oracle_figures
 
         oracle = oracle_figures(out, "context-a", config.oracle.window) if priors & ORACLE_PRIORS else None
-        write_priors(out, priors | {"variance", "bandpass"}, oracle, config.group_key)
+        write_priors(out, priors | ONE_PASS_PRIORS, oracle, config.group_key)  # every one-pass prior: free
         finished.add("priors")
         if then is not None:
             then()

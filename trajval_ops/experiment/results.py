@@ -23,9 +23,10 @@ from trajval_ops import core, fields
 from trajval_ops.analysis import agreement, curves
 from trajval_ops.analysis.html_table import html_table
 from trajval_ops.analysis.trajectories import trajectory_profiles
-from trajval_ops.experiment.config import ARMS, BASELINE_ARM, MODE_SUFFIX, ValidationConfig, protocol_hash
+from trajval_ops.experiment.validation_config import ARMS, BASELINE_ARM, MODE_SUFFIX, ValidationConfig, protocol_hash
 from trajval_ops.experiment.trajectory_callback import read_trajectories
-from trajval_ops.pool_io import read_rows
+from trajval_ops.pools.io import read_rows
+from trajval_ops.priors import ONE_PASS_PRIORS
 
 BOOTSTRAP_SAMPLES = 2000
 #: Keys results.json always has (tests/test_validate.py checks the full schema).
@@ -229,7 +230,7 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
     for the one-pass priors, nothing for uniform and the online schedulers' own weights."""
     from itertools import compress
 
-    from trajval_ops.cost import recorded_cost
+    from trajval_ops.prior_cost import recorded_cost
     from trajval_ops.experiment.priors import (
         ADAPTIVE_LATE, ORACLE_PRIORS, SAMPLED_SHORT, TRAJVAL_PRIORS, sampled_rows,
     )
@@ -252,7 +253,7 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
         sample = recorded_cost(lambda name: list(compress(column(name), measured)), early, late)
         short = recorded_cost(column, [SAMPLED_SHORT], None)
         by_prior["trajval_sampled"] = sample["completions"] + short["completions"]
-    by_prior.update({kind: one_pass["completions"] for kind in core.ONE_PASS_PRIORS})
+    by_prior.update({kind: one_pass["completions"] for kind in ONE_PASS_PRIORS})
     # a ceiling's knowledge comes from oracle A's full-pool run: its training and its evaluations
     oracle = config.oracle
     evaluations = oracle.steps // oracle.every_steps + 1

@@ -25,7 +25,7 @@ from typing import Any
 
 from loguru import logger
 
-from trajval_ops.experiment.config import ConfigError
+from trajval_ops.experiment.validation_config import ConfigError
 from trajval_ops.experiment.grpo_run import RESULT_FILE, unit_file
 
 TRAIN_POOL = Path("priors") / "train_pool.jsonl"
@@ -69,7 +69,7 @@ def pool_columns(spec: dict) -> list[str] | None:
 
 
 def _column_values(pool: Path, columns: list[str]) -> list:
-    from trajval_ops.pool_io import read_rows
+    from trajval_ops.pools.io import read_rows
     from trajval_ops.rows import get_path
 
     return [(row.get("id"), *[get_path(row, column, None) for column in columns]) for row in read_rows(pool)]

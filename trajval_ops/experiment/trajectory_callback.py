@@ -57,7 +57,7 @@ from trajval_ops.rollout.pass_rates import PromptSettings, RolloutPass, build_ta
 from trajval_ops.rollout.prompts import DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY
 from trajval_ops.rollout.verifiers import build_verifier
 from trajval_ops.errors import TrajvalInputError
-from trajval_ops.pool_io import read_rows, write_rows
+from trajval_ops.pools.io import read_rows, write_rows
 from trajval_ops.rows import get_path, row_label
 
 #: Field of a trajectory row holding the training step of each accuracy.

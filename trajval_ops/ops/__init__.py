@@ -6,9 +6,10 @@ An unsupported Data-Juicer release stops the plugin here with a message saying w
 are supported (Data-Juicer logs it and skips the plugin).
 """
 
-from trajval_ops.ops import dj_adapter
+from trajval_ops.ops.dj.plugin import install
+from trajval_ops.ops.dj.version import check_data_juicer
 
-dj_adapter.check_data_juicer()
+check_data_juicer()
 
 from trajval_ops.ops import (  # noqa: E402
     endpoint_reward_mapper,
@@ -17,6 +18,6 @@ from trajval_ops.ops import (  # noqa: E402
     weighted_resampler,
 )
 
-dj_adapter.install(
+install(
     module.OP_NAME for module in (probe_trainer, endpoint_reward_mapper, learnability_mapper, weighted_resampler)
 )

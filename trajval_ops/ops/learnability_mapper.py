@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-from typing import List, Literal, Optional
+from typing import List, Optional
 
 import numpy as np
 from data_juicer.ops.base_op import OPERATORS, Mapper
 from loguru import logger
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
-from trajval_ops import __version__, core, fields
-from trajval_ops.cost import cost_summary
-from trajval_ops.ops.dj_adapter import (
-    checked_parameters,
-    TableMapper, append_columns, run_whole_pool, safe_op_kwargs,
-)
+from trajval_ops import __version__, core, fields, settings
+from trajval_ops.priors import DEFAULT_PRIOR, PRIORS
+from trajval_ops.priors.bandpass import BandPass
+from trajval_ops.priors.base import Prior
+from trajval_ops.priors.trajval import TrajVal
+from trajval_ops.prior_cost import cost_summary
+from trajval_ops.ops.dj.parameters import checked_parameters, safe_op_kwargs
+from trajval_ops.ops.dj.table_mapper import TableMapper, run_whole_pool
+from trajval_ops.ops.dj.tables import append_columns
 from trajval_ops.summary import group_noise, log_group_noise, log_rollout_noise, log_weight_summary, rollout_noise
 from trajval_ops.input_checks import arrow_numeric_column, check_unique_ids, group_values
 from trajval_ops.errors import TrajvalInputError
@@ -23,13 +26,21 @@ from trajval_ops.errors import TrajvalInputError
 OP_NAME = "trajval_learnability_mapper"
 
 
-def _check_estimator(estimator: str, score: str, group_key) -> None:
-    if estimator not in core.ESTIMATORS:
-        raise ValueError(f"{OP_NAME}: estimator must be one of {', '.join(core.ESTIMATORS)}, got {estimator!r}")
-    if estimator != "paper" and score != "trajval":
-        raise ValueError(f"{OP_NAME}: estimator {estimator!r} scores TrajVal's s; score {score!r} reads one pass")
+def _check_estimator(prior: Prior, group_key) -> None:
+    estimator = getattr(prior, "estimator", "paper")
     if estimator == "pooled" and not group_key:
         raise ValueError(f"{OP_NAME}: estimator 'pooled' shrinks each row toward its group: set group_key")
+
+
+def _built_prior(name: str, settings: dict) -> Prior:
+    """The prior the mapper writes, from its parameters; an estimator names TrajVal's."""
+    from trajval_ops.priors import build_prior
+
+    prior = build_prior(name, settings)
+    if settings["estimator"] != "paper" and not hasattr(prior, "estimator"):
+        raise ValueError(f"{OP_NAME}: estimator {settings['estimator']!r} scores TrajVal's s; prior {name!r} reads one "
+                         "pass")
+    return prior
 
 
 def _missing(values) -> np.ndarray | None:
@@ -62,12 +73,12 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
     @checked_parameters
     def __init__(
         self,
-        alpha: PositiveFloat = core.DEFAULT_ALPHA,
-        eps: Annotated[float, Field(gt=0, le=1)] = core.DEFAULT_EPS,
-        score: Literal["trajval", "variance", "bandpass"] = "trajval",
-        estimator: Literal["paper", "posterior", "pooled"] = "paper",
-        band_low: Annotated[float, Field(ge=0, lt=1)] = 0.0,
-        band_high: Annotated[float, Field(gt=0, le=1)] = 1.0,
+        prior: str = DEFAULT_PRIOR,
+        alpha: float = TrajVal.alpha,
+        eps: float = TrajVal.eps,
+        estimator: str = TrajVal.estimator,
+        band_low: float = BandPass.band_low,
+        band_high: float = BandPass.band_high,
         r_early_key: str = fields.R_EARLY,
         r_late_key: str = fields.R_LATE,
         window_k: Optional[PositiveInt] = None,
@@ -86,27 +97,32 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         predict_seed: int = 0,
         predicted_key: str = fields.PREDICTED,
         overwrite: bool = False,
+        score: Optional[str] = None,
         *args,
         **kwargs,
     ):
         super().__init__(*args, **safe_op_kwargs(kwargs))
-        core.check_alpha_eps(alpha, eps)
-        if score not in core.PRIOR_KINDS:
-            raise ValueError(f"{OP_NAME}: score must be one of {', '.join(core.PRIOR_KINDS)}, got {score!r}")
-        _check_estimator(estimator, score, group_key)
+        from trajval_ops.priors import recipe_prior_name
+
+        if score is not None:
+            logger.warning(f"{OP_NAME}: 'score: {score}' is deprecated (until 0.3): write 'prior: {score}'")
+        try:
+            name = recipe_prior_name(prior, score)
+            self.prior = _built_prior(name, dict(alpha=alpha, eps=eps, estimator=estimator, band_low=band_low,
+                                                 band_high=band_high))
+        except ValueError as exc:
+            raise ValueError(f"{OP_NAME}: {exc}") from None
+        _check_estimator(self.prior, group_key)
         if predict_unmeasured and estimator != "paper":
             raise ValueError(f"{OP_NAME}: estimator {estimator!r} reads each row's rollouts, which a row a sampled "
                              "pass left out has none of; use estimator 'paper' with predict_unmeasured")
         if predict_features is not None and not predict_unmeasured:
             raise ValueError(f"{OP_NAME}: predict_features feed the prediction of unmeasured rows: set "
                              "predict_unmeasured: true")
-        if score == "bandpass":
-            core.check_band(band_low, band_high)
         for name, keys in (("early_window_keys", early_window_keys), ("late_window_keys", late_window_keys)):
             if keys is not None and len(keys) == 0:
                 raise ValueError(f"{name} must list at least one field, or be omitted")
-        self.alpha, self.eps, self.score, self.estimator = float(alpha), float(eps), score, estimator
-        self.band = (float(band_low), float(band_high))
+        self.estimator = estimator
         self.r_early_key = r_early_key
         self.r_late_key = r_late_key
         if window_k and window_k > 1:
@@ -128,80 +144,64 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         self.provenance = self._provenance()
         self.bind_table_process()
 
-    __init__.__doc__ = """Initialization method.
-
-        :param alpha: power-compression exponent in ``w = max(s**alpha, eps)``; < 1 flattens the
-            score range (paper default 0.3). TrajVal's score only.
-        :param eps: probability floor of the weight, in (0, 1] (paper: 0.05).
-        :param score: the prior written as the weight: ``trajval`` (the paper's
-            ``s = (1 - r_early) * max(0, r_late - r_early)``, ``w = max(s**alpha, eps)``; reads
-            both passes), or a one-pass prior from the early pass alone (no probe, no late pass):
-            ``variance`` (``s = r_early (1 - r_early)``, ``w = max(4 s, eps)``) or ``bandpass``
-            (``s = 1`` where ``band_low < r_early < band_high`` else 0, ``w = max(s, eps)``).
-            One-pass priors write the score, the weight and the provenance (no delta, no profile).
-        :param estimator: how TrajVal's score reads the pass rates: ``paper`` (as exact, the
-            paper's formula), ``posterior`` (the expected score under a beta-binomial model of each
-            end's k successes in n rollouts, the beta prior fitted on the pool: noisy rows shrink
-            toward the pool) or ``pooled`` (the prior fitted on each row's ``group_key`` group).
-            Both need the endpoint mapper's ``<key>_n`` columns; they add a 95% interval of s
-            (``<score_key>_low`` / ``_high``).
-        :param band_low: lower edge of the band-pass prior (exclusive; default 0: drop rows the
-            early model never solves).
-        :param band_high: upper edge of the band-pass prior (exclusive; default 1: drop rows it
-            always solves).
-        :param r_early_key: field holding the early-window mean pass rate; written when
-            ``early_window_keys`` is given, read otherwise.
-        :param r_late_key: the same for the late window.
-        :param window_k: K > 1: average the endpoint mapper's per-checkpoint fields of each
-            window, named from its ``window``/``window_index`` (``trajval_r_early_0`` ...
-            ``trajval_r_early_<K-1>``, likewise late). None or 1: read ``r_early_key`` /
-            ``r_late_key`` (K = 1). Explicit ``early_window_keys``/``late_window_keys`` override.
-        :param early_window_keys: per-checkpoint pass-rate fields of the early window (K fields,
-            e.g. the outputs of K endpoint-reward mapper instances); averaged into
-            ``r_early_key``. None: read ``r_early_key`` directly.
-        :param late_window_keys: the same for the late window.
-        :param delta_key: output field for ``r_late - r_early``.
-        :param score_key: output field for the score ``s`` of the chosen prior.
-        :param weight_key: output field for the weight ``w`` (unnormalised).
-        :param profile_key: output field for the endpoint-only trajectory profile.
-        :param provenance_key: output field recording how the weight was made and what the prior
-            cost (``prior_cost``: completions and generated tokens per stage and in total, from
-            the passes' provenance and the probe's manifest).
-        :param id_key: dotted path of the row id used in error messages; None tries common id
-            fields (``id``, ``extra_info.index``, ...) and always gives the row position.
-        :param group_key: dotted path of a task group (a family, ``data_source``): the end-of-run
-            log then shows the mean pass rates, delta (with its SE from the rollouts) and weight
-            per group, and says whether the gain differs between groups beyond the rollout
-            noise (needs the endpoint mapper's ``<key>_n`` columns). Rows without it form the
-            group ``None``.
-        :param predict_unmeasured: predict the score of each row a sampled endpoint pass left out
-            (status ``not_sampled``) from the measured rows; False: such a row stops the run.
-        :param predict_features: numeric fields every row has (e.g. a short early pass) that the
-            prediction reads besides ``group_key``; None: the group alone.
-        :param predict_coverage: share of the out-of-fold errors the predicted rows' interval
-            (``<score_key>_low`` / ``_high``) covers.
-        :param predict_seed: seed of the prediction's model and folds.
-        :param predicted_key: output field, true where the score is predicted; ``<predicted_key>_fallback``
-            is true where the row's group has no measured row (it gets the measured rows' mean).
-        :param overwrite: replace input columns named as this mapper's outputs (a pool scored
-            before, scored again with other settings), each replaced column logged; False (default):
-            such a column stops the run naming it, so a weight of the user's own is never lost.
-        """
+    __init__.__doc__ = "\n".join([
+        "Initialization method. The prior's settings (``alpha`` ... ``band_high``) are declared by the priors",
+        "(:mod:`trajval_ops.priors`), which check them; a setting of another prior than the one named is unused.",
+        "",
+        ":param prior: the prior written as the weight: "
+        + "; ".join(f"``{name}`` ({', '.join(cls.passes)} pass{'es' if len(cls.passes) > 1 else ''}: {cls.formula})"
+                    for name, cls in PRIORS.items())
+        + ". One-pass priors write the score, the weight and the provenance (no delta, no profile).",
+        settings.param_lines(TrajVal, ["alpha", "eps", "estimator"]),
+        settings.param_lines(BandPass, ["band_low", "band_high"]),
+        ':param r_early_key: field holding the early-window mean pass rate; written when '
+        '``early_window_keys`` is given, read otherwise.',
+        ':param r_late_key: the same for the late window.',
+        ":param window_k: K > 1: average the endpoint mapper's per-checkpoint fields of each window, named "
+        'from its ``window``/``window_index`` (``trajval_r_early_0`` ... ``trajval_r_early_<K-1>``, likewise '
+        'late). None or 1: read ``r_early_key`` / ``r_late_key`` (K = 1). Explicit '
+        '``early_window_keys``/``late_window_keys`` override.',
+        ':param early_window_keys: per-checkpoint pass-rate fields of the early window (K fields, e.g. the '
+        'outputs of K endpoint-reward mapper instances); averaged into ``r_early_key``. None: read '
+        '``r_early_key`` directly.',
+        ':param late_window_keys: the same for the late window.',
+        ':param delta_key: output field for ``r_late - r_early``.',
+        ':param score_key: output field for the score ``s`` of the chosen prior.',
+        ':param weight_key: output field for the weight ``w`` (unnormalised).',
+        ':param profile_key: output field for the endpoint-only trajectory profile.',
+        ':param provenance_key: output field recording how the weight was made and what the prior cost '
+        "(``prior_cost``: completions and generated tokens per stage and in total, from the passes' "
+        "provenance and the probe's manifest).",
+        ':param id_key: dotted path of the row id used in error messages; None tries common id fields '
+        '(``id``, ``extra_info.index``, ...) and always gives the row position.',
+        ':param group_key: dotted path of a task group (a family, ``data_source``): the end-of-run log then '
+        'shows the mean pass rates, delta (with its SE from the rollouts) and weight per group, and says '
+        "whether the gain differs between groups beyond the rollout noise (needs the endpoint mapper's "
+        '``<key>_n`` columns). Rows without it form the group ``None``.',
+        ':param predict_unmeasured: predict the score of each row a sampled endpoint pass left out (status '
+        '``not_sampled``) from the measured rows; False: such a row stops the run.',
+        ':param predict_features: numeric fields every row has (e.g. a short early pass) that the prediction '
+        'reads besides ``group_key``; None: the group alone.',
+        ":param predict_coverage: share of the out-of-fold errors the predicted rows' interval "
+        '(``<score_key>_low`` / ``_high``) covers.',
+        ":param predict_seed: seed of the prediction's model and folds.",
+        ':param predicted_key: output field, true where the score is predicted; ``<predicted_key>_fallback`` '
+        "is true where the row's group has no measured row (it gets the measured rows' mean).",
+        ":param overwrite: replace input columns named as this mapper's outputs (a pool scored before, scored"
+        ' again with other settings), each replaced column logged; False (default): such a column stops the '
+        "run naming it, so a weight of the user's own is never lost.",
+        ":param score: the deprecated name of ``prior`` (accepted until 0.3, with a warning).",
+    ])
 
     @property
     def one_pass(self) -> bool:
         """Whether the prior reads the early pass alone."""
-        return self.score in core.ONE_PASS_PRIORS
+        return self.prior.one_pass
 
     def _provenance(self) -> dict:
-        """How every weight of this mapper is made (written with each row)."""
-        # alpha and eps lead, as in the provenance written before one-pass priors existed
-        provenance = {"alpha": self.alpha} if self.score == "trajval" else {}
-        provenance.update(eps=self.eps, score=self.score)
-        if self.score == "trajval":
-            provenance["estimator"] = self.estimator
-        if self.score == "bandpass":
-            provenance["band"] = list(self.band)
+        """How every weight of this mapper is made (written with each row): the prior's own record,
+        then the fields it read."""
+        provenance = dict(self.prior.provenance())
         provenance["r_early_source"] = self.early_window_keys or [self.r_early_key]
         if not self.one_pass:
             provenance.update(r_late_source=self.late_window_keys or [self.r_late_key], profile_rule=core.PROFILE_RULE)
@@ -224,12 +224,12 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         if self.early_window_keys:
             columns[self.r_early_key] = r_early
         if self.one_pass:
-            score = core.variance_score(r_early) if self.score == "variance" else core.bandpass_score(r_early, *self.band)
+            score = self.prior.score(r_early)
             columns[self.score_key] = score
             columns[self.weight_key] = self.weight_of(score)
             return r_early, None, columns
         r_late = self._window(read, self.late_window_keys, self.r_late_key)
-        score = core.learnability_score(r_early, r_late)
+        score = self.prior.score(r_early, r_late)
         if self.late_window_keys:
             columns[self.r_late_key] = r_late
         columns[self.delta_key] = core.reward_delta(r_early, r_late)
@@ -240,9 +240,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
 
     def weight_of(self, score: np.ndarray) -> np.ndarray:
         """The chosen prior's weight of its score."""
-        if self.one_pass:
-            return core.one_pass_weight(self.score, score, self.eps)
-        return core.sampling_weight(score, self.alpha, self.eps)
+        return self.prior.weight(score)
 
     def pass_keys(self) -> list[str]:
         """The pass-rate fields the prior reads."""
@@ -270,7 +268,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         if not left_out.any():
             return None
         if not self.predict_unmeasured:
-            from trajval_ops.pool_io import table_row
+            from trajval_ops.pools.io import table_row
             from trajval_ops.rows import row_label
 
             position = int(np.argmax(left_out))
@@ -329,17 +327,17 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
             raise TrajvalInputError(f"{OP_NAME}: estimator {self.estimator!r} reads the rollouts behind each pass "
                                     "rate (the endpoint mapper's <key>_n columns), which the pool lacks")
         groups = group_values(table, self.group_key, OP_NAME, self.id_key) if self.estimator == "pooled" else None
-        mean, low, high, fitted = core.noise_aware_score(self.estimator, r_early, counts[0], r_late, counts[1], groups)
+        mean, low, high, fitted = self.prior.estimate(r_early, counts[0], r_late, counts[1], groups)
         columns[self.score_key] = mean
         columns[f"{self.score_key}_low"], columns[f"{self.score_key}_high"] = low, high
-        columns[self.weight_key] = core.sampling_weight(mean, self.alpha, self.eps)
+        columns[self.weight_key] = self.prior.weight(mean)
         return {**self.provenance, "beta_priors": fitted, "interval_mass": core.INTERVAL_MASS,
                 "posterior_grid": core.POSTERIOR_GRID}
 
     def _predict(self, table, measured, columns) -> dict:
-        """Every unmeasured row's score predicted from the measured rows (:mod:`trajval_ops.sampled_prior`);
+        """Every unmeasured row's score predicted from the measured rows (:mod:`trajval_ops.priors.sampled`);
         the weight follows; the interval and the flag are written for every row."""
-        from trajval_ops.sampled_prior import MIN_ROWS_FOR_A_MODEL, predict_scores
+        from trajval_ops.priors.sampled import MIN_ROWS_FOR_A_MODEL, predict_scores
 
         if measured is None:
             measured = np.ones(table.num_rows, dtype=bool)
@@ -383,7 +381,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
 
     def _sample_of(self, table) -> dict | None:
         """The sample the passes measured, as their provenance records it."""
-        from trajval_ops.pool_io import table_path_values
+        from trajval_ops.pools.io import table_path_values
 
         for key in self.pass_keys():
             for provenance in table_path_values(table, f"{key}_provenance") or []:
@@ -410,14 +408,15 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         if table.num_rows == 0:
             raise TrajvalInputError(f"{OP_NAME}: the pool is empty (0 rows): nothing to score")
         check_unique_ids(table, self.id_key, what=OP_NAME)
-        logger.info(f"{OP_NAME}: scoring {table.num_rows} rows ({self.score} prior, "
-                    f"{'' if self.one_pass else f'alpha={self.alpha}, '}eps={self.eps})")
+        described = ", ".join(f"{key}={value}" for key, value in self.prior.settings().items()
+                              if key in ("alpha", "eps", "band_low", "band_high"))
+        logger.info(f"{OP_NAME}: scoring {table.num_rows} rows ({self.prior.name} prior, {described})")
         table, (r_early, r_late, columns) = self.score_table(table, self.log_cost(table))
         measured = ~np.asarray(columns[self.predicted_key], dtype=bool) if self.predicted_key in columns else None
         pass_rates = {"r_early": r_early} if self.one_pass else {"r_early": r_early, "r_late": r_late}
         if measured is not None:  # the pass rates of the rows the passes measured
             pass_rates = {name: values[measured] for name, values in pass_rates.items()}
-        log_weight_summary(OP_NAME, weight=columns[self.weight_key], eps=self.eps,
+        log_weight_summary(OP_NAME, weight=columns[self.weight_key], eps=self.prior.eps,
                            profiles=columns.get(self.profile_key), **pass_rates)
         if not self.one_pass:
             self._log_noise(table if measured is None else table.filter(measured), *(
@@ -440,9 +439,9 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
 
     def log_cost(self, table) -> dict:
         """Log (and return) what this pool's prior cost, from its passes' provenance and the
-        probe's manifest (:func:`trajval_ops.cost.recorded_cost`)."""
-        from trajval_ops.cost import recorded_cost
-        from trajval_ops.pool_io import table_path_values
+        probe's manifest (:func:`trajval_ops.prior_cost.recorded_cost`)."""
+        from trajval_ops.prior_cost import recorded_cost
+        from trajval_ops.pools.io import table_path_values
 
         early = self.early_window_keys or [self.r_early_key]
         late = None if self.one_pass else self.late_window_keys or [self.r_late_key]
@@ -450,7 +449,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         stages = "; ".join(f"{name} {stage['completions']:,} completions, {stage['generated_tokens']:,} tokens"
                            + (f", {stage['wall_time_s']:.1f} s" if "wall_time_s" in stage else "")
                            for name, stage in cost["stages"].items())
-        logger.info(f"{OP_NAME}: the {self.score} prior cost {cost['completions']:,} completions and "
+        logger.info(f"{OP_NAME}: the {self.prior.name} prior cost {cost['completions']:,} completions and "
                     f"{cost['generated_tokens']:,} generated tokens ({stages}); `trajval cost --pool` reads it back")
         return cost
 

@@ -12,7 +12,9 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import fields, settings
-from trajval_ops.ops.dj_adapter import append_columns, checked_parameters, run_whole_pool, safe_op_kwargs
+from trajval_ops.ops.dj.parameters import checked_parameters, safe_op_kwargs
+from trajval_ops.ops.dj.table_mapper import run_whole_pool
+from trajval_ops.ops.dj.tables import append_columns
 from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.probe.probe_set import (
     DEFAULT_PROBE_FRACTION,
@@ -157,7 +159,7 @@ class TrajvalProbeTrainer(Pipeline):
         import pyarrow as pa
 
         from trajval_ops.probe.launch import launch_probe
-        from trajval_ops.probe.trainer import run_probe
+        from trajval_ops.probe.run import run_probe
 
         if table.num_rows == 0:
             raise ValueError(f"{OP_NAME}: the pool is empty (0 rows): nothing to probe")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from trajval_ops.errors import TrajvalInputError
-from trajval_ops.recipe import ENDPOINT_OP, check_same_sample, operator_entries, pass_name
+from trajval_ops.recipe import ENDPOINT_OP, budget_priors, check_same_sample, operator_entries, pass_name
 
 
 def check_recipe(recipe: Mapping[str, Any]) -> None:
@@ -24,12 +24,16 @@ def check_recipe(recipe: Mapping[str, Any]) -> None:
     import trajval_ops.ops  # noqa: F401  (registers the trajval operators)
     from data_juicer.ops.base_op import OPERATORS
 
-    from trajval_ops.ops.dj_adapter import TRAJVAL_OPERATORS, preflight_problems
+    from trajval_ops.ops.dj.executor import TRAJVAL_OPERATORS
+    from trajval_ops.ops.dj.preflight import preflight_problems
 
     entries = operator_entries(recipe)
     problems = preflight_problems(recipe["process"])
     if problems:
         raise TrajvalInputError(f"the recipe's process list: {problems}")
+    told = budget_priors(entries)  # as dj-process tells the adaptive passes
+    entries = [(name, {**settings, "budget_prior": told[index]} if index in told else settings)
+               for index, (name, settings) in enumerate(entries)]
     passes = []
     for index, (name, settings) in enumerate(entries):
         if name not in TRAJVAL_OPERATORS:
@@ -39,7 +43,7 @@ def check_recipe(recipe: Mapping[str, Any]) -> None:
         except (ValueError, TypeError) as exc:  # SettingError is a ValueError
             raise TrajvalInputError(f"process[{index}]: {exc}") from None
         if name == ENDPOINT_OP:
-            passes.append((pass_name(settings, index), operator.sample))
+            passes.append((pass_name(settings, index), operator.endpoint.sample))
         release = getattr(operator, "release", None)
         if release is not None:
             release()

@@ -11,7 +11,9 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import __version__, core, fields
-from trajval_ops.ops.dj_adapter import append_columns, checked_parameters, run_whole_pool, safe_op_kwargs
+from trajval_ops.ops.dj.parameters import checked_parameters, safe_op_kwargs
+from trajval_ops.ops.dj.table_mapper import run_whole_pool
+from trajval_ops.ops.dj.tables import append_columns
 from trajval_ops.summary import log_weight_summary
 from trajval_ops.input_checks import arrow_numeric_column
 from trajval_ops.errors import TrajvalInputError

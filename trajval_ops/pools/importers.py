@@ -30,8 +30,8 @@ from loguru import logger
 from trajval_ops.pools.answers import canonical_ground_truth, extract_answer
 from trajval_ops.pools.identity import PROMPT_HASH, TASK_ID, prompt_hash, prompt_messages
 from trajval_ops.atomic import atomic_open, check_output_spares_inputs, write_json
-from trajval_ops.pool_io import write_rows
-from trajval_ops.pool_io import read_rows
+from trajval_ops.pools.io import write_rows
+from trajval_ops.pools.io import read_rows
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.rows import get_path, row_label
 

@@ -1,5 +1,5 @@
 """The probe on several processes: ``accelerate launch`` of ``num_processes`` ranks, each running
-:func:`trajval_ops.probe.trainer.run_probe` (data parallel; an accelerate config file, e.g. FSDP
+:func:`trajval_ops.probe.run.run_probe` (data parallel; an accelerate config file, e.g. FSDP
 or DeepSpeed ZeRO, is passed through).
 
 :func:`launch_probe` writes the probe (rows, ids, config) to a JSON job file and starts::
@@ -137,7 +137,7 @@ def run_rank(job_file: str | os.PathLike) -> dict:
     reaches the launcher's failure summary (torch elastic's ``record``)."""
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    from trajval_ops.probe.trainer import run_probe
+    from trajval_ops.probe.run import run_probe
 
     job = read_job(job_file)
     return record(run_probe)(job["rows"], job["probe_ids"], job["config"], job["output_dir"],

@@ -138,3 +138,27 @@ def resolve_checkpoint(path_or_dir: str | os.PathLike, ref: str) -> dict:
         raise ManifestError(f"{path}: checkpoint {name!r} folder {checkpoint['path']} does not exist")
     checkpoint.update(window=window, manifest=str(path), config_hash=manifest["config_hash"])
     return checkpoint
+
+
+def resolve_model_reference(model: str) -> tuple[Path, dict]:
+    """(model folder, checkpoint description for provenance) of any ``model`` setting: a probe
+    checkpoint ``manifest:<probe dir or manifest.json>#<ref>`` looked up in its manifest
+    (:func:`resolve_checkpoint`), or a folder or short reference
+    (:func:`trajval_ops.models.resolve_model_description`)."""
+    from trajval_ops.models import MANIFEST_PREFIX, model_folder, resolve_model_description
+
+    if not isinstance(model, str) or not model.startswith(MANIFEST_PREFIX):
+        return resolve_model_description(model)
+    location, sep, ref = model[len(MANIFEST_PREFIX):].partition("#")
+    if not sep or not location or not ref:
+        raise ValueError(
+            f"model {model!r}: a manifest reference reads 'manifest:<probe dir or manifest.json>#<ref>' "
+            f"with ref early[i], late[i] or a checkpoint name"
+        )
+    checkpoint = resolve_checkpoint(location, ref)
+    path = model_folder(str(checkpoint["path"]))
+    return path, {
+        "name": checkpoint["name"], "source": "manifest", "ref": ref, "window": checkpoint.get("window"),
+        "epoch": checkpoint.get("epoch"), "step": checkpoint.get("step"),
+        "manifest": checkpoint.get("manifest"), "config_hash": checkpoint.get("config_hash"),
+    }

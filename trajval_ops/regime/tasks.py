@@ -296,7 +296,7 @@ def pretraining_pair(rng: random.Random, family: str) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trajval_ops.pool_io import write_rows
+    from trajval_ops.pools.io import write_rows
 
     parser = argparse.ArgumentParser(prog="python -m trajval_ops.regime.tasks",
                                      description="Write a pool and a disjoint held-out set of the miniature regime.")

@@ -1,17 +1,20 @@
 """An adaptive rollout budget: rollouts in rounds, a row stops once more rollouts can no longer
-move its TrajVal weight by more than a stated tolerance.
+move the weight the recipe's prior writes by more than a stated tolerance.
 
 The rule is exact (no probability of being wrong): after ``k`` successes in ``m`` of a cap of
 ``n`` rollouts, the row's pass rate at the cap lies in ``[k / n, (k + n - m) / n]``, and the
-weight ``w = max(s ** alpha, eps)`` with ``s = (1 - r_early) * max(0, r_late - r_early)`` is
-monotone in each pass rate, so its range over that interval is known:
+prior declares the range its weight can take over such intervals
+(:meth:`~trajval_ops.priors.base.Prior.weight_range`; TrajVal's ``w = max(s ** alpha, eps)``
+with ``s = (1 - r_early) * max(0, r_late - r_early)`` is monotone in each pass rate, the
+variance prior peaks at 0.5):
 
-- a **late** pass (the row's early pass rate read from the pool) stops a row when
-  ``w(r_hi) - w(r_lo) <= tolerance``; a row whose early pass rate is 1 has ``s = 0`` whatever
-  its late pass gives, so it is not sampled at all (its late pass rate is written as its early
-  one: delta 0, profile ``mastered``);
-- an **early** pass stops a row when the weight cannot exceed the floor by more than the
-  tolerance for any late pass rate: ``w((1 - r_lo)^2) - eps <= tolerance``.
+- a **late** pass (the row's early pass rate read from the pool) stops a row when the weight's
+  range over the late interval is within the tolerance; a row whose early pass rate is 1 has
+  ``s = 0`` whatever its late pass gives, so it is not sampled at all (its late pass rate is
+  written as its early one: delta 0, profile ``mastered``). A one-pass prior reads no late pass:
+  an adaptive late pass has nothing to stop on and is refused;
+- an **early** pass stops a row when the weight's range over the early interval and any late
+  pass rate is within the tolerance.
 
 The pass rate written for a stopped row is ``k / m``, which lies in the interval above, so its
 weight is within the tolerance of the weight the full ``n`` would have given.
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trajval_ops import core
+from trajval_ops.priors.base import Prior
 
 #: Row statuses of an adaptive pass (beside the pass module's ok / bad ground truth / truncated).
 STATUS_STOPPED = "stopped_weight_bounded"
@@ -37,18 +40,19 @@ DEFAULT_TOLERANCE = 0.05
 class AdaptiveBudget:
     """The stopping rule of one pass.
 
-    :param window: ``early`` or ``late`` (which end of the score the pass measures).
+    :param window: ``early`` or ``late`` (which pass of the prior this pass measures).
     :param cap: the most rollouts a row gets (the pass's ``n``).
     :param round_size: rollouts per row per round.
+    :param prior: the prior whose weight the rule bounds: the one the recipe's learnability
+        mapper writes, with its settings (alpha, eps, ...).
     :param tolerance: the largest change of the weight that stopping may leave unseen.
     """
 
     window: str
     cap: int
     round_size: int
+    prior: Prior
     tolerance: float = DEFAULT_TOLERANCE
-    alpha: float = core.DEFAULT_ALPHA
-    eps: float = core.DEFAULT_EPS
 
     def __post_init__(self):
         if self.window not in ("early", "late"):
@@ -57,14 +61,26 @@ class AdaptiveBudget:
             raise ValueError(f"round_size must be in [1, n = {self.cap}], got {self.round_size}")
         if not 0 <= self.tolerance < 1:
             raise ValueError(f"the weight tolerance must be in [0, 1), got {self.tolerance}")
-        core.check_alpha_eps(self.alpha, self.eps)
+        if not self.prior.per_row:
+            raise ValueError(f"the adaptive budget bounds each row's weight from its own rollouts, and the "
+                             f"{self.prior.name} prior's settings {self.prior.settings()} make a row's weight depend on "
+                             "the whole pool's: use budget: fixed (or estimator: paper)")
+        if self.window not in self.prior.passes:
+            raise ValueError(f"an adaptive late pass stops rows on the weight of the prior the recipe writes, and the "
+                             f"{self.prior.name} prior reads no late pass: its weight does not depend on this pass; "
+                             "use budget: fixed (or drop the pass)")
 
     def as_dict(self) -> dict:
         return {"budget": "adaptive", "rule": "weight_bounded", "window": self.window, "cap": self.cap,
-                "round_size": self.round_size, "tolerance": self.tolerance, "alpha": self.alpha, "eps": self.eps}
+                "round_size": self.round_size, "tolerance": self.tolerance, **self._prior_fields()}
 
-    def _weight(self, r_early, r_late) -> np.ndarray:
-        return core.sampling_weight(core.learnability_score(r_early, r_late), self.alpha, self.eps)
+    def _prior_fields(self) -> dict:
+        """The prior as the budget's record names it (TrajVal's alpha and eps as they were named
+        before other priors could be bounded, so a TrajVal pass keeps its cache key and provenance)."""
+        spec = self.prior.spec()
+        if spec == {"prior": "trajval", "eps": spec.get("eps"), "alpha": spec.get("alpha"), "estimator": "paper"}:
+            return {"alpha": spec["alpha"], "eps": spec["eps"]}
+        return {"weight_prior": spec}
 
     def weight_range(self, successes, rollouts, r_early=None) -> tuple[np.ndarray, np.ndarray]:
         """The lowest and highest weight a row can still reach at the cap."""
@@ -72,9 +88,11 @@ class AdaptiveBudget:
         low = successes / self.cap
         high = (successes + self.cap - rollouts) / self.cap
         if self.window == "late":
-            return self._weight(r_early, low), self._weight(r_early, high)
-        # early: the late pass rate is unknown; s peaks at r_late = 1, where it is (1 - r_early)^2
-        return np.full(low.shape, self.eps), self._weight(low, np.ones_like(low))
+            early = np.asarray(r_early, dtype=np.float64)
+            return self.prior.weight_range((early, early), (low, high))
+        # early: the late pass rate is not known yet, anywhere in [0, 1]
+        late = None if self.prior.one_pass else (np.zeros_like(low), np.ones_like(low))
+        return self.prior.weight_range((low, high), late)
 
     def decided(self, successes, rollouts, r_early=None) -> np.ndarray:
         """Whether each row may stop: at the cap, or its weight pinned within the tolerance after

@@ -3,7 +3,8 @@
 One folder per *run key* (hash of model fingerprint, sampling settings, verifier spec, prompt
 settings) under the cache root; inside it, append-only JSON-lines logs, one per writing process
 (``results-<host>-<pid>.jsonl``: Ray actors on several nodes may share the folder over a
-network file system), one record per row: ``{"row": <row hash>, "scores": [...], ...}``.
+network file system), one record per row: ``{"row": <row hash>, "rewards": [...], ...}`` (the verifier's reward of each
+completion; a cache written by an earlier release names them ``"scores"`` and is read so, so it resumes).
 The records of one generate call are written with a single ``write`` and flushed + fsynced; a
 line cut short by a kill is ignored when the cache is read back. The row hash covers what
 decides the result (the chat messages and the ground truth), not the whole row, so fields added
@@ -73,6 +74,8 @@ class RolloutCache:
                 except ValueError:
                     truncated += 1  # cut short by a kill and continued by a later process: recompute
                     continue
+                if "scores" in record and "rewards" not in record:  # an earlier release's record
+                    record["rewards"] = record.pop("scores")
                 self._records[record["row"]] = record
         self._read_once = True
         if truncated:

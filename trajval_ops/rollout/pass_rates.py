@@ -2,8 +2,8 @@
 -> verify -> each row's result. No Data-Juicer here: the endpoint-reward mapper, the trajectory
 callback (evaluation during training) and the probe's example building all use it.
 
-A row's result is ``{"scores", "methods", "engine", "dtype", "status", "cost"}`` (plus
-``"completions"`` when kept): the verifier's score of each of its completions, how each was
+A row's result is ``{"rewards", "methods", "engine", "dtype", "status", "cost"}`` (plus
+``"completions"`` when kept): the verifier's reward of each of its completions, how each was
 decided, what sampled it, ``ok`` / ``truncated_prompt`` / ``bad_ground_truth``, and the
 completions and tokens generated for it. The pass rate is the mean score.
 
@@ -28,9 +28,11 @@ from trajval_ops.errors import TrajvalInputError
 from trajval_ops.rollout.budget import STATUS_SKIPPED, STATUS_STOPPED
 from trajval_ops.rollout.engines import DecodingConfig, derive_seed
 from trajval_ops.rollout.prompts import (
-    DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY, build_messages, fit_prompt, render_prompt,
+    DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY, TEMPLATES, build_messages, fit_prompt,
+    render_prompt,
 )
 from trajval_ops.rows import get_path, row_label
+from trajval_ops.settings import check_settings, setting
 
 STATUS_OK = "ok"
 STATUS_BAD_TRUTH = "bad_ground_truth"
@@ -48,10 +50,14 @@ class PromptSettings:
     """How a row becomes a prompt and a ground truth (the probe, every pass and the evaluation
     use the same)."""
 
-    template: str = "auto"
-    prompt_key: str = DEFAULT_PROMPT_KEY
-    ground_truth_key: str = DEFAULT_GROUND_TRUTH_KEY
-    category_key: str = DEFAULT_CATEGORY_KEY
+    template: str = setting("auto", "prompt template: auto, chat, math, dapo_math, logic_arc, logic_ordering, "
+                            "logic_graph.", choices=TEMPLATES)
+    prompt_key: str = setting(DEFAULT_PROMPT_KEY, "dotted path of the prompt (task text or chat message list).")
+    ground_truth_key: str = setting(DEFAULT_GROUND_TRUTH_KEY, "dotted path of the ground truth.")
+    category_key: str = setting(DEFAULT_CATEGORY_KEY, "dotted path of the item category (logic_ordering only).")
+
+    def __post_init__(self):
+        check_settings(self)
 
     def as_dict(self) -> dict:
         return {"template": self.template, "prompt_key": self.prompt_key,
@@ -152,7 +158,7 @@ class RolloutPass:
         results = self._cached(tasks)
         for i, task in enumerate(tasks):
             if results[i] is None and self._bad_truth(task):
-                results[i] = {"scores": [], "methods": [], "engine": None, "dtype": None,
+                results[i] = {"rewards": [], "methods": [], "engine": None, "dtype": None,
                               "status": STATUS_BAD_TRUTH, "cost": NO_COST}
         first_of = {}
         for i, task in enumerate(tasks):
@@ -234,10 +240,10 @@ class RolloutPass:
             return
         budget, session = self.budget, self.session
         fitted = {i: self._fit(render_prompt(session.tokenizer, tasks[i].messages), tasks[i]) for i in samplable}
-        drawn = {i: {"scores": [], "methods": [], "tokens": 0, "texts": []} for i in samplable}
+        drawn = {i: {"rewards": [], "methods": [], "tokens": 0, "texts": []} for i in samplable}
         done, round_index = 0, 0
         while True:
-            successes = np.array([sum(drawn[i]["scores"]) for i in samplable])
+            successes = np.array([sum(drawn[i]["rewards"]) for i in samplable])
             active = [i for i, stop in zip(samplable, budget.decided(successes, done, r_early)) if not stop]
             if not active:
                 break
@@ -249,11 +255,11 @@ class RolloutPass:
         new = []
         for i in samplable:
             got = drawn[i]
-            status = fitted[i][1] if len(got["scores"]) == budget.cap else (
-                STATUS_SKIPPED if not got["scores"] else STATUS_STOPPED)
-            result = {"scores": got["scores"], "methods": got["methods"], "engine": session.name,
+            status = fitted[i][1] if len(got["rewards"]) == budget.cap else (
+                STATUS_SKIPPED if not got["rewards"] else STATUS_STOPPED)
+            result = {"rewards": got["rewards"], "methods": got["methods"], "engine": session.name,
                       "dtype": session.dtype, "status": status,
-                      "cost": {"completions": len(got["scores"]), "generated_tokens": got["tokens"]}}
+                      "cost": {"completions": len(got["rewards"]), "generated_tokens": got["tokens"]}}
             if self.keep_completions:
                 result["completions"] = got["texts"]
             if i in missing:
@@ -270,7 +276,7 @@ class RolloutPass:
         self.counters.completions += sum(len(c) for c in completions)
         for i, texts, row_tokens in zip(call, completions, tokens):
             checks = self._check(texts, tasks[i], rows[i])
-            drawn[i]["scores"] += [c.score for c in checks]
+            drawn[i]["rewards"] += [c.reward for c in checks]
             drawn[i]["methods"] += [c.method for c in checks]
             drawn[i]["tokens"] += int(row_tokens)
             drawn[i]["texts"] += texts
@@ -324,7 +330,7 @@ class RolloutPass:
         results, new = [], []
         for task, row, texts, (_, status), is_new, row_tokens in zip(tasks, rows, completions, fitted, fresh, tokens):
             checks = self._check(texts, task, row)
-            result = {"scores": [c.score for c in checks], "methods": [c.method for c in checks],
+            result = {"rewards": [c.reward for c in checks], "methods": [c.method for c in checks],
                       "engine": session.name, "dtype": session.dtype, "status": status,
                       "cost": {"completions": generated, "generated_tokens": int(row_tokens)}}
             if self.keep_completions:
@@ -353,4 +359,4 @@ def pass_rate(result: Mapping[str, Any]) -> float:
     skipped, its early pass rate; 0 for a row not sampled (an unusable ground truth)."""
     if "pass_rate" in result:
         return float(result["pass_rate"])
-    return sum(result["scores"]) / len(result["scores"]) if result["scores"] else 0.0
+    return sum(result["rewards"]) / len(result["rewards"]) if result["rewards"] else 0.0

@@ -49,9 +49,9 @@ class CheckCrashed(Exception):
 
 @dataclass(frozen=True)
 class CheckResult:
-    """Outcome of one verification: the score, where the answer came from, why it is 0."""
+    """Outcome of one verification: the reward, where the answer came from, why it is 0."""
 
-    score: float
+    reward: float
     method: str | None = None  # "boxed", "last_number", "tag", "custom"; None: no answer found
     reason: str | None = None  # set when the completion was rejected as pathological
 
@@ -80,7 +80,7 @@ class Verifier:
         return {}
 
     def __call__(self, completion: str, ground_truth: Any, row: dict | None = None) -> float:
-        return self.check(completion, ground_truth, row).score
+        return self.check(completion, ground_truth, row).reward
 
     def check(self, completion: str, ground_truth: Any, row: dict | None = None) -> CheckResult:
         if not isinstance(completion, str):

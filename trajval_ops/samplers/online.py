@@ -11,8 +11,8 @@ Reference implementations driven by per-step rollout feedback (numpy only):
   the task survives GRESO's filter (skipping in expectation); :meth:`GresoScheduler.keep_mask`
   does the literal per-candidate coin flip.
 - :class:`BotsScheduler` -- BOTS-style Bayesian selection (Trinity-RFT ``difficulty_based``): a
-  Beta(alpha, beta) posterior of each task's pass rate, updated with discount ``lam`` and
-  pseudo-count weight ``rho`` over ``m`` rollouts; a Thompson sample ``p~`` per task gives the
+  Beta posterior of each task's pass rate (pseudo-counts of successes and failures), updated
+  with discount ``lam`` and pseudo-count weight ``rho`` over ``m`` rollouts; a Thompson sample ``p~`` per task gives the
   online weight ``exp(-|p~ - target| / tau)``, i.e. the numerator of BOTS's
   ``softmax(-|p~ - p*| / tau)``, so composing it is BOTS sampling tilted by the prior. A new
   Thompson sample is taken once per weight update (after each feedback), not per draw, so a
@@ -179,8 +179,8 @@ class BotsScheduler:
     After a step observing pass rates ``r_i`` of tasks ``B`` every task is updated as BOTS's
     reference implementation does (Trinity-RFT's ``InterpolationBetaPREstimator``)::
 
-        alpha <- (1-lam) alpha + lam + (1-rho) s + rho m p~
-        beta  <- (1-lam) beta  + lam + (1-rho) f + rho m (1 - p~)
+        successes <- (1-lam) successes + lam + (1-rho) s + rho m p~
+        failures  <- (1-lam) failures  + lam + (1-rho) f + rho m (1 - p~)
 
     with ``s = m r``, ``f = m (1 - r)`` for observed tasks (0 otherwise) and ``p~`` the implicit
     pass rate: the observed ``r_i`` for tasks in ``B``; for the others, BOTS interpolates between
@@ -231,8 +231,8 @@ class BotsScheduler:
                 raise ValueError("reference_pass_rates must be (weaker model's, stronger model's) pass rates")
             self.reference = tuple(self._per_task(f, name) for f, name in zip(reference_pass_rates, ("f0", "f1")))
         self.capability: float | None = None
-        self.alpha = np.ones(self.num_tasks)
-        self.beta = np.ones(self.num_tasks)
+        self.pseudo_successes = np.ones(self.num_tasks)
+        self.pseudo_failures = np.ones(self.num_tasks)
 
     def _per_task(self, values, name: str):
         if values is None:
@@ -260,7 +260,7 @@ class BotsScheduler:
         return p_ref
 
     def posterior_mean(self) -> np.ndarray:
-        return self.alpha / (self.alpha + self.beta)
+        return self.pseudo_successes / (self.pseudo_successes + self.pseudo_failures)
 
     def update(self, tasks, pass_rate, num_rollouts, zero_variance) -> None:
         successes = np.zeros(self.num_tasks)
@@ -269,25 +269,28 @@ class BotsScheduler:
         failures[tasks] = (1 - pass_rate) * self.m
         p_ref = self.implicit_pass_rate(tasks, pass_rate)
         keep = 1 - self.lam
-        self.alpha = keep * self.alpha + self.lam + (1 - self.rho) * successes + self.rho * p_ref * self.m
-        self.beta = keep * self.beta + self.lam + (1 - self.rho) * failures + self.rho * (1 - p_ref) * self.m
+        rho, m = self.rho, self.m  # rho * p~ * m: the pseudo-counts the implicit pass rate adds
+        self.pseudo_successes = keep * self.pseudo_successes + self.lam + (1 - rho) * successes + rho * p_ref * m
+        self.pseudo_failures = keep * self.pseudo_failures + self.lam + (1 - rho) * failures + rho * (1 - p_ref) * m
 
     def online_weights(self, rng: np.random.Generator | None = None) -> np.ndarray:
         """``exp(-|p~ - target| / tau)``, ``p~`` a Thompson sample (needs ``rng``) or the mean."""
         if self.thompson:
             if rng is None:
                 raise ValueError("Thompson sampling needs a generator")
-            pass_rate = rng.beta(self.alpha, self.beta)
+            pass_rate = rng.beta(self.pseudo_successes, self.pseudo_failures)
         else:
             pass_rate = self.posterior_mean()
         return np.exp(-np.abs(pass_rate - self.target) / self.tau)
 
     def state_dict(self) -> dict:
-        return {"alpha": self.alpha.copy(), "beta": self.beta.copy(), "rho": self.rho, "capability": self.capability}
+        return {"pseudo_successes": self.pseudo_successes.copy(), "pseudo_failures": self.pseudo_failures.copy(),
+                "rho": self.rho, "capability": self.capability}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.alpha = np.array(state["alpha"], dtype=np.float64)
-        self.beta = np.array(state["beta"], dtype=np.float64)
+        # a state saved by an earlier release names the Beta posterior's parameters alpha and beta
+        self.pseudo_successes = np.array(state.get("pseudo_successes", state.get("alpha")), dtype=np.float64)
+        self.pseudo_failures = np.array(state.get("pseudo_failures", state.get("beta")), dtype=np.float64)
         self.rho = float(state["rho"])
         capability = state.get("capability")
         self.capability = None if capability is None else float(capability)

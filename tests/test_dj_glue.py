@@ -1,4 +1,4 @@
-"""The Data-Juicer adapter: version check, plugin loading, load strategies only for trajval runs."""
+"""The Data-Juicer glue (trajval_ops/ops/dj/): version check, plugin loading, load strategies only for trajval runs."""
 
 import subprocess
 import sys
@@ -6,18 +6,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from trajval_ops.ops import dj_adapter
+from trajval_ops.ops.dj import config_merge, executor, loading
+from trajval_ops.ops.dj import version as dj_version
 
 
 @pytest.mark.parametrize("version", ["1.6.1", "1.6.9", "1.6.2rc1"])
 def test_supported_versions(version):
-    assert dj_adapter.check_data_juicer(version) == version
+    assert dj_version.check_data_juicer(version) == version
 
 
 @pytest.mark.parametrize("version", ["1.5.9", "1.7.0", "2.0"])
 def test_unsupported_versions_say_what_is_supported(version):
-    with pytest.raises(dj_adapter.UnsupportedDataJuicer, match=r"supports py-data-juicer >=1.6.1,<1.7; this environment has"):
-        dj_adapter.check_data_juicer(version)
+    with pytest.raises(dj_version.UnsupportedDataJuicer, match=r"supports py-data-juicer >=1.6.1,<1.7; this environment has"):
+        dj_version.check_data_juicer(version)
 
 
 def test_plugin_loads_cleanly_and_registers_its_load_strategies():
@@ -35,9 +36,9 @@ def test_plugin_loads_cleanly_and_registers_its_load_strategies():
 def test_only_recipes_with_trajval_operators_use_them():
     import trajval_ops.ops  # noqa: F401 - registers the operator names
 
-    assert dj_adapter.uses_trajval_operators(SimpleNamespace(process=[{"trajval_learnability_mapper": {}}]))
-    assert not dj_adapter.uses_trajval_operators(SimpleNamespace(process=[{"text_length_filter": {"min_len": 1}}]))
-    assert not dj_adapter.uses_trajval_operators(SimpleNamespace())
+    assert executor.uses_trajval_operators(SimpleNamespace(process=[{"trajval_learnability_mapper": {}}]))
+    assert not executor.uses_trajval_operators(SimpleNamespace(process=[{"text_length_filter": {"min_len": 1}}]))
+    assert not executor.uses_trajval_operators(SimpleNamespace())
 
 
 def test_ray_blocks_are_one_batch_of_the_smallest_batch_size():
@@ -45,13 +46,13 @@ def test_ray_blocks_are_one_batch_of_the_smallest_batch_size():
 
     cfg = SimpleNamespace(process=[{"trajval_endpoint_reward_mapper": {"batch_size": 32}},
                                    {"trajval_learnability_mapper": {"batch_size": 1000}}])
-    assert dj_adapter.ray_block_rows(cfg) == 32
-    assert dj_adapter.ray_block_rows(SimpleNamespace(process=[{"x": {}}])) == 1000  # Data-Juicer's default
+    assert loading.ray_block_rows(cfg) == 32
+    assert loading.ray_block_rows(SimpleNamespace(process=[{"x": {}}])) == 1000  # Data-Juicer's default
     table = pa.table({"i": list(range(70))})
-    blocks = dj_adapter.table_blocks(table, 32)
+    blocks = loading.table_blocks(table, 32)
     assert [b.num_rows for b in blocks] == [32, 32, 6]
     assert pa.concat_tables(blocks).equals(table)
-    assert dj_adapter.table_blocks(table.slice(0, 0), 32)[0].num_rows == 0  # the schema survives
+    assert loading.table_blocks(table.slice(0, 0), 32)[0].num_rows == 0  # the schema survives
 
 
 @pytest.mark.parametrize("pool_size, num_gpus, per_engine, message", [
@@ -60,8 +61,8 @@ def test_ray_blocks_are_one_batch_of_the_smallest_batch_size():
 ])
 def test_actor_pool_resources_are_checked_before_any_model_loads(pool_size, num_gpus, per_engine, message):
     with pytest.raises(ValueError, match=message):
-        dj_adapter.check_ray_actor_resources("op", pool_size, num_gpus, per_engine)
-    dj_adapter.check_ray_actor_resources("op", [1, 4], None)  # a CPU pool: nothing to check
+        executor.check_ray_actor_resources("op", pool_size, num_gpus, per_engine)
+    executor.check_ray_actor_resources("op", [1, 4], None)  # a CPU pool: nothing to check
 
 
 def test_a_setting_of_an_earlier_entry_of_the_same_operator_is_not_passed_on(tmp_path):
@@ -83,12 +84,12 @@ def test_a_setting_of_an_earlier_entry_of_the_same_operator_is_not_passed_on(tmp
     cfg = init_configs(["--config", str(path)])
     built = [entry["trajval_endpoint_reward_mapper"] for entry in cfg.process]
     assert built[1]["output_key"] == "short"  # the merge this undoes (remove the adapter's fix once it is gone)
-    restored = dj_adapter.restore_unset_settings(cfg, argv=[])
+    restored = config_merge.restore_unset_settings(cfg, argv=[])
     assert restored == ["trajval_endpoint_reward_mapper[1].output_key", "trajval_endpoint_reward_mapper[1].sample_fraction",
                         "trajval_endpoint_reward_mapper[2].output_key", "trajval_endpoint_reward_mapper[2].sample_fraction"]
     assert [(b["output_key"], b["sample_fraction"], b["n"], b["seed"]) for b in built] == [
         ("short", 0.5, 4, 0), (None, 1.0, 16, 0), (None, 1.0, 16, 1)]
     # a setting on the command line is every entry's: left as it is
     cfg = init_configs(["--config", str(path)])
-    assert dj_adapter.restore_unset_settings(cfg, argv=["--trajval_endpoint_reward_mapper.output_key", "x"]) == [
+    assert config_merge.restore_unset_settings(cfg, argv=["--trajval_endpoint_reward_mapper.output_key", "x"]) == [
         "trajval_endpoint_reward_mapper[1].sample_fraction", "trajval_endpoint_reward_mapper[2].sample_fraction"]

@@ -60,7 +60,7 @@ def pass_stage(settings: Mapping[str, Any], pool_rows: int, group_sizes: Mapping
     the groups of its ``sample_group_key`` (or it has none), else ``ceil(fraction x rows)``, short
     by at most one row per group (each group rounds up), flagged ``measured_rows_exact: false``."""
     from trajval_ops.rollout.engines import DecodingConfig
-    from trajval_ops.sampled_prior import rows_to_measure
+    from trajval_ops.priors.sampled import rows_to_measure
 
     names = {f.name for f in dataclasses.fields(DecodingConfig)}
     decoding = DecodingConfig(**{k: v for k, v in settings.items() if k in names})
@@ -104,6 +104,16 @@ def recipe_stages(recipe: Mapping[str, Any], pool_rows: int, group_sizes: Mappin
     return stages
 
 
+def recipe_prior(recipe: Mapping[str, Any]):
+    """The prior the recipe's (last) learnability mapper writes, from the registry, or None."""
+    from trajval_ops.priors import prior_from_spec
+    from trajval_ops.recipe import LEARNABILITY_OP, learnability_prior_spec
+
+    scorers = [(index, settings) for index, (name, settings) in enumerate(operator_entries(recipe))
+               if name == LEARNABILITY_OP]
+    return prior_from_spec(learnability_prior_spec(scorers[-1][1], scorers[-1][0])) if scorers else None
+
+
 def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, main_epochs: float = 1.0,
                 group_sizes: Mapping[str, list[int]] | None = None) -> dict:
     """What a recipe's prior costs on a pool of ``pool_rows`` rows, before it runs.
@@ -111,17 +121,26 @@ def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, mai
     :param main_n: rollouts per prompt in the main run (the paper's 16).
     :param main_epochs: epochs of the main run, to say how many main runs the prior costs.
     :param group_sizes: the group sizes a sampled pass stratifies by (:func:`pass_stage`).
-    :return: ``{"pool_rows", "stages": [{"stage", "completions", "max_new_tokens_total", ...}],
-        "completions", "main_epochs_equivalent", "main_runs_equivalent"}``.
+    :return: ``{"pool_rows", "prior" (the spec of the prior the recipe writes, from the registry),
+        "stages": [{"stage", "completions", "max_new_tokens_total", ...; "read_by_prior": false for
+        a stage that prior does not read: a late pass or the probe of a one-pass prior}], "completions", "main_epochs_equivalent",
+        "main_runs_equivalent"}``.
     """
     if pool_rows < 1:
         raise ValueError(f"the pool has {pool_rows} rows")
     if main_n < 1 or main_epochs <= 0:
         raise ValueError(f"main_n must be >= 1 and main_epochs > 0, got {main_n} and {main_epochs}")
     stages = recipe_stages(recipe, pool_rows, group_sizes)
+    prior = recipe_prior(recipe)
+    if prior is not None:  # a stage the prior does not read is priced all the same, and said so
+        for stage in stages:
+            if stage["stage"] in ("early", "late") and stage["stage"] not in prior.passes or (
+                    stage["stage"] == "probe" and prior.one_pass):
+                stage["read_by_prior"] = False
     total = sum(stage["completions"] for stage in stages)
     epoch = pool_rows * main_n
-    return {"pool_rows": pool_rows, "stages": stages, "completions": total,
+    return {"pool_rows": pool_rows, "prior": None if prior is None else prior.spec(), "stages": stages,
+            "completions": total,
             "max_new_tokens_total": sum(stage["max_new_tokens_total"] for stage in stages),
             "main_n": main_n, "main_epochs": main_epochs,
             "main_epochs_equivalent": total / epoch, "main_runs_equivalent": total / (epoch * main_epochs)}

@@ -1,0 +1,124 @@
+"""The run's export written exactly: Data-Juicer's exporter (default executor) and Ray's dataset
+writers (Ray executor) write local JSONL and parquet through
+:func:`trajval_ops.pools.io.write_table` (atomically, every value as it was read); Data-Juicer's
+writer works row by row and straight into ``export_path``, Ray's rounds floats to 10 digits.
+Only the objects of a trajval run change."""
+
+from __future__ import annotations
+
+from loguru import logger
+
+from trajval_ops.ops.dj.error_exit import user_errors
+from trajval_ops.ops.dj.tables import dataset_table, gather_ray_table
+
+
+_EXACT_RAY_CLASSES: dict = {}
+
+
+def exact_ray_writers(dataset):
+    """Give one Ray dataset object exact ``write_json`` / ``write_parquet`` methods."""
+    base = type(dataset)
+    if getattr(base, "_trajval_exact", False) or not hasattr(base, "write_json"):
+        return dataset
+    if base not in _EXACT_RAY_CLASSES:
+
+        def write_json(self, path, **_ignored):
+            _write_ray_dataset(self, path)
+
+        def write_parquet(self, path, **_ignored):
+            _write_ray_dataset(self, path)
+
+        _EXACT_RAY_CLASSES[base] = type(base.__name__, (base,), {
+            "write_json": write_json, "write_parquet": write_parquet, "_trajval_exact": True,
+            "__doc__": base.__doc__, "__module__": base.__module__,
+        })
+    dataset.__class__ = _EXACT_RAY_CLASSES[base]
+    return dataset
+
+
+def _write_ray_dataset(dataset, path) -> None:
+    """Gather a Ray dataset on the driver in order and write it as one file at ``path`` (the
+    exporter made ``path`` a folder for Ray's shards; an empty one is replaced by the file).
+    The operators' end-of-run checks (``TableMapper.finish_pool``) see the table first."""
+    import os
+
+    from trajval_ops.pools.io import write_table
+
+    if os.path.isdir(path) and not os.listdir(path):
+        os.rmdir(path)  # first: a user error below ends the process, which must leave no export behind
+    with user_errors():
+        table = gather_ray_table(dataset)
+        for finish in getattr(dataset, "_trajval_finishers", ()):
+            finish(table)  # raises for a run that must not be written
+    write_table(table, path)
+    logger.info(f"trajval_ops: wrote {table.num_rows} rows to {path}")
+
+
+_EXACT_SUFFIXES = ("jsonl", "parquet")
+
+
+def _exporter_class():
+    from data_juicer.core.exporter import Exporter
+    from data_juicer.utils.constant import Fields, HashKeys
+
+    class TrajvalExporter(Exporter):
+        """Data-Juicer's exporter, writing local JSONL and parquet through
+        :func:`trajval_ops.pools.io.write_table` (atomic, values as read)."""
+
+        def _exact(self, export_path, suffix) -> bool:
+            from urllib.parse import urlparse
+
+            return (suffix in _EXACT_SUFFIXES and self.export_shard_size <= 0
+                    and not getattr(self, "encrypt_before_export", False)
+                    and urlparse(str(export_path)).scheme in ("", "file"))
+
+        def _export_impl(self, dataset, export_path, suffix, export_stats=True):
+            if not self._exact(export_path, suffix):
+                return super()._export_impl(dataset, export_path, suffix, export_stats)
+            if export_stats:  # Data-Juicer's stats side file, if any; not the data
+                export_ds, self.export_ds = self.export_ds, False
+                try:
+                    super()._export_impl(dataset, export_path, suffix, export_stats)
+                finally:
+                    self.export_ds = export_ds
+            if not self.export_ds:
+                return
+            drop = set()
+            if not self.keep_stats_in_res_ds:
+                drop |= {Fields.stats, Fields.meta}
+            if not self.keep_hashes_in_res_ds:
+                drop |= {HashKeys.hash, HashKeys.minhash, HashKeys.simhash, HashKeys.imagehash, HashKeys.videohash}
+            from trajval_ops.pools.io import write_table
+
+            table = dataset_table(dataset)
+            table = table.drop_columns([name for name in table.column_names if name in drop])
+            write_table(table, export_path)
+            logger.info(f"trajval_ops: wrote {table.num_rows} rows to {export_path}")
+
+    return TrajvalExporter
+
+
+_TRAJVAL_EXPORTER = None
+
+
+def adopt_exporter(exporter) -> None:
+    """Make this run's Data-Juicer exporter write through :func:`trajval_ops.pools.io.write_table`
+    (only this exporter object changes; other exporters keep Data-Juicer's writer)."""
+    global _TRAJVAL_EXPORTER
+    if exporter is None:
+        return
+    from data_juicer.core.exporter import Exporter
+
+    if _TRAJVAL_EXPORTER is None:
+        _TRAJVAL_EXPORTER = _exporter_class()
+    if type(exporter) is Exporter:
+        exporter.__class__ = _TRAJVAL_EXPORTER
+
+
+def start_run(exporter) -> None:
+    """What every trajval operator does first in ``run``: adopt the run's exporter, and start the
+    guardian that ends this process's descendants if it is killed (:mod:`trajval_ops.lifetime`)."""
+    from trajval_ops.lifetime import guard_descendants
+
+    adopt_exporter(exporter)
+    guard_descendants()

