@@ -139,3 +139,56 @@ def test_docs_list_the_settings_as_declared():
         "docs/probe.md's settings table differs from ProbeConfig; regenerate it with "
         "python -c 'from trajval_ops import settings; from trajval_ops.probe.config import ProbeConfig; "
         "print(settings.markdown_table(ProbeConfig))'")
+
+
+def test_probe_generation_is_a_setting_and_a_gpu_without_vllm_uses_transformers(monkeypatch):
+    """Issue 37, item 2: ``generation: auto | vllm | transformers``. A GPU without vLLM trains with
+    TRL's transformers generation (it failed inside TRL), the reason said; ``vllm`` without vLLM,
+    or on CPU, is refused naming the setting before any model loads; the default stays out of the
+    probe's identity, so finished probes keep their hash."""
+    from trajval_ops.probe import config as probe_config
+    from trajval_ops.probe.config import grpo_arguments, resolve_generation
+
+    monkeypatch.setattr(probe_config, "vllm_importable", lambda: False)
+    assert resolve_generation("auto", "cuda") == ("transformers", "generation: auto on a GPU without vLLM installed "
+                                                  "(pip install vllm for faster rollouts)")
+    assert not grpo_arguments(ProbeConfig(), "out", "cuda")["use_vllm"]
+    assert not grpo_arguments(ProbeConfig(generation="transformers"), "out", "cuda")["use_vllm"]
+    assert resolve_generation("auto", "cpu")[0] == "transformers"
+    with pytest.raises(ValueError, match=r"generation: vllm, but vLLM is not installed .*\(pip install vllm"):
+        ProbeConfig(generation="vllm")
+    with pytest.raises(ValueError, match=r"generation: vllm runs TRL's vLLM integration, which needs a GPU"):
+        ProbeConfig(generation="vllm", device="cpu")
+    monkeypatch.setattr(probe_config, "vllm_importable", lambda: True)
+    assert resolve_generation("auto", "cuda")[0] == "vllm" and grpo_arguments(ProbeConfig(), "out", "cuda")["use_vllm"]
+    with pytest.raises(RuntimeError, match="needs a GPU, and torch sees none"):
+        resolve_generation("vllm", "cpu")
+    assert "generation" not in ProbeConfig().identity()
+    assert ProbeConfig(generation="transformers").identity()["generation"] == "transformers"
+
+
+def test_the_probe_operator_refuses_vllm_generation_without_vllm(monkeypatch, tmp_path):
+    from trajval_ops.ops.probe_trainer import TrajvalProbeTrainer
+    from trajval_ops.probe import config as probe_config
+
+    monkeypatch.setattr(probe_config, "vllm_importable", lambda: False)
+    # built before anything runs; under dj-process a setting error is one block, exit 2
+    with pytest.raises(ValueError, match="generation: vllm, but vLLM is not installed"):
+        TrajvalProbeTrainer(output_dir=str(tmp_path), generation="vllm")
+
+
+def test_a_non_finite_loss_or_gradient_stops_the_run_naming_step_precision_and_remedy():
+    """Issue 37, item 1: the guard both the probe and trajval validate's units train with."""
+    from types import SimpleNamespace
+
+    from trajval_ops.errors import TrainingDiverged
+    from trajval_ops.probe.progress import NonFiniteGuard
+
+    guard = NonFiniteGuard("probe", "bf16", 1e-5)
+    state = SimpleNamespace(global_step=3)
+    guard.on_log(None, state, None, logs={"loss": 0.5, "grad_norm": 0.2, "reward": 0.1})  # finite: nothing
+    with pytest.raises(TrainingDiverged, match=r"probe: step 3: grad_norm is nan \(precision bf16, learning rate "
+                                               r"1e-05\); .* Remedy: precision: fp32"):
+        guard.on_log(None, state, None, logs={"loss": 0.5, "grad_norm": float("nan")})
+    with pytest.raises(TrainingDiverged, match="loss is inf .* Remedy: a lower learning_rate"):
+        NonFiniteGuard("probe", "fp32", 1e-5).on_log(None, state, None, logs={"loss": float("inf")})

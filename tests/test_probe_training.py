@@ -254,3 +254,24 @@ def test_probe_trains_in_bf16_weights_on_cpu(tmp_path):
     assert late.dtype == torch.bfloat16
     base = AutoModelForCausalLM.from_pretrained(manifest["base_model"], dtype=torch.bfloat16)
     assert max((a - b).abs().max().item() for a, b in zip(late.parameters(), base.parameters())) > 0
+
+
+def test_a_poisoned_step_stops_the_probe_before_a_nan_checkpoint(tmp_path):
+    """Issue 37, item 1: a step whose gradient goes non-finite (a poisoned batch: a hook turns one
+    parameter's gradient to NaN in the second step) stops the probe at that step with the error
+    naming it, before the next generation would sample from NaN weights; no checkpoint is written."""
+    from transformers import TrainerCallback
+
+    from trajval_ops.errors import TrainingDiverged
+
+    class Poison(TrainerCallback):
+        def on_step_begin(self, args, state, control, model=None, **kwargs):
+            if state.global_step == 1:
+                next(model.parameters()).register_hook(lambda grad: grad * float("nan"))
+
+    rows = pool(4)
+    out = tmp_path / "probe"
+    with pytest.raises(TrainingDiverged, match=r"probe: step 2: (loss|grad_norm) is nan \(precision fp32"):
+        run_probe(rows, [r["id"] for r in rows], tiny_config(epochs=1), out, show_progress=False,
+                  extra_callbacks=[Poison()])
+    assert not list(out.glob("checkpoint-*")) and not list(out.glob("epoch-*"))

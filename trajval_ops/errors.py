@@ -7,5 +7,11 @@ class TrajvalInputError(ValueError):
     """Bad input data or settings: the message names the row and the field (or the path)."""
 
 
+class TrainingDiverged(TrajvalInputError):
+    """A GRPO run's loss or gradient norm went non-finite: stopped at that step, before a
+    checkpoint of it was written; the message names the step, the precision and the remedy (a
+    setting to change)."""
+
+
 class InputOverwriteError(TrajvalInputError):
     """An output path that would replace (or join) an input of the same run."""

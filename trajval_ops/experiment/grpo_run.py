@@ -70,7 +70,12 @@ def run(spec: dict[str, Any]) -> dict:
         weights = [float(row[weight_column]) for row in rows]
     dataset = dataset.add_column(weight_column, weights)
     online = _online_scheduler(spec, rows)
-    callbacks = _evaluation_callbacks(spec)
+    from trajval_ops.probe.config import resolve_precision
+    from trajval_ops.probe.progress import NonFiniteGuard
+
+    guard = NonFiniteGuard(f"grpo_run {spec.get('name', out.name)}", resolve_precision(config.precision, "cpu"),
+                           config.learning_rate)
+    callbacks = [guard, *_evaluation_callbacks(spec)]
     args = grpo_arguments(config, str(out / "trainer"), "cpu", show_progress=False)
     args.update(max_steps=int(spec["steps"]), num_train_epochs=1, save_strategy="no", logging_steps=1)
     verifier = build_verifier(spec["verifier"], **spec["verifier_options"])

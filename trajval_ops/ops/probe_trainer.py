@@ -81,6 +81,7 @@ class TrajvalProbeTrainer(Pipeline):
         keep_epochs: Optional[List[int]] = None,
         device: str = _DEFAULTS.device,
         gradient_checkpointing: Optional[bool] = None,
+        generation: str = _DEFAULTS.generation,
         precision: str = _DEFAULTS.precision,
         use_lora: bool = _DEFAULTS.use_lora,
         lora_r: int = _DEFAULTS.lora_r,

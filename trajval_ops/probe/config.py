@@ -18,6 +18,17 @@ from typing import Any
 from trajval_ops.settings import check_settings, setting
 
 
+#: How the probe's GRPO samples its rollouts (``generation``).
+GENERATIONS = ("auto", "vllm", "transformers")
+
+
+def vllm_importable() -> bool:
+    """Whether vLLM is installed (found without importing it: importing starts its machinery)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
 #: Settings that say how the probe is run, not what it is (declared with ``execution=True``): left
 #: out of the identity hash, so an interrupted run may resume with another process count (the
 #: global batch, and so every optimizer step's prompts, is the same; only the rollouts' random
@@ -76,6 +87,10 @@ class ProbeConfig:
     device: str = setting("auto", "``auto`` (GPU with vLLM generation when torch sees one, else CPU with "
                           "transformers generation), ``cpu`` or ``cuda``.", choices=("auto", "cpu", "cuda"))
     gradient_checkpointing: bool | None = setting(None, "gradient checkpointing; None: on for GPU, off for CPU.")
+    generation: str = setting("auto", "how the probe's GRPO samples its rollouts: ``auto`` (vLLM on a GPU when it "
+                              "imports, else TRL's transformers generation, the reason logged), ``vllm`` (TRL's "
+                              "vLLM integration; a GPU and vLLM installed) or ``transformers`` (any device).",
+                              choices=GENERATIONS, hashed_at_default=False)
     precision: str = setting("auto", "weights and mixed precision of the probe: ``auto`` (bf16 on a GPU, fp32 on "
                              "CPU), ``bf16`` (bf16 weights and autocast, also on CPU) or ``fp32``.",
                              choices=("auto", "bf16", "fp32"), hashed_at_default=False)
@@ -131,6 +146,12 @@ class ProbeConfig:
         bad = [e for e in self.keep_epochs if not 0 <= e <= self.epochs]
         if bad:
             raise ValueError(f"keep_epochs {bad} outside 0..{self.epochs}")
+        if self.generation == "vllm" and self.device == "cpu":
+            raise ValueError("generation: vllm runs TRL's vLLM integration, which needs a GPU (device: cpu); use "
+                             "generation: transformers or auto")
+        if self.generation == "vllm" and not vllm_importable():
+            raise ValueError("generation: vllm, but vLLM is not installed in this environment: install it (pip "
+                             "install vllm, on a GPU machine) or set generation: transformers (or auto)")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "ProbeConfig":
@@ -192,6 +213,24 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
+def resolve_generation(generation: str, device: str) -> tuple[str, str]:
+    """``(engine, reason)``: the engine the probe's GRPO generates with (``vllm`` or
+    ``transformers``) and why, for the log and the manifest."""
+    if generation == "transformers":
+        return "transformers", "generation: transformers"
+    if generation == "vllm":
+        if device != "cuda":
+            raise RuntimeError("generation: vllm needs a GPU, and torch sees none (device auto resolved to cpu); set "
+                               "generation: transformers or auto")
+        return "vllm", "generation: vllm"
+    if device != "cuda":
+        return "transformers", "generation: auto on CPU (TRL's vLLM integration needs a GPU)"
+    if not vllm_importable():
+        return "transformers", ("generation: auto on a GPU without vLLM installed (pip install vllm for faster "
+                                "rollouts)")
+    return "vllm", "generation: auto on a GPU with vLLM installed"
+
+
 def resolve_precision(precision: str, device: str) -> str:
     """``bf16`` or ``fp32``: ``auto`` is bf16 on a GPU and fp32 on CPU (bf16 autocast gave no
     training gain on CPU and costs precision)."""
@@ -212,13 +251,16 @@ def grpo_arguments(config: ProbeConfig, output_dir: str, device: str, show_progr
 
     CPU: transformers generation, fp32 unless ``precision: bf16`` (``bf16`` gave no training gain
     on CPU and TRL defaults to it), no gradient checkpointing unless asked (TRL turns it on by
-    default; it only costs time for small models). GPU: vLLM generation through TRL's integration, bf16, checkpointing on.
+    default; it only costs time for small models). GPU: bf16 and checkpointing on, and the
+    generation ``generation`` resolves to (:func:`resolve_generation`: vLLM through TRL's
+    integration where it is installed, else TRL's transformers generation).
     One optimizer step per generation batch (``steps_per_generation`` = accumulation steps).
     Several processes: TRL's ``generation_batch_size`` is global and ``per_device_train_batch_size``
     per process, so each process accumulates ``gradient_accumulation_steps`` micro-batches and the
     global batch stays ``prompts_per_batch x num_generations``; gloo is the backend on CPU.
     """
     on_gpu = device == "cuda"
+    use_vllm = resolve_generation(config.generation, device)[0] == "vllm"
     checkpointing = config.gradient_checkpointing if config.gradient_checkpointing is not None else on_gpu
     bf16 = resolve_precision(config.precision, device) == "bf16"
     args: dict[str, Any] = dict(
@@ -249,12 +291,12 @@ def grpo_arguments(config: ProbeConfig, output_dir: str, device: str, show_progr
         gradient_checkpointing=checkpointing,
         use_cpu=not on_gpu,
         bf16=bf16,
-        use_vllm=on_gpu,
+        use_vllm=use_vllm,
         dataloader_num_workers=0,
     )
     if config.num_processes > 1 and not on_gpu:
         args["ddp_backend"] = "gloo"
-    if on_gpu:
+    if use_vllm:
         args.update(
             vllm_mode=config.vllm_mode,
             vllm_gpu_memory_utilization=config.vllm_gpu_memory_utilization,

@@ -113,6 +113,35 @@ class ProbeProgress(TrainerCallback):
         self.manifest["cost"] = training_cost(log_history, per_step, self.manifest["wall_time_s"])
 
 
+class NonFiniteGuard(TrainerCallback):
+    """Stops a GRPO run at the first step whose logged loss or gradient norm is not finite, with
+    an error naming the step, the precision and the remedy. Logging comes before saving within a
+    step, so no checkpoint of that step is written (a NaN model would otherwise be saved and carry
+    on into generation, which dies later on a device-side assert).
+
+    :param what: the run's name in the message (``probe``, a validation unit).
+    :param precision: the resolved precision (``bf16`` / ``fp32``), named in the message.
+    """
+
+    WATCHED = ("loss", "grad_norm")
+
+    def __init__(self, what: str, precision: str, learning_rate: float):
+        self.what, self.precision, self.learning_rate = what, precision, learning_rate
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key in self.WATCHED:
+            value = (logs or {}).get(key)
+            if value is not None and not math.isfinite(float(value)):
+                from trajval_ops.errors import TrainingDiverged
+
+                remedy = ("precision: fp32 (bf16 weights went non-finite for SmolLM2-135M-Instruct on a GPU)"
+                          if self.precision == "bf16" else "a lower learning_rate or max_grad_norm")
+                raise TrainingDiverged(
+                    f"{self.what}: step {state.global_step}: {key} is {value} (precision {self.precision}, learning "
+                    f"rate {self.learning_rate:g}); training stopped before a checkpoint of this step was written. "
+                    f"Remedy: {remedy}")
+
+
 def quiet_trainer(trainer) -> None:
     """Remove the transformers printers that write every log dictionary (TRL logs each step):
     :class:`ProbeProgress` says what a reader needs."""

@@ -19,7 +19,7 @@ from trajval_ops.probe.checkpoints import (
     MERGED_DIR, base_entry, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints,
 )
 from trajval_ops.probe.config import (
-    EXECUTION_SETTINGS, ProbeConfig, grpo_arguments, lora_config, resolve_device, torch_dtype,
+    EXECUTION_SETTINGS, ProbeConfig, grpo_arguments, lora_config, resolve_device, resolve_generation, torch_dtype,
 )
 from trajval_ops.probe.manifest import (
     FORMAT,
@@ -63,6 +63,8 @@ def run_probe(
     output_dir = Path(output_dir).resolve()
     examples, steps_per_epoch, previous = _check_probe_inputs(rows, probe_ids, config, output_dir)
     device = resolve_device(config.device)
+    engine, reason = resolve_generation(config.generation, device)  # before any model loads
+    logger.info(f"probe: generation with {engine} ({reason})")
     identity = {"config": config.identity(), "probe_ids": list(probe_ids), "device": device,
                 "trl": library_versions()["trl"]}
     digest = config_hash(identity)
@@ -81,11 +83,13 @@ def run_probe(
     main = args.process_index == 0
     manifest = _start_manifest(config, probe_ids, base_model, digest, device, steps_per_epoch, previous)
     resume = _prepare_resume(output_dir, config, manifest, base_model, args)
-    from trajval_ops.probe.progress import ProbeProgress, quiet_trainer
+    from trajval_ops.probe.config import resolve_precision
+    from trajval_ops.probe.progress import NonFiniteGuard, ProbeProgress, quiet_trainer
 
     progress = ProbeProgress(config, output_dir, base_model, steps_per_epoch, manifest, show_progress)
+    guard = NonFiniteGuard("probe", resolve_precision(config.precision, device), config.learning_rate)
     trainer = _grpo_trainer(config, args, base_model, device, tokenizer, dataset, manifest,
-                            [progress, *extra_callbacks])
+                            [guard, progress, *extra_callbacks])
     quiet_trainer(trainer)
     if main:
         logger.info(
@@ -137,7 +141,7 @@ def _start_manifest(config: ProbeConfig, probe_ids, base_model: Path, digest: st
         "config": config.to_dict(),
         "config_hash": digest,
         "device": device,
-        "generation_engine": "vllm" if device == "cuda" else "transformers",
+        "generation_engine": resolve_generation(config.generation, device)[0],
         "versions": library_versions(),
         "steps_per_epoch": steps_per_epoch,
         "checkpoints": [base_entry(base_model)],
