@@ -399,3 +399,32 @@ def test_dynamic_arms_are_read_against_completions_within_and_across_sampling_mo
         (0.1 + at_64 + at_128) / 3 - (0.1 + 0.2 + 0.3) / 3)
     low, high = dynamic["auc_completions_minus_standard_uniform_ci95"]
     assert low <= dynamic["auc_completions_minus_standard_uniform"] <= high
+
+
+def test_a_dry_run_prices_every_unit_by_hand_and_writes_nothing(tmp_path, capsys):
+    """Issue 37, item 6: `trajval validate --dry-run` lists the units the protocol would start with
+    their completions and token bounds, and the generation time at a rate; nothing is written."""
+    from trajval_ops.experiment import protocol
+    from trajval_ops.experiment.dry_run import dry_run
+
+    config = load_config(SMOKE)
+    report = dry_run(config, rate=100.0)
+    units = {unit["unit"]: unit for unit in report["units"]}
+    batch = 8 * 4  # prompts_per_batch x num_generations
+    # oracle: 4 steps; evaluations at steps 0, 2, 4 of the 96 pool tasks, n = 2
+    assert units["oracle/context-a"]["training_completions"] == 4 * batch
+    assert units["oracle/context-a"]["evaluation_completions"] == 3 * 2 * 96
+    # probe: P = 0.2 x 96 -> 20 rows, 2 steps of 8 per epoch, 2 epochs; passes: early, late, epoch 1, adaptive
+    # late (n = 4 each), and the sampled prior's short pass (n = 4)
+    assert units["probe"]["training_completions"] == 2 * 2 * batch
+    assert units["probe"]["evaluation_completions"] == 4 * 4 * 96 + 4 * 96 and units["probe"]["completions_are_a_bound"]
+    # an arm: 4 steps; held-out evaluations at 0, 2, 4 of 64 tasks, n = 2; dynamic: 3 rounds at most
+    assert units["arms/uniform/seed-0"]["training_completions"] == 4 * batch
+    assert units["arms/uniform/seed-0"]["evaluation_completions"] == 3 * 2 * 64
+    assert units["arms/uniform+dynamic/seed-1"]["training_completions"] == 3 * 4 * batch
+    assert len(units) == 2 + 1 + 11 * 2 * 2 and report["max_new_tokens"] == report["completions"] * 8
+    assert report["generation_wall_time_s"] == pytest.approx(report["completions"] / 100 / 2)
+    out = tmp_path / "never"
+    assert protocol.main(["--config", str(SMOKE), "--out", str(out), "--dry-run", "--rate", "100"]) == 0
+    assert "47 units; at 100 completions/s per worker (given)" in capsys.readouterr().out and not out.exists()
+    assert protocol.main(["--config", str(SMOKE), "--dry-run", "--rate", "nan"]) == 2

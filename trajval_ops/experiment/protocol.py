@@ -446,20 +446,43 @@ def main(argv: list[str] | None = None, *, prog: str = "trajval validate") -> in
     parser = argparse.ArgumentParser(
         prog=prog, description="Measure TrajVal's claims end to end in one regime (docs/validation.md).")
     parser.add_argument("--config", required=True, help="validation config (e.g. recipes/validation/full.yaml)")
-    parser.add_argument("--out", required=True, type=Path, help="output folder (resumable)")
+    parser.add_argument("--out", type=Path, help="output folder (resumable; required unless --dry-run)")
     parser.add_argument("--seed", type=int, default=None, help="override the config's base seed")
     parser.add_argument("--split-seed", type=int, default=None,
                         help="override tasks.seed: the same protocol on another split of the generated regime")
     parser.add_argument("--reuse-from", type=Path, default=None, metavar="RUN",
                         help="another validation run on the same data: its finished oracle and arm units whose "
                              "settings (and prior weights) equal this run's are copied instead of trained")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list the units, their completions and token bounds and the generation time at a "
+                             "rate, and stop (nothing is written)")
+    parser.add_argument("--rate", type=float, default=None, metavar="COMPLETIONS_PER_S",
+                        help="with --dry-run: a worker's generation rate (default: measured on this machine)")
+    parser.add_argument("--json", action="store_true", help="with --dry-run: print one JSON object")
     args = parser.parse_args(argv)
+    if not args.dry_run and args.out is None:
+        parser.error("--out is required (unless --dry-run)")
     try:
         config = load_config(args.config, seed=args.seed, split_seed=args.split_seed)
+        if args.dry_run:
+            return _dry_run(config, args)
         run_protocol(config, args.out, reuse_from=args.reuse_from)
     except ConfigError as exc:
         print(f"validate: error: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _dry_run(config: ValidationConfig, args) -> int:
+    from trajval_ops.experiment.dry_run import dry_run, print_dry_run
+
+    if args.rate is not None and not (math.isfinite(args.rate) and args.rate > 0):
+        raise ConfigError(f"--rate {args.rate} must be a positive number of completions per second")
+    report = dry_run(config, args.rate)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print_dry_run(report)
     return 0
 
 

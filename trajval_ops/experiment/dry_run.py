@@ -1,0 +1,118 @@
+"""What a validation run will cost, before it runs (``trajval validate --dry-run``): every unit
+the protocol would start, the completions it generates (training rollouts and evaluation
+samples) and their bound of generated tokens (every completion at its length limit), and the
+wall time those completions take at a generation rate (measured here on the config's model, or
+given). Nothing is written.
+
+The counts follow the protocol's units (:mod:`trajval_ops.experiment.protocol`): an oracle run
+per context (``oracle.steps`` GRPO steps, an evaluation of every pool task at step 0 and every
+``oracle.every_steps``), the probe unit (the probe's GRPO epochs over P, then every endpoint
+pass over the pool), and an arm run per arm, sampling mode and seed (``training.steps`` steps,
+held-out evaluations); a dynamic-sampling arm is bounded by ``max_generation_rounds`` rounds a
+step.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from trajval_ops.experiment.priors import SAMPLED_SHORT_N
+from trajval_ops.experiment.validation_config import ValidationConfig
+
+
+def data_sizes(config: ValidationConfig) -> dict[str, int]:
+    """Rows of each split the protocol trains or evaluates on."""
+    if config.tasks is not None:
+        t = config.tasks
+        return {"context-a": t.pool_size, "context-b": t.pool_size, "heldout": t.heldout_size}
+    from trajval_ops.pools.io import count_rows
+
+    sizes = {"context-a": count_rows(config.data.pool), "heldout": count_rows(config.data.heldout)}
+    if config.data.context_b:
+        sizes["context-b"] = count_rows(config.data.context_b)
+    return sizes
+
+
+def _evaluations(steps: int, every: int) -> int:
+    return steps // every + 1  # step 0 and every ``every`` steps (as results.py counts the oracle's)
+
+
+def unit_costs(config: ValidationConfig) -> list[dict[str, Any]]:
+    """Every unit with its training and evaluation completions (dynamic sampling: the bound)."""
+    from trajval_ops.probe.probe_set import probe_size_for
+
+    sizes, g = data_sizes(config), config.grpo
+    batch, tokens = g.prompts_per_batch * g.num_generations, g.max_completion_length
+    units = []
+
+    def add(name: str, training: int, evaluation: int, bound: bool = False) -> None:
+        completions = training + evaluation
+        units.append({"unit": name, "training_completions": training, "evaluation_completions": evaluation,
+                      "completions": completions, "max_new_tokens": completions * tokens,
+                      "completions_are_a_bound": bound})
+
+    oracle = config.oracle
+    for context in ("context-a", "context-b"):
+        if sizes.get(context):
+            add(f"oracle/{context}", oracle.steps * batch,
+                _evaluations(oracle.steps, oracle.every_steps) * oracle.n * sizes[context])
+    probe, pool = config.probe, sizes["context-a"]
+    probe_rows = probe_size_for(pool, None, probe.probe_fraction)
+    passes = 2 * probe.window_k + len(probe.stability_epochs) + int(probe.adaptive_late)
+    short = SAMPLED_SHORT_N * pool if "trajval_sampled" in config.training.arms else 0
+    add("probe", probe.epochs * (probe_rows // g.prompts_per_batch) * batch, passes * probe.n * pool + short,
+        bound=probe.adaptive_late)
+    evaluation = _evaluations(config.training.steps, config.evaluation.every_steps) * config.evaluation.n
+    for name, _, mode in config.training_runs():
+        rounds = config.training.max_generation_rounds if mode == "dynamic" else 1
+        for seed in config.training_seeds():
+            add(f"arms/{name}/seed-{seed}", config.training.steps * batch * rounds, evaluation * sizes["heldout"],
+                bound=mode == "dynamic")
+    return units
+
+
+def measured_rate(config: ValidationConfig, prompts: int = 64, seconds: float = 5.0) -> float:
+    """Completions per second of the config's model generating this regime's completions (the
+    transformers engine with one worker's ``threads_per_worker``), timed over at least ``seconds``."""
+    from trajval_ops.models import resolve_model
+    from trajval_ops.rollout.engines import DecodingConfig
+    from trajval_ops.rollout.prompts import render_prompt
+    from trajval_ops.rollout.session import EngineSession
+
+    g = config.grpo
+    decoding = DecodingConfig(n=g.num_generations, max_new_tokens=g.max_completion_length, seed=config.seed)
+    with EngineSession("transformers", resolve_model(config.model), torch_threads=config.threads_per_worker) as session:
+        text = [render_prompt(session.tokenizer, [{"role": "user", "content": f"{i} + {i}"}]) for i in range(prompts)]
+        session.generate(text[:4], decoding)  # warm-up
+        done, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            done += sum(len(c) for c in session.generate(text, decoding))
+        return done / (time.perf_counter() - start)
+
+
+def dry_run(config: ValidationConfig, rate: float | None = None) -> dict[str, Any]:
+    """The units, their totals, and the wall time at ``rate`` completions/s per worker (measured
+    when None), ``workers`` units side by side."""
+    units = unit_costs(config)
+    measured = rate is None
+    rate = measured_rate(config) if measured else float(rate)
+    completions = sum(unit["completions"] for unit in units)
+    return {"units": units, "completions": completions,
+            "max_new_tokens": sum(unit["max_new_tokens"] for unit in units),
+            "rate_completions_per_s": rate, "rate_source": "measured on this machine" if measured else "given",
+            "workers": config.workers,
+            "generation_wall_time_s": completions / rate / max(1, config.workers)}
+
+
+def print_dry_run(report: dict[str, Any]) -> None:
+    print(f"{'unit':36} {'training':>12} {'evaluation':>12} {'max new tokens':>16}")
+    for unit in report["units"]:
+        flag = " (a bound)" if unit["completions_are_a_bound"] else ""
+        print(f"{unit['unit']:36} {unit['training_completions']:>12,} {unit['evaluation_completions']:>12,} "
+              f"{unit['max_new_tokens']:>16,}{flag}")
+    print(f"{'total':36} {report['completions']:>25,} completions {report['max_new_tokens']:>16,}")
+    print(f"{len(report['units'])} units; at {report['rate_completions_per_s']:,.0f} completions/s per worker "
+          f"({report['rate_source']}) and {report['workers']} worker(s): about "
+          f"{report['generation_wall_time_s'] / 60:,.1f} min of generation (training's backward passes and the "
+          f"probe's and evaluations' start-ups come on top)")
