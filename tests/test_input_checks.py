@@ -76,3 +76,30 @@ def test_integer_ids_beyond_64_bits_are_compared_exactly(tmp_path):
     pool.write_text(f'{{"id": {big + 1}}}\n{{"id": {big + 1}}}\n')
     with pytest.raises(TrajvalInputError, match=f"id field 'id' = '{big + 1}' repeats row 0"):
         check_unique_ids(read_table(pool))
+
+
+def test_a_key_with_dots_is_addressed_in_brackets_by_every_reader():
+    """Issue 35: Skywork-OR1 keeps its pass counts under keys such as
+    ``DeepSeek-R1-Distill-Qwen-1.5B``; a dotted path names such a key in quoted brackets, read
+    the same way from a row and from an Arrow table (native struct or JSON column)."""
+    import pyarrow as pa
+
+    from trajval_ops.pools.io import table_path_values
+    from trajval_ops.rows import get_path, path_parts
+
+    key = 'extra_info.model_difficulty["DeepSeek-R1-Distill-Qwen-1.5B"]'
+    assert path_parts(key) == ["extra_info", "model_difficulty", "DeepSeek-R1-Distill-Qwen-1.5B"]
+    assert path_parts("a['b.c'].d") == ["a", "b.c", "d"] and path_parts("reward_model.ground_truth") == [
+        "reward_model", "ground_truth"]
+    rows = [{"extra_info": {"model_difficulty": {"DeepSeek-R1-Distill-Qwen-1.5B": k, "DeepSeek-R1-Distill-Qwen-7B": 9}}}
+            for k in (3, 16)]
+    assert [get_path(row, key) for row in rows] == [3, 16]
+    assert table_path_values(pa.Table.from_pylist(rows), key) == [3, 16]
+    import json
+
+    as_text = [{"extra_info": json.dumps(row["extra_info"])} for row in rows]  # GURU-style JSON text
+    assert [get_path(row, key) for row in as_text] == [3, 16]
+    assert get_path({"qwen2.5_7b_pass_rate": 0.25}, "qwen2.5_7b_pass_rate") == 0.25  # a top-level key first
+    for bad in ('a["b', "a[b]", "a..b", ""):
+        with pytest.raises(ValueError, match="field path"):
+            path_parts(bad)

@@ -115,14 +115,20 @@ def test_config_defaults_are_the_paper_regime():
     assert c.early_epochs() == [0] and c.late_epochs() == [20]
 
 
-def test_grpo_arguments_cpu_and_gpu_paths():
+def test_grpo_arguments_cpu_and_gpu_paths(monkeypatch):
+    from trajval_ops.probe import config as probe_config
+
     c = ProbeConfig(prompts_per_batch=4, num_generations=8, micro_batch_size=8)
     cpu = grpo_arguments(c, "/tmp/x", "cpu")
     assert cpu["use_cpu"] and not cpu["bf16"] and not cpu["use_vllm"] and not cpu["gradient_checkpointing"]
     assert cpu["generation_batch_size"] == 32 and cpu["gradient_accumulation_steps"] == 4
     assert cpu["generation_batch_size"] % cpu["num_generations"] == 0
+    monkeypatch.setattr(probe_config, "vllm_importable", lambda: True)  # a GPU machine with vLLM
     gpu = grpo_arguments(c, "/tmp/x", "cuda")
     assert gpu["use_vllm"] and gpu["bf16"] and gpu["vllm_mode"] == "colocate" and gpu["gradient_checkpointing"]
+    monkeypatch.setattr(probe_config, "vllm_importable", lambda: False)  # ... and without: TRL's own generation
+    gpu = grpo_arguments(c, "/tmp/x", "cuda")
+    assert not gpu["use_vllm"] and "vllm_mode" not in gpu and gpu["bf16"] and gpu["gradient_checkpointing"]
     # (TRL's GRPOConfig accepting the CPU arguments is exercised by the real runs in
     # test_probe_training.py; the GPU ones need CUDA to build.)
 

@@ -16,7 +16,7 @@ import numpy as np
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.fields import ID_CANDIDATES
 from trajval_ops.pools.io import decoded_values, is_json_type, struct_path_array, table_path_values, table_row
-from trajval_ops.rows import batch_row, row_label
+from trajval_ops.rows import batch_row, path_root, row_label
 
 
 def value_problem(value: Any, lower: float = 0.0, upper: float | None = None) -> str | None:
@@ -205,7 +205,7 @@ def group_values(table, key: str, what: str, id_key: str | None = None) -> list:
 
     values = table_path_values(table, key)
     if values is None:
-        root = key.split(".")[0]
+        root = path_root(key)
         known = ""
         if root in table.column_names and root != key:
             children = sorted({child for row in table_path_values(table, root) or [] if isinstance(row, Mapping)

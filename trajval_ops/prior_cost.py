@@ -64,7 +64,11 @@ def pass_stage(settings: Mapping[str, Any], pool_rows: int, group_sizes: Mapping
 
     names = {f.name for f in dataclasses.fields(DecodingConfig)}
     decoding = DecodingConfig(**{k: v for k, v in settings.items() if k in names})
-    reused = settings.get("reuse_key") is not None
+    from trajval_ops.rollout.endpoint_pass import ReuseSettings
+
+    names = {f.name for f in dataclasses.fields(ReuseSettings)}
+    reuse = ReuseSettings(**{k: v for k, v in settings.items() if k in names}).settings()
+    reused = reuse is not None
     per_row = 0 if reused else (1 if decoding.temperature == 0 else decoding.n)
     window = settings.get("window")
     output_key = fields.endpoint_output_key(window, settings.get("window_index"), settings.get("output_key"))
@@ -77,6 +81,8 @@ def pass_stage(settings: Mapping[str, Any], pool_rows: int, group_sizes: Mapping
                     else rows_to_measure(fraction, pool_rows))
     stage = {"stage": window or "extra", "output_key": output_key, "completions": per_row * measured,
              "max_new_tokens_total": per_row * measured * decoding.max_new_tokens, "reused": reused}
+    if reused:  # which model and n the pool's pass came from (a k/n string's n is read from the pool)
+        stage["reused_from"] = {"field": reuse["key"], "form": reuse["form"], "model": reuse["model"], "n": reuse["n"]}
     if fraction < 1:
         stage.update(sample_fraction=fraction, measured_rows=measured, measured_rows_exact=exact)
     return stage
@@ -278,7 +284,21 @@ def _run_from_record(provenance: Mapping[str, Any], members: list[Mapping[str, A
             stages["probe"]["wall_time_s"] = probe["wall_time_s"]
     return {"rows": len(members), "prior": provenance.get("score"), "source": "record",
             "completions": int(recorded.get("completions", 0)),
-            "generated_tokens": int(recorded.get("generated_tokens", 0)), "stages": stages}
+            "generated_tokens": int(recorded.get("generated_tokens", 0)), "stages": stages,
+            "reused_passes": _reused_passes(provenance, members[0])}
+
+
+def _reused_passes(provenance: Mapping[str, Any], row: Mapping[str, Any]) -> dict:
+    """The passes a run read from the pool instead of sampling: their field, form, and the model
+    and n behind them (0 completions each)."""
+    from trajval_ops.rows import get_path
+
+    passes = {}
+    for key in list(provenance.get("r_early_source") or []) + list(provenance.get("r_late_source") or []):
+        source = get_path(row, f"{key}_provenance", None)
+        if isinstance(source, Mapping) and source.get("source") == "pool_field":
+            passes[key] = {name: source.get(name) for name in ("field", "form", "model", "n")}
+    return passes
 
 
 def _pass_sources(provenance) -> tuple[list[str], list[str] | None]:

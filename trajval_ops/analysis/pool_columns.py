@@ -17,7 +17,7 @@ from trajval_ops import core, fields
 from trajval_ops.atomic import atomic_open
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.input_checks import float_column
-from trajval_ops.rows import get_path, row_label
+from trajval_ops.rows import get_path, path_root, row_label
 
 #: Default field of a dense trajectory row: the list of per-checkpoint accuracies.
 TRAJECTORY_KEY = "accuracies"
@@ -32,7 +32,7 @@ def write_figure_atomic(path: str | os.PathLike, figure) -> Path:
 
 def _id_columns(rows: Sequence[Mapping], id_key: str | None) -> dict[str, list]:
     keys = (id_key,) if id_key else fields.ID_CANDIDATES
-    top_level = {key.split(".")[0] for key in keys}
+    top_level = {path_root(key) for key in keys}
     return {key: [row.get(key) for row in rows] for key in top_level}
 
 

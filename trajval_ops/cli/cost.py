@@ -109,7 +109,12 @@ def _print_estimate(report: dict) -> None:
     print(f"{'stage':8} {'field':24} {'completions':>14} {'max new tokens':>18}")
     for stage in report["stages"]:
         field = stage.get("output_key", f"|P| = {stage.get('probe_rows')}, {stage.get('steps')} steps")
-        note = " (read from the pool)" if stage.get("reused") else ""
+        note = ""
+        if stage.get("reused"):
+            source = stage["reused_from"]
+            note = (f" (read from the pool's {source['field']}, {source['form']}"
+                    + (f", {source['model']}" if source["model"] else "")
+                    + (f", n = {source['n']}" if source["n"] else "") + ")")
         if "sample_fraction" in stage:
             note += (f" (sampled: {stage['measured_rows']:,} rows" if stage["measured_rows_exact"] else
                      f" (sampled at {stage['sample_fraction']:g}: about {stage['measured_rows']:,} rows, plus at most "
@@ -134,6 +139,9 @@ def _print_recorded(report: dict) -> None:
         if len(runs) > 1:
             print(f"run: {run['prior'] or 'unknown'} prior, {run['rows']:,} rows")
         print(f"  from {source}")
+        for key, source in (run.get("reused_passes") or {}).items():
+            print(f"  {key}: read from the pool's {source['field']} ({source['form'] or 'rate'}"
+                  + (f", {source['model']}" if source.get("model") else "") + f", n = {source['n']}): 0 completions")
         for name, stage in run["stages"].items():
             extra = f", {stage['wall_time_s']:.1f} s training" if "wall_time_s" in stage else ""
             unknown = (f" ({stage['rows_without_cost']} rows without a recorded cost)"

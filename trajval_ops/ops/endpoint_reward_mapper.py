@@ -91,6 +91,8 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         reuse_key: Optional[str] = _REUSE.reuse_key,
         reuse_n: Optional[int] = _REUSE.reuse_n,
         reuse_n_key: Optional[str] = _REUSE.reuse_n_key,
+        reuse_form: Optional[str] = _REUSE.reuse_form,
+        reuse_preset: Optional[str] = _REUSE.reuse_preset,
         budget: str = _BUDGET.budget,
         round_size: Optional[int] = _BUDGET.round_size,
         weight_tolerance: float = _BUDGET.weight_tolerance,

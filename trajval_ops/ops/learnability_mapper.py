@@ -11,6 +11,7 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import __version__, core, fields, settings
+from trajval_ops.rows import path_root
 from trajval_ops.priors import DEFAULT_PRIOR, PRIORS
 from trajval_ops.priors.bandpass import BandPass
 from trajval_ops.priors.base import Prior
@@ -250,7 +251,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
     def input_columns(self) -> list[str]:
         keys = self.pass_keys() + [f"{key}_status" for key in self.pass_keys()]
         ids = [self.id_key] if self.id_key else list(fields.ID_CANDIDATES)
-        return list(dict.fromkeys(keys + [key.split(".")[0] for key in ids]))
+        return list(dict.fromkeys(keys + [path_root(key) for key in ids]))
 
     #: Scored as one pool under both executors (under Ray on the gathered pool): the provenance
     #: carries the prior's total cost, and the estimators and the prediction fit on every row.

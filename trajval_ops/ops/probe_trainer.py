@@ -12,6 +12,7 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import fields, settings
+from trajval_ops.rows import path_root
 from trajval_ops.ops.dj.parameters import checked_parameters, safe_op_kwargs
 from trajval_ops.ops.dj.table_mapper import run_whole_pool
 from trajval_ops.ops.dj.tables import append_columns
@@ -140,7 +141,7 @@ class TrajvalProbeTrainer(Pipeline):
         if id_key is None:
             ids = [str(i) for i in range(table.num_rows)]
         else:
-            root = id_key.split(".")[0] if id_key not in table.column_names else id_key
+            root = path_root(id_key) if id_key not in table.column_names else id_key
             ids = unique_row_ids(table.select([root]).to_pylist(), id_key)
         positions = sample_probe_positions(ids, size, self.config.seed, self.forced_ids)
         fraction = self.probe_fraction if self.probe_fraction is not None else DEFAULT_PROBE_FRACTION

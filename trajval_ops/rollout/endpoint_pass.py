@@ -31,6 +31,7 @@ from trajval_ops.errors import TrajvalInputError
 from trajval_ops.recipe import SAMPLE_SETTINGS
 from trajval_ops.rollout.budget import BUDGETS, DEFAULT_TOLERANCE
 from trajval_ops.rollout.engines import ENGINES, DecodingConfig
+from trajval_ops.rollout.reused_pass import REUSE_FORMS, REUSE_PRESETS
 from trajval_ops.rollout.pass_rates import (
     NO_COST, STATUS_BAD_TRUTH, STATUS_NOT_SAMPLED, STATUS_OK, STATUS_TRUNCATED, PromptSettings, pass_rate,
 )
@@ -160,16 +161,38 @@ class ReuseSettings(_Checked):
     reuse_n_key: Optional[str] = setting(None, "with ``reuse_key``: the field holding each row's rollout count, which "
                                          "must be the same for the whole pool (a missing or mixed n is refused naming "
                                          "the row and the field).")
+    reuse_form: Optional[str] = setting(
+        None, "how a reused value reads as a pass rate: ``rate`` (default), ``fraction_string`` (``\"k/n\"``, k "
+        "correct of n), ``count`` (k correct of ``reuse_n``) or ``difficulty_percent`` (``100 (1 - k / reuse_n)``); "
+        "a value outside its form's range is refused naming the row and the field.", choices=(None, *REUSE_FORMS))
+    reuse_preset: Optional[str] = setting(
+        None, "a public pool's difficulty column by name (``big_math``, ``polaris``, ``skywork_1_5b``, "
+        "``skywork_7b``, ``skywork_32b``, ``guru_qwen2_5_7b``, ``guru_qwen3_30b``, ``orz``): its field, form and "
+        "the model and n behind it (docs/pools.md cites each pool's card); ``reuse_key``, ``reuse_form`` and "
+        "``reuse_n`` override it (``orz`` needs ``reuse_key``: its column's name is not published).",
+        choices=(None, *REUSE_PRESETS))
 
     def __post_init__(self):
         super().__post_init__()
-        if self.reuse_key is not None and (self.reuse_n is None) == (self.reuse_n_key is None):
-            raise ValueError(f"reuse_key {self.reuse_key!r} needs the rollouts behind its pass rates: give exactly one "
-                             "of reuse_n (one number for the pool) and reuse_n_key (a field of each row)")
+        self.settings()  # what does not go together is refused when the pass is built
 
     def settings(self) -> dict | None:
-        return None if self.reuse_key is None else {"key": self.reuse_key, "n": self.reuse_n,
-                                                    "n_key": self.reuse_n_key}
+        """The reused pass, its preset resolved: ``{"key", "n", "n_key", "form", "preset", "model"}``
+        (None: the pass samples)."""
+        preset = REUSE_PRESETS.get(self.reuse_preset)
+        key = self.reuse_key or (preset.field if preset else None)
+        if key is None:
+            if preset is not None:
+                raise ValueError(f"reuse_preset {self.reuse_preset!r}: the column's name is not published; give "
+                                 "reuse_key")
+            return None
+        form = self.reuse_form or (preset.form if preset else "rate")
+        n = self.reuse_n if self.reuse_n is not None or self.reuse_n_key else (preset.n if preset else None)
+        if form != "fraction_string" and (n is None) == (self.reuse_n_key is None):
+            raise ValueError(f"reuse_key {key!r} needs the rollouts behind its pass rates: give exactly one of reuse_n "
+                             "(one number for the pool) and reuse_n_key (a field of each row)")
+        return {"key": key, "n": n, "n_key": self.reuse_n_key, "form": form, "preset": self.reuse_preset,
+                "model": preset.model if preset else None}
 
 
 #: Every settings group of a pass, in the order the mapper lists its keys.
@@ -486,8 +509,9 @@ class EndpointPass:
         from trajval_ops.rollout.reused_pass import STATUS_REUSED, reused_pass_rates
 
         rates, n = reused_pass_rates(rows, self.reuse["key"], n=self.reuse["n"], n_key=self.reuse["n_key"],
-                                     id_key=self.id_key, first_row=first_row, what=self.what)
+                                     form=self.reuse["form"], id_key=self.id_key, first_row=first_row, what=self.what)
         provenance = {"source": "pool_field", "field": self.reuse["key"], "n": n, "n_field": self.reuse["n_key"],
+                      "form": self.reuse["form"], "preset": self.reuse["preset"], "model": self.reuse["model"],
                       "cost": NO_COST, "trajval_ops_version": __version__}
         return {
             self.output_key: rates.tolist(),
@@ -510,9 +534,12 @@ class EndpointPass:
             from trajval_ops.rollout.reused_pass import reused_pass_rates
 
             rates, n = reused_pass_rates(table_rows(table), self.reuse["key"], n=self.reuse["n"],
-                                         n_key=self.reuse["n_key"], id_key=self.id_key, what=self.what)
+                                         n_key=self.reuse["n_key"], form=self.reuse["form"], id_key=self.id_key,
+                                         what=self.what)
+            source = f"{self.reuse['model']}, " if self.reuse["model"] else ""
             logger.info(f"{self.what} [{self.output_key}]: reusing the pool's field '{self.reuse['key']}' "
-                        f"({table.num_rows} rows, n = {n}, mean pass rate {rates.mean():.3f}); nothing is sampled")
+                        f"({source}{self.reuse['form']}; {table.num_rows} rows, n = {n}, mean pass rate "
+                        f"{rates.mean():.3f}); nothing is sampled")
             return drawn
         logger.info(f"{self.what} [{self.output_key}]: start on {table.num_rows} rows: model={self.model}, "
                     f"engine={self.engine.engine}, n={self.decoding.n}, T={self.decoding.temperature}, "

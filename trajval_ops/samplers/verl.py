@@ -30,7 +30,7 @@ from trajval_ops.samplers.online import BotsScheduler, ComposedSampler, GresoSch
 from trajval_ops.samplers.torch_sampler import TrajvalSampler
 from trajval_ops.samplers.weighted import weights_from_dataset
 from trajval_ops.errors import TrajvalInputError
-from trajval_ops.rows import get_path
+from trajval_ops.rows import get_path, path_parts
 
 ONLINE_SCHEDULERS = {"greso": GresoScheduler, "bots": BotsScheduler}
 #: Where verl rows carry their task id (RLHFDataset also copies it to ``index``).
@@ -103,7 +103,7 @@ class TrajvalVerlCurriculumSampler(TrajvalVerlSampler, AbstractCurriculumSampler
         return ONLINE_SCHEDULERS[name](num_tasks)
 
     def _ids(self, column) -> list:
-        head, _, rest = self.id_key.partition(".")
+        head, *rest = path_parts(self.id_key)
         values = list(column[head]) if not rest else [get_path({head: value}, self.id_key, None) for value in column[head]]
         return [value.item() if isinstance(value, np.generic) else value for value in values]
 

@@ -79,6 +79,7 @@ from trajval_ops.samplers.online import DEFAULT_SUCCESS_THRESHOLD, BotsScheduler
 from trajval_ops.samplers.weighted import weights_from_dataset
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.input_checks import float_column
+from trajval_ops.rows import path_root
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ def _read_weights(dataframe, field: str) -> np.ndarray:
         columns = getattr(dataframe, "column_names", None) or []
         if field in columns:
             samples = {field: list(dataframe[field])}
-            for key in {candidate.split(".")[0] for candidate in ID_CANDIDATES} & set(columns):
+            for key in {path_root(candidate) for candidate in ID_CANDIDATES} & set(columns):
                 samples[key] = list(dataframe[key])
             try:
                 float_column(samples, field)  # the same check, now with the row's id in the message

@@ -16,7 +16,7 @@ from trajval_ops.fields import PROVENANCE_RECORD, PROVENANCE_REF
 from trajval_ops.provenance_records import (
     not_a_string, record_missing, register_record,
 )
-from trajval_ops.rows import get_path, row_label
+from trajval_ops.rows import get_path, path_parts, row_label
 from trajval_ops.pools.io.jsonl import LONG_DIGITS, iter_json_blocks, json_kind, may_hold_long_integer
 
 
@@ -299,7 +299,7 @@ def table_path_values(table, path: str) -> list | None:
     the same way whichever level is misspelled."""
     if path in table.column_names:
         return decoded_values(table.column(path))
-    root, _, rest = path.partition(".")
+    root, *rest = path_parts(path)
     if not rest or root not in table.column_names:
         return None
     nested = struct_path_array(table, path)
@@ -312,11 +312,11 @@ def table_path_values(table, path: str) -> list | None:
     return [None if value is absent else value for value in values]
 
 
-def _struct_lacks(arrow_type, rest: str) -> bool:
-    """Whether a native struct type has no field at the dotted path ``rest`` below it."""
+def _struct_lacks(arrow_type, rest: list[str]) -> bool:
+    """Whether a native struct type has no field at the keys ``rest`` below it."""
     import pyarrow as pa
 
-    for part in rest.split("."):
+    for part in rest:
         if not pa.types.is_struct(arrow_type) or arrow_type.get_field_index(part) < 0:
             return True
         arrow_type = arrow_type.field(part).type
@@ -330,7 +330,7 @@ def struct_path_array(table, path: str):
     row by row as :func:`~trajval_ops.rows.get_path` does)."""
     import pyarrow as pa
 
-    root, *parts = path.split(".")
+    root, *parts = path_parts(path)
     if root not in table.column_names:
         return None
     array = table.column(root).combine_chunks()
