@@ -184,8 +184,9 @@ def test_an_adaptive_late_pass_under_ray_writes_the_default_executors_bytes(tmp_
                                  **({"num_cpus": 0.5} if executor == "ray" else {}))
         recipe["dataset_path"] = str(pool)
         early = recipe["process"][0]["trajval_endpoint_reward_mapper"]
-        late = {**early, "window": "late", "budget": "adaptive", "round_size": 4, "seed": 1,
-                "cache_dir": str(tmp_path / f"cache_late_{executor}")}
+        # no learnability mapper in this recipe to tell the pass its prior: the paper's, given
+        late = {**early, "window": "late", "budget": "adaptive", "budget_prior": {"prior": "trajval"}, "round_size": 4,
+                "seed": 1, "cache_dir": str(tmp_path / f"cache_late_{executor}")}
         recipe["process"].append({"trajval_endpoint_reward_mapper": late})
         result = dj_process(recipe, tmp_path)
         assert result.returncode == 0, result.stderr[-3000:]
