@@ -59,15 +59,12 @@ def pass_stage(settings: Mapping[str, Any], pool_rows: int, group_sizes: Mapping
     ``ceil(fraction x size)`` rows, at least one: exact where ``group_sizes`` gives the sizes of
     the groups of its ``sample_group_key`` (or it has none), else ``ceil(fraction x rows)``, short
     by at most one row per group (each group rounds up), flagged ``measured_rows_exact: false``."""
-    from trajval_ops.rollout.engines import DecodingConfig
     from trajval_ops.priors.sampled import rows_to_measure
+    from trajval_ops.rollout.endpoint_pass import ReuseSettings, group_settings
+    from trajval_ops.rollout.engines import DecodingConfig
 
-    names = {f.name for f in dataclasses.fields(DecodingConfig)}
-    decoding = DecodingConfig(**{k: v for k, v in settings.items() if k in names})
-    from trajval_ops.rollout.endpoint_pass import ReuseSettings
-
-    names = {f.name for f in dataclasses.fields(ReuseSettings)}
-    reuse = ReuseSettings(**{k: v for k, v in settings.items() if k in names}).settings()
+    groups = group_settings(settings)  # the pass's own setting groups, as the operator builds them
+    decoding, reuse = groups[DecodingConfig], groups[ReuseSettings].settings()
     reused = reuse is not None
     per_row = 0 if reused else (1 if decoding.temperature == 0 else decoding.n)
     window = settings.get("window")

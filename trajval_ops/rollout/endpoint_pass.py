@@ -506,10 +506,9 @@ class EndpointPass:
 
     def _reused_rows(self, rows: list[dict], first_row: int | None) -> dict[str, list]:
         """The output columns of a reused pass: read, checked, nothing sampled."""
-        from trajval_ops.rollout.reused_pass import STATUS_REUSED, reused_pass_rates
+        from trajval_ops.rollout.reused_pass import STATUS_REUSED
 
-        rates, n = reused_pass_rates(rows, self.reuse["key"], n=self.reuse["n"], n_key=self.reuse["n_key"],
-                                     form=self.reuse["form"], id_key=self.id_key, first_row=first_row, what=self.what)
+        rates, n = self._read_reused(rows, first_row)
         provenance = {"source": "pool_field", "field": self.reuse["key"], "n": n, "n_field": self.reuse["n_key"],
                       "form": self.reuse["form"], "preset": self.reuse["preset"], "model": self.reuse["model"],
                       "cost": NO_COST, "trajval_ops_version": __version__}
@@ -519,6 +518,13 @@ class EndpointPass:
             f"{self.output_key}_status": [STATUS_REUSED] * len(rows),
             f"{self.output_key}_provenance": [provenance] * len(rows),
         }
+
+    def _read_reused(self, rows: list[dict], first_row: int | None = 0):
+        """The reused pass rates of ``rows`` and the n behind them (checked, named by row)."""
+        from trajval_ops.rollout.reused_pass import reused_pass_rates
+
+        return reused_pass_rates(rows, self.reuse["key"], n=self.reuse["n"], n_key=self.reuse["n_key"],
+                                 form=self.reuse["form"], id_key=self.id_key, first_row=first_row, what=self.what)
 
     # ------------------------------------------------------------------ the whole pool
 
@@ -531,11 +537,8 @@ class EndpointPass:
         drawn = self.draw_sample(table) if self.sample is not None else None
         if self.reuse is not None:
             from trajval_ops.pools.io import table_rows
-            from trajval_ops.rollout.reused_pass import reused_pass_rates
 
-            rates, n = reused_pass_rates(table_rows(table), self.reuse["key"], n=self.reuse["n"],
-                                         n_key=self.reuse["n_key"], form=self.reuse["form"], id_key=self.id_key,
-                                         what=self.what)
+            rates, n = self._read_reused(table_rows(table))
             source = f"{self.reuse['model']}, " if self.reuse["model"] else ""
             logger.info(f"{self.what} [{self.output_key}]: reusing the pool's field '{self.reuse['key']}' "
                         f"({source}{self.reuse['form']}; {table.num_rows} rows, n = {n}, mean pass rate "
