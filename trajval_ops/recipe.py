@@ -57,13 +57,18 @@ def check_same_sample(passes: list[tuple[str, dict | None]]) -> None:
     sampled = [(name, sample) for name, sample in passes if sample is not None]
     for other, sample in sampled[1:]:
         first, reference = sampled[0]
-        differ = [key for key in SAMPLE_SETTINGS if sample[key] != reference[key]]
+        differ = sample_difference(reference, sample)
         if differ:
             raise TrajvalInputError(
-                f"{ENDPOINT_OP}: the sampled passes {first} and {other} draw different samples ("
-                + "; ".join(f"sample_{key} {reference[key]!r} vs {sample[key]!r}" for key in differ)
-                + "): a sampled prior scores the rows both passes measured, so give every sampled pass the same "
-                "sample_fraction, sample_seed and sample_group_key")
+                f"{ENDPOINT_OP}: the sampled passes {first} and {other} draw different samples ({differ}): a sampled "
+                "prior scores the rows both passes measured, so give every sampled pass the same sample_fraction, "
+                "sample_seed and sample_group_key")
+
+
+def sample_difference(first: Mapping[str, Any], second: Mapping[str, Any]) -> str:
+    """The sample settings two sampled passes disagree on, ``sample_seed 0 vs 1; ...`` ("" when none)."""
+    return "; ".join(f"sample_{key} {first.get(key)!r} vs {second.get(key)!r}" for key in SAMPLE_SETTINGS
+                     if first.get(key) != second.get(key))
 
 
 def learnability_prior_spec(settings: Mapping[str, Any], index: int) -> dict:

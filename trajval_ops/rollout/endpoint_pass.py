@@ -28,7 +28,7 @@ from loguru import logger
 
 from trajval_ops import __version__, fields
 from trajval_ops.errors import TrajvalInputError
-from trajval_ops.recipe import SAMPLE_SETTINGS
+from trajval_ops.recipe import SAMPLE_SETTINGS, sample_difference
 from trajval_ops.rollout.budget import BUDGETS, DEFAULT_TOLERANCE
 from trajval_ops.rollout.engines import ENGINES, DecodingConfig
 from trajval_ops.rollout.reused_pass import REUSE_FORMS, REUSE_PRESETS
@@ -487,16 +487,13 @@ class EndpointPass:
         recipe's): the prior would score only the overlap of the two samples."""
         from trajval_ops.pools.io import table_path_values
 
-        mine = {k: self.sample[k] for k in SAMPLE_SETTINGS}
         for name in table.column_names:
             if not name.endswith("_provenance") or name == f"{self.output_key}_provenance":
                 continue
             recorded = next((value for value in table_path_values(table, f"{name}.sample") or []
                              if isinstance(value, dict)), None)
-            theirs = None if recorded is None else {k: recorded.get(k) for k in SAMPLE_SETTINGS}
-            if theirs is not None and theirs != mine:
-                differ = "; ".join(f"sample_{k} {theirs[k]!r} vs {mine[k]!r}" for k in SAMPLE_SETTINGS
-                                   if theirs[k] != mine[k])
+            differ = "" if recorded is None else sample_difference(recorded, self.sample)
+            if differ:
                 raise TrajvalInputError(
                     f"{self.what} [{self.output_key}]: the pool's sampled pass '{name[:-len('_provenance')]}' drew "
                     f"another sample ({differ}): a sampled prior scores the rows both passes measured, so give this "
