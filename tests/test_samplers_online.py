@@ -225,3 +225,21 @@ def test_bots_reference_pass_rates_are_checked():
         BotsScheduler(2, reference_pass_rates=([0.1, 0.2], [0.5, 1.5]))
     with pytest.raises(ValueError, match="weaker model"):
         BotsScheduler(2, reference_pass_rates=([0.1, 0.2],))
+
+
+def test_bots_adaptive_rho_halves_rho_when_the_implicit_pass_rates_miss_by_a_quarter():
+    """Trinity's adaptive_rho, by hand: rho halves before the update when the implicit pass rates
+    of the observed tasks (here the posterior mean, 0.5) miss their observed rates by >= 0.25."""
+    bots = BotsScheduler(2, m=16, lam=0.1, rho=0.2, thompson=False, adaptive_rho=True)
+    fixed = BotsScheduler(2, m=16, lam=0.1, rho=0.2, thompson=False)
+    for scheduler in (bots, fixed):
+        scheduler.update(np.array([0]), np.array([1.0]), np.array([16]), np.array([True]))  # |0.5 - 1| = 0.5
+    assert bots.rho == pytest.approx(0.1) and fixed.rho == 0.2
+    # unobserved task 1: 0.9 + 0.1 + rho * 0.5 * 16, with the halved rho
+    assert bots.pseudo_successes[1] == pytest.approx(1.8) and fixed.pseudo_successes[1] == pytest.approx(2.6)
+    assert bots.pseudo_successes[0] == pytest.approx(17.0) == fixed.pseudo_successes[0]  # observed: m r either way
+    bots.update(np.array([1]), np.array([0.5]), np.array([16]), np.array([False]))  # predicted 0.5 exactly
+    assert bots.rho == pytest.approx(0.1)
+    restored = BotsScheduler(2, rho=0.2, adaptive_rho=True)
+    restored.load_state_dict(bots.state_dict())
+    assert restored.rho == pytest.approx(0.1)

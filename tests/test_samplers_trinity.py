@@ -145,3 +145,116 @@ def test_trinitys_bots_names_are_accepted_and_greedy_tau_is_refused_with_the_rea
     assert selector.source.online.lam == 0.2 and selector.source.online.target == 0.4
     with pytest.raises(ValueError, match="greedy top-k"):
         _selector(online="bots", tau=0)
+
+
+# The task_selector block of Trinity-RFT's own examples/bots/bots.yaml (modelscope/Trinity-RFT at
+# 0381d17ae74b09a20747b6b72539dde7b69e6867), verbatim: the settings docs/downstream.md says carry over.
+BOTS_YAML = """
+task_selector:
+  selector_type: difficulty_based
+  feature_keys: [ "qwen2.5_7b_pass_rate", "qwen3_30b_pass_rate" ]
+  kwargs:
+    m: 16
+    lamb: 0.1
+    rho: 0.1
+    target_reward: 0.5
+    tau: 0
+    do_sample: true
+"""
+REFERENCES = ("qwen2.5_7b_pass_rate", "qwen3_30b_pass_rate")
+
+
+def _bots_reader():
+    rng = np.random.default_rng(0)
+    weak = rng.uniform(0.0, 0.5, N)
+    data = Dataset.from_dict({"question": [f"q{i}" for i in range(N)], "trajval_weight": [1.0] * N,
+                              REFERENCES[0]: weak.tolist(), REFERENCES[1]: (weak + 0.4).tolist()})
+    return _HFBatchReader(data, name="pool", default_batch_size=8, total_epochs=100, enable_progress_bar=False)
+
+
+def _bots_yaml_selectors(**changes):
+    """Trinity's own difficulty_based selector and ours, built from bots.yaml's kwargs (with changes)."""
+    import yaml
+
+    block = yaml.safe_load(BOTS_YAML)["task_selector"]
+    assert tuple(block["feature_keys"]) == REFERENCES
+    kwargs = {**block["kwargs"], **changes}
+    theirs = SELECTORS.get(block["selector_type"])(
+        _bots_reader(), DataSelectorConfig(selector_type=block["selector_type"], seed=7,
+                                           feature_keys=list(REFERENCES), kwargs=dict(kwargs)))
+    ours = TrajvalSelector(_bots_reader(), DataSelectorConfig(
+        selector_type=REGISTRY_NAME, seed=7, feature_keys=["trajval_weight", *REFERENCES],
+        kwargs={"online": "bots", "reward_mapping": "pass_rate", **kwargs}))
+    return theirs, ours
+
+
+def test_trinitys_bots_yaml_settings_carry_over_and_its_greedy_tau_is_refused():
+    with pytest.raises(ValueError, match="greedy top-k"):
+        _bots_yaml_selectors()  # bots.yaml as shipped: tau 0
+    theirs, ours = _bots_yaml_selectors(tau=0.5)
+    bots = ours.source.online
+    assert (bots.m, bots.lam, bots.rho, bots.target, bots.tau) == (16, 0.1, 0.1, 0.5, 0.5)
+    assert bots.thompson is True and theirs.do_sample is True  # do_sample: Thompson sampling on both sides
+    estimator = theirs.diff_estimator
+    assert (estimator.m, estimator.lamb, estimator.rho) == (bots.m, bots.lam, bots.rho)
+
+
+def test_do_sample_draws_the_posterior_and_false_uses_its_mean():
+    _, sampled = _bots_yaml_selectors(tau=0.5)
+    _, mean = _bots_yaml_selectors(tau=0.5, do_sample=False)
+    for selector in (sampled, mean):
+        selector.feedback([0, 1, 2], [1.0, 0.5, 0.0])
+    bots = mean.source.online
+    assert not bots.thompson
+    expected = np.exp(-np.abs(bots.posterior_mean() - 0.5) / 0.5)
+    assert np.array_equal(bots.online_weights(np.random.default_rng(1)), expected)
+    thompson = sampled.source.online
+    for seed in (1, 2):  # a pass rate drawn from each task's Beta posterior, not its mean
+        rate = np.random.default_rng(seed).beta(thompson.pseudo_successes, thompson.pseudo_failures)
+        assert np.array_equal(thompson.online_weights(np.random.default_rng(seed)), np.exp(-np.abs(rate - 0.5) / 0.5))
+    assert not np.array_equal(thompson.online_weights(np.random.default_rng(1)),
+                              thompson.online_weights(np.random.default_rng(2)))
+
+
+def test_adaptive_rho_updates_exactly_as_trinitys_estimator():
+    """Trinity 0.6.0's InterpolationBetaPREstimator with adaptive_rho halves rho when the
+    interpolated pass rates miss the observed ones by a mean absolute error >= 0.25: the same
+    feedback through its selector and ours gives the same posterior and rho at every step."""
+    theirs, ours = _bots_yaml_selectors(tau=0.5, adaptive_rho=True)
+    bots, estimator = ours.source.online, theirs.diff_estimator
+    assert bots.adaptive_rho and estimator.adaptive_rho
+    steps = [([2, 3, 5, 9], [1.0, 1.0, 0.0, 0.0]),  # the references' easiest failed, hardest solved: rho halves
+             ([0, 6, 7, 8], [0.5, 0.5, 0.5, 0.5]),  # close to their prediction: rho kept
+             ([4, 10, 12], [0.0, 0.0, 0.0]),
+             ([11, 13, 15], [1.0, 1.0, 1.0])]
+    rhos = []
+    for indices, rates in steps:
+        theirs.feedback(indices, rates)
+        ours.feedback(indices, rates)
+        rhos.append(bots.rho)
+        assert bots.rho == pytest.approx(estimator.rho)
+        assert np.allclose(bots.pseudo_successes, estimator.alphas) and np.allclose(bots.pseudo_failures, estimator.betas)
+    assert rhos == pytest.approx([0.05, 0.05, 0.025, 0.0125])  # halved, not on every step
+    _, resumed = _bots_yaml_selectors(tau=0.5, adaptive_rho=True)
+    resumed.load_state_dict(json.loads(json.dumps(ours.state_dict())))
+    assert resumed.source.online.rho == bots.rho  # the halved rho travels with a resume
+    theirs, ours = _bots_yaml_selectors(tau=0.5)  # without the key: rho stays, on both sides
+    theirs.feedback(*steps[0])
+    ours.feedback(*steps[0])
+    assert ours.source.online.rho == theirs.diff_estimator.rho == 0.1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"online": "bots", "lamda": 0.1}, r"unknown kwargs\.lamda with kwargs\.online: bots; known: \[.*'lamb'"),
+    ({"online": "greso", "do_sample": True}, (r"unknown kwargs\.do_sample with kwargs\.online: greso \(do_sample is "
+                                              r"a setting of kwargs\.online: bots\)")),
+    ({"adaptive_rho": True}, (r"unknown kwargs\.adaptive_rho without kwargs\.online \(adaptive_rho is a setting of "
+                              r"kwargs\.online: bots\); known: \['m', 'online', 'reward_mapping', 'reward_threshold'\]")),
+    ({"online": "bots", "lamb": 0.1, "lam": 0.2}, r"kwargs\.lamb \(Trinity's name\) and kwargs\.lam"),
+    ({"online": "bots", "do_sample": "yes"}, r"kwargs\.do_sample must be true or false"),
+])
+def test_a_key_no_scheduler_takes_is_refused_naming_it_and_the_known_ones(kwargs, message):
+    from trajval_ops.errors import TrajvalInputError
+
+    with pytest.raises(TrajvalInputError, match=message):
+        _selector(**kwargs)

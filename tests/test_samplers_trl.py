@@ -236,3 +236,149 @@ def test_weighted_iterable_through_grpo_trainers_iterable_path(tmp_path):
         ids = [example["task_id"] for example in next(batches)]
         assert ids and set(ids) <= HEAVY  # only rows with weight are drawn
         assert all(ids[i] == ids[i + 1] for i in range(0, len(ids), 2))  # groups of num_generations
+
+
+# ----------------------------------------------------------------------------- RLOO
+def _rloo_trainer(tmp_path, weights, reward=None, **options):
+    """TRL's real RLOOTrainer with the mixin, on the tiny random Llama (built, not trained)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import RLOOConfig
+
+    from trajval_ops.models import resolve_model
+    from trajval_ops.samplers.trl import TrajvalRLOOTrainer
+
+    config = {"beta": 0.0, "max_steps": 4, **options.pop("config", {})}
+    model_dir = resolve_model("tiny-random-llama")
+    args = RLOOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, use_vllm=False, report_to="none",
+                      num_generations=2, per_device_train_batch_size=8, max_completion_length=8,
+                      gradient_checkpointing=False, logging_steps=1, save_strategy="no", seed=11, **config)
+    return TrajvalRLOOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir),
+                              reward_funcs=reward or (lambda completions, **kw: [0.0] * len(completions)),
+                              args=args, train_dataset=_weighted_pool(weights),
+                              processing_class=AutoTokenizer.from_pretrained(model_dir), **options)
+
+
+def test_rloo_trainer_draws_its_prompts_by_the_weight_column(tmp_path):
+    """RLOOTrainer._get_train_sampler has GRPO's shape: the mixin's sampler keeps RLOO's repeat
+    structure, and the dataloader RLOO builds serves its weighted stream."""
+    from scipy.stats import chisquare
+
+    weights = np.array([0.0, 1.0, 3.0, 0.5] * 10)
+    trainer = _rloo_trainer(tmp_path, weights)
+    sampler = trainer._get_train_sampler()
+    assert isinstance(sampler, WeightedRepeatSampler)
+    args = trainer.args
+    assert (sampler.mini_repeat_count, sampler.batch_size, sampler.repeat_count) == (
+        args.num_generations, args.generation_batch_size // args.num_generations,
+        trainer.num_iterations * args.steps_per_generation)
+    served = [example["task_id"] for batch in trainer.get_train_dataloader() for example in batch]
+    sampler.set_epoch(0)
+    assert served == list(sampler)  # RLOO's dataloader runs the weighted stream, epoch 0
+    assert all(served[i] == served[i + 1] for i in range(0, len(served), 2))  # groups of num_generations
+    draws = []
+    for epoch in range(60):
+        sampler.set_epoch(epoch)
+        draws += list(sampler)[::2]
+    counts = np.bincount(np.asarray(draws) % 4, minlength=4)  # rows share a weight by position mod 4
+    assert counts[0] == 0  # weight 0: never drawn
+    assert chisquare(counts[1:], len(draws) * np.array([1.0, 3.0, 0.5]) / 4.5).pvalue > 1e-3
+
+
+def test_rloo_dynamic_sampling_with_a_kl_shaped_reward_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"beta=0\.05.*set RLOOConfig\(beta=0\.0\)"):
+        _rloo_trainer(tmp_path, [1.0] * 8, dynamic_sampling=True, config={"beta": 0.05})
+
+
+@pytest.mark.slow
+def test_rloo_run_feeds_the_online_scheduler_and_keeps_only_informative_groups(tmp_path):
+    """A 4-step RLOO run (beta 0): even tasks always solved, odd ones half the time. GRESO gets
+    every generation batch's rewards; DAPO's rule keeps the zero-variance groups out of the loss."""
+    from trajval_ops.samplers.online import GresoScheduler
+    from trajval_ops.samplers.trl import TrajvalRLOOTrainer
+
+    seen, losses = [], []
+
+    def even_solved(prompts, completions, task_id, **kwargs):
+        seen.append(list(task_id))
+        return [1.0 if t % 2 == 0 else float(i % 2) for i, t in enumerate(task_id)]
+
+    original = TrajvalRLOOTrainer.compute_loss
+
+    def spying(self, model, inputs, *args, **kwargs):
+        losses.append(inputs["advantages"].detach().clone())
+        return original(self, model, inputs, *args, **kwargs)
+
+    greso = GresoScheduler(N_TASKS)
+    TrajvalRLOOTrainer.compute_loss = spying
+    try:
+        trainer = _rloo_trainer(tmp_path, [1.0] * N_TASKS, reward=even_solved, online_scheduler=greso,
+                                dynamic_sampling=True)
+        trainer.train()
+    finally:
+        TrajvalRLOOTrainer.compute_loss = original
+    assert trainer.trajval_source.online is greso
+    drawn = {t for call in seen for t in call}
+    assert all(greso.easy_streak[t] >= 1 for t in drawn if t % 2 == 0)  # fed: always-solved tasks are easy
+    assert losses and all(bool((advantages != 0).all()) for advantages in losses)
+    logged = [entry for entry in trainer.state.log_history if "dynamic_sampling/completions" in entry]
+    assert len(logged) == 4 and sum(entry["dynamic_sampling/completions"] for entry in logged) > 4 * 8
+
+
+# ----------------------------------------------------------------------------- async GRPO
+def test_the_mixin_refuses_async_grpo_naming_the_resampled_pool_route():
+    """trl 1.16's AsyncGRPOTrainer asks no sampler for prompts: the mixin refuses it, before any
+    vLLM server is needed, with the route that works."""
+    os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    from trl.experimental.async_grpo import AsyncGRPOTrainer
+
+    from trajval_ops.samplers.trl import TrajvalSamplerMixin
+
+    class WeightedAsyncGRPO(TrajvalSamplerMixin, AsyncGRPOTrainer):
+        pass
+
+    with pytest.raises(TypeError, match=r"reads the training set in order.*recipes/resample_pool\.yaml.*shuffle: true"):
+        WeightedAsyncGRPO(model="unused", reward_funcs=[], train_dataset=_weighted_pool([1.0, 2.0]))
+
+
+def test_async_grpo_worker_serves_a_resampled_pool_by_weight_and_resumes_in_it():
+    """The resampled-pool route through TRL's real async rollout loop: it reads the resampled rows
+    in order (each num_generations times), so the prompts follow the weights, and a resume at a
+    row position continues in the same resample."""
+    import itertools
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    from datasets import Dataset
+    from scipy.stats import chisquare
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import llama3_template
+    from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
+
+    from trajval_ops.models import resolve_model
+    from trajval_ops.ops.weighted_resampler import TrajvalWeightedResampler
+
+    weights = [0.0, 1.0, 3.0, 0.5]
+    pool = _weighted_pool(weights)
+    resampler = TrajvalWeightedResampler(mode="multinomial", num_samples=2000, seed=0, shuffle=True)
+    resampled = Dataset.from_list(resampler.resample_table(pool.data.table).to_pylist())
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-random-llama"))
+    tokenizer.response_template = llama3_template  # the tiny model's template is not one TRL knows
+
+    def served(start, count):
+        loop = _AsyncRolloutLoop(model_name="unused", dataset=resampled, reward_funcs=[lambda **kw: []],
+                                 processing_class=tokenizer, eos_token_ids=[0], rollout_buffer=None,
+                                 model_version_value=None, heartbeat_value=None, failed_event=None,
+                                 exception_info_queue=None, metrics_queue=None, num_generations=2,
+                                 dataset_start_index=start)
+        try:
+            return [row["task_id"] for _, row in itertools.islice(loop._repeat_iterator(), 2 * count)]
+        finally:
+            loop._loop.close()
+            loop._tool_pool.shutdown()
+
+    ids = served(0, len(resampled))
+    assert ids[::2] == ids[1::2] == resampled["task_id"]  # in the resample's order, num_generations each
+    counts = np.bincount(ids[::2], minlength=4)
+    assert counts[0] == 0 and chisquare(counts[1:], 2000 * np.array(weights[1:]) / 4.5).pvalue > 1e-3
+    assert served(700, 50)[::2] == resampled["task_id"][700:750]  # TRL's resume: a row position in the resample

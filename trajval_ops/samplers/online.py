@@ -189,7 +189,10 @@ class BotsScheduler:
     estimated on each batch as ``(mean r_B - mean f0_B) / (mean f1_B - mean f0_B + 1e-6)`` (the
     first estimate taken as is, later ones smoothed ``c <- 0.9 c + 0.1 c_batch``). Without
     reference pass rates, ``prior_pass_rate`` (if given) or the current posterior mean serves as
-    ``p~``.
+    ``p~``. With ``adaptive_rho`` (Trinity's estimator option) ``rho`` is halved, before the
+    update, on every step where the implicit pass rates of the observed tasks miss their observed
+    rates by a mean absolute error of 0.25 or more: the implicit evidence then weighs less for the
+    rest of the run (``rho`` is saved with the state).
 
     :param num_tasks: pool size.
     :param m: rollouts per task the pseudo-counts are scaled to.
@@ -197,7 +200,10 @@ class BotsScheduler:
     :param rho: weight of the implicit (reference) evidence.
     :param target: target pass rate ``p*``.
     :param tau: temperature of ``exp(-|p~ - p*| / tau)``.
-    :param thompson: sample ``p~`` from the posterior (True) or use its mean.
+    :param thompson: sample ``p~`` from the posterior (True) or use its mean (Trinity's
+        ``do_sample``).
+    :param adaptive_rho: halve ``rho`` when the implicit pass rates mispredict the observed ones
+        (see above; Trinity's ``adaptive_rho``).
     :param reference_pass_rates: ``(f0, f1)``, per-task pass rates of the weaker and the stronger
         reference model (BOTS's two feature columns), each in [0, 1].
     :param prior_pass_rate: per-task fallback ``p~`` for unobserved tasks when no reference pass
@@ -206,6 +212,10 @@ class BotsScheduler:
 
     #: EMA factor of the capability coefficient (fixed in BOTS's code).
     CAPABILITY_DISCOUNT = 0.9
+    #: adaptive_rho: the mean absolute error of the implicit pass rates that halves rho, and the
+    #: factor (both fixed in Trinity-RFT 0.6.0's InterpolationBetaPREstimator).
+    ADAPTIVE_RHO_ERROR = 0.25
+    ADAPTIVE_RHO_FACTOR = 0.5
 
     def __init__(
         self,
@@ -216,6 +226,7 @@ class BotsScheduler:
         target: float = BOTS_TARGET,
         tau: float = BOTS_TAU,
         thompson: bool = True,
+        adaptive_rho: bool = False,
         reference_pass_rates=None,
         prior_pass_rate=None,
     ):
@@ -224,6 +235,7 @@ class BotsScheduler:
         self.num_tasks = int(num_tasks)
         self.m, self.lam, self.rho, self.target, self.tau = int(m), lam, rho, target, tau
         self.thompson = bool(thompson)
+        self.adaptive_rho = bool(adaptive_rho)
         self.prior_pass_rate = self._per_task(prior_pass_rate, "prior_pass_rate")
         self.reference = None
         if reference_pass_rates is not None:
@@ -246,6 +258,13 @@ class BotsScheduler:
 
     def implicit_pass_rate(self, tasks, pass_rate) -> np.ndarray:
         """``p~`` for every task after observing ``pass_rate`` on ``tasks`` (updates ``c``)."""
+        p_ref = self._predicted_pass_rate(tasks, pass_rate)
+        p_ref[tasks] = pass_rate
+        return p_ref
+
+    def _predicted_pass_rate(self, tasks, pass_rate) -> np.ndarray:
+        """``p~`` for every task from the implicit evidence alone (observed tasks included);
+        updates ``c``."""
         if self.reference is not None:
             f0, f1 = self.reference
             estimate = (float(np.mean(pass_rate)) - f0[tasks].mean()) / (f1[tasks].mean() - f0[tasks].mean() + 1e-6)
@@ -256,7 +275,6 @@ class BotsScheduler:
             p_ref = self.prior_pass_rate.copy()
         else:
             p_ref = self.posterior_mean()
-        p_ref[tasks] = pass_rate
         return p_ref
 
     def posterior_mean(self) -> np.ndarray:
@@ -267,7 +285,10 @@ class BotsScheduler:
         failures = np.zeros(self.num_tasks)
         successes[tasks] = pass_rate * self.m
         failures[tasks] = (1 - pass_rate) * self.m
-        p_ref = self.implicit_pass_rate(tasks, pass_rate)
+        p_ref = self._predicted_pass_rate(tasks, pass_rate)
+        if self.adaptive_rho and np.mean(np.abs(p_ref[tasks] - pass_rate)) >= self.ADAPTIVE_RHO_ERROR:
+            self.rho *= self.ADAPTIVE_RHO_FACTOR  # the implicit evidence mispredicts: trust it less
+        p_ref[tasks] = pass_rate
         keep = 1 - self.lam
         rho, m = self.rho, self.m  # rho * p~ * m: the pseudo-counts the implicit pass rate adds
         self.pseudo_successes = keep * self.pseudo_successes + self.lam + (1 - rho) * successes + rho * p_ref * m

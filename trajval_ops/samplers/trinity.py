@@ -27,13 +27,18 @@ its two feature keys::
       feature_keys: [trajval_weight, qwen2.5_7b_pass_rate, qwen3_32b_pass_rate]
       kwargs: {online: bots, m: 16, lam: 0.1, rho: 0.1, target: 0.5, tau: 0.5}
 
-Trinity's own ``bots.yaml`` names two of these ``lamb`` and ``target_reward``: both are accepted.
-Its ``tau: 0`` means greedy top-k selection, which this selector (a sampler) does not do: it is
-refused with that explanation.
+Trinity's own ``bots.yaml`` (``examples/bots``) and its ``difficulty_based`` selector name three
+of these ``lamb``, ``target_reward`` and ``do_sample`` (Thompson sampling: ``thompson``): all are
+accepted, as is its estimator's ``adaptive_rho``. Its ``tau: 0`` means greedy top-k selection,
+which this selector (a sampler) does not do: it is refused with that explanation. Any other key
+is refused with the known ones listed (a typo would otherwise reach the scheduler as a bare
+``TypeError``, or be ignored). Unset keys take the BOTS paper's defaults (``BotsScheduler``'s),
+not Trinity's ``difficulty_based`` defaults.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Dict, List, Mapping
 
 import numpy as np
@@ -42,15 +47,31 @@ from trinity.buffer.selector.selector import BaseSelector
 
 from loguru import logger
 
+from trajval_ops.errors import TrajvalInputError
 from trajval_ops.fields import WEIGHT
 from trajval_ops.samplers.online import BotsScheduler, ComposedSampler, GresoScheduler
 from trajval_ops.samplers.weighted import weights_from_dataset
 
 REGISTRY_NAME = "trajval"
 ONLINE_SCHEDULERS = {"greso": GresoScheduler, "bots": BotsScheduler}
-#: Trinity's bots.yaml names -> BotsScheduler's
-TRINITY_BOTS_NAMES = {"lamb": "lam", "target_reward": "target"}
+#: Trinity's difficulty_based (BOTS) names, as its bots.yaml writes them -> BotsScheduler's
+TRINITY_BOTS_NAMES = {"lamb": "lam", "target_reward": "target", "do_sample": "thompson"}
 REWARD_MAPPINGS = ("auto", "pass_rate", "threshold", "signed")
+#: kwargs the selector reads itself (``m`` also reaches BOTS); the others configure the scheduler
+SELECTOR_SETTINGS = ("online", "m", "reward_mapping", "reward_threshold")
+#: scheduler parameters that are not kwargs: the pool size, and per-task arrays (BOTS's reference
+#: pass rates come from feature_keys)
+_NOT_KWARGS = ("num_tasks", "reference_pass_rates", "prior_pass_rate")
+
+
+def scheduler_settings(online: str) -> dict[str, Any]:
+    """The kwargs an online scheduler takes from the selector config, with their defaults (its
+    constructor's signature; for BOTS also Trinity's names)."""
+    parameters = inspect.signature(ONLINE_SCHEDULERS[online]).parameters
+    settings = {name: p.default for name, p in parameters.items() if name not in _NOT_KWARGS + SELECTOR_SETTINGS}
+    if online == "bots":
+        settings.update({trinity: settings[ours] for trinity, ours in TRINITY_BOTS_NAMES.items()})
+    return settings
 
 
 def feedback_pass_rates(values, mapping: str = "auto", threshold: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -102,24 +123,25 @@ class TrajvalSelector(BaseSelector):
         if len(keys) not in (0, 1, 3):
             raise ValueError(f"feature_keys must be [weight] or [weight, weaker model's pass rate, stronger model's "
                              f"pass rate] (BOTS's references), got {keys}")
+        references = None
         if len(keys) == 3:
             if online_name != "bots":
                 raise ValueError("reference pass-rate feature keys are BOTS's evidence: set kwargs.online: bots")
-            kwargs["reference_pass_rates"] = tuple(
-                np.asarray(data_source.dataset[key], dtype=np.float64) for key in keys[1:])
+            references = tuple(np.asarray(data_source.dataset[key], dtype=np.float64) for key in keys[1:])
         self.num_rollouts = int(kwargs.pop("m", 16))
         self.reward_mapping = kwargs.pop("reward_mapping", "auto")
         self.reward_threshold = float(kwargs.pop("reward_threshold", 0.0))
         if self.reward_mapping not in REWARD_MAPPINGS:
             raise ValueError(f"kwargs.reward_mapping must be one of {REWARD_MAPPINGS}, got {self.reward_mapping!r}")
         self.feedback_skipped = 0
+        if online_name is not None and online_name not in ONLINE_SCHEDULERS:
+            raise ValueError(f"kwargs.online must be one of {sorted(ONLINE_SCHEDULERS)}, got {online_name!r}")
+        _check_scheduler_kwargs(online_name, kwargs)
         online = None
-        if online_name is not None:
-            if online_name not in ONLINE_SCHEDULERS:
-                raise ValueError(f"kwargs.online must be one of {sorted(ONLINE_SCHEDULERS)}, got {online_name!r}")
-            if online_name == "bots":
-                kwargs.setdefault("m", self.num_rollouts)
-                kwargs = _bots_kwargs(kwargs)
+        if online_name == "bots":
+            online = BotsScheduler(weights.size, m=self.num_rollouts, reference_pass_rates=references,
+                                   **_bots_kwargs(kwargs))
+        elif online_name is not None:
             online = ONLINE_SCHEDULERS[online_name](weights.size, **kwargs)
         self.source = ComposedSampler(weights, online=online, seed=int(config.seed))
 
@@ -151,8 +173,28 @@ class TrajvalSelector(BaseSelector):
         self.source.load_state_dict(state_dict)
 
 
+def _check_scheduler_kwargs(online: str | None, kwargs: Mapping[str, Any]) -> None:
+    """Refuse, naming the key and the known ones, a kwarg the chosen scheduler (or, without one,
+    the selector) does not take, a true/false setting given another value, and a setting given
+    under both Trinity's name and ours."""
+    known = {} if online is None else scheduler_settings(online)
+    for key, value in kwargs.items():
+        if key not in known:
+            owners = [name for name in ONLINE_SCHEDULERS if key in scheduler_settings(name)]
+            hint = f" ({key} is a setting of kwargs.online: {' / '.join(owners)})" if owners else ""
+            chosen = f"with kwargs.online: {online}" if online else "without kwargs.online"
+            raise TrajvalInputError(f"trajval selector: unknown kwargs.{key} {chosen}{hint}; known: "
+                                    f"{sorted(set(SELECTOR_SETTINGS) | set(known))}")
+        if isinstance(known[key], bool) and not isinstance(value, bool):
+            raise TrajvalInputError(f"trajval selector: kwargs.{key} must be true or false, got {value!r}")
+    for trinity, ours in TRINITY_BOTS_NAMES.items():
+        if online == "bots" and trinity in kwargs and ours in kwargs:
+            raise TrajvalInputError(f"trajval selector: kwargs.{trinity} (Trinity's name) and kwargs.{ours} set the "
+                                    f"same BOTS setting: give one")
+
+
 def _bots_kwargs(kwargs: dict) -> dict:
-    """BOTS settings with Trinity's own names accepted; its greedy tau 0 refused, said why."""
+    """BOTS settings with Trinity's own names read as ours; its greedy tau 0 refused, said why."""
     kwargs = {TRINITY_BOTS_NAMES.get(key, key): value for key, value in kwargs.items()}
     if kwargs.get("tau") == 0:
         raise ValueError("kwargs.tau 0 is Trinity's greedy top-k selection; this selector samples tasks (BOTS's "

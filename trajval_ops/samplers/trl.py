@@ -1,4 +1,5 @@
-"""TRL adapter: ``GRPOTrainer._get_train_sampler`` drawing prompts by ``trajval_weight``.
+"""TRL adapter: ``GRPOTrainer._get_train_sampler`` (and ``RLOOTrainer``'s, the same shape)
+drawing prompts by ``trajval_weight``.
 
 Keeps TRL's ``RepeatSampler`` structure (checked against trl 1.16.0): chunks of
 ``generation_batch_size // num_generations`` prompts, each prompt repeated ``num_generations``
@@ -7,6 +8,10 @@ the prompts changes: drawn with replacement by weight instead of a permutation. 
 draws the same stream (seed and epoch), so repeated groups line up across processes; the
 stream of an epoch is fixed (``Trainer`` calls ``set_epoch``), so replaying an epoch's first
 batches on resume gives the same prompts.
+
+``trl.experimental.async_grpo.AsyncGRPOTrainer`` takes no sampler: its rollout worker reads the
+training set in order and resumes at a row position. The mixin refuses it
+(:data:`ASYNC_GRPO_ROUTE`); it is fed a resampled pool instead.
 """
 
 from __future__ import annotations
@@ -16,13 +21,24 @@ from typing import Sized
 import numpy as np
 import torch
 from accelerate.utils import gather_object
-from trl import GRPOTrainer
+from trl import GRPOTrainer, RLOOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from trajval_ops.fields import TRAIN_POSITION, WEIGHT
 from trajval_ops.samplers.online import ComposedSampler
 from trajval_ops.samplers.weighted import weights_from_dataset
 
+#: trl 1.16's async GRPO: its rollout worker (``async_rollout_worker.py``) iterates the training
+#: set in order and resumes with ``dataset.select(range(start, len(dataset)))``; no sampler hook.
+ASYNC_GRPO_MODULE = "trl.experimental.async_grpo"
+ASYNC_GRPO_ROUTE = (
+    "TrajvalSamplerMixin cannot weight trl's AsyncGRPOTrainer: its rollout worker reads the training set in "
+    "order (and resumes at a row position), so no sampler is ever asked for prompts. Train it on the pool "
+    "resampled by weight instead: dj-process --config recipes/resample_pool.yaml with mode: multinomial "
+    "(or systematic), num_samples: the prompts the run will read, shuffle: true; then pass "
+    "load_dataset('json', data_files=<the export>, split='train') as train_dataset to the plain "
+    "AsyncGRPOTrainer (docs/downstream.md, 'TRL async GRPO'). Online composition (GRESO, BOTS) is not "
+    "available on that route.")
 
 
 class WeightedRepeatSampler(RepeatSampler):
@@ -113,7 +129,7 @@ def concat_outputs(parts: list[dict], pad_token_id: int) -> dict:
 
 
 class TrajvalSamplerMixin:
-    """Mixin for a ``GRPOTrainer`` (sub)class: put it first in the bases.
+    """Mixin for a ``GRPOTrainer`` or ``RLOOTrainer`` (sub)class: put it first in the bases.
 
     Extra constructor keywords: ``weight_column`` (default ``trajval_weight``) and
     ``online_scheduler`` (a :class:`~trajval_ops.samplers.online.GresoScheduler` /
@@ -128,6 +144,8 @@ class TrajvalSamplerMixin:
 
     def __init__(self, *args, weight_column: str = WEIGHT, online_scheduler=None, dynamic_sampling: bool = False,
                  max_generation_rounds: int = 8, **kwargs):
+        if any(cls.__module__.startswith(ASYNC_GRPO_MODULE) for cls in type(self).__mro__):
+            raise TypeError(ASYNC_GRPO_ROUTE)
         if max_generation_rounds < 1:
             raise ValueError(f"max_generation_rounds must be >= 1, got {max_generation_rounds}")
         self.trajval_weight_column = weight_column
@@ -139,6 +157,11 @@ class TrajvalSamplerMixin:
         if self.trajval_dynamic_sampling and self.accelerator.num_processes > 1:
             raise NotImplementedError("dynamic_sampling drops groups per process; it runs on one process only "
                                       "(use verl's filter_groups or OpenRLHF's dynamic filtering on several)")
+        if self.trajval_dynamic_sampling and isinstance(self, RLOOTrainer) and self.beta != 0.0:
+            raise ValueError(f"dynamic_sampling drops the groups whose advantages are all equal, but RLOOTrainer with "
+                             f"beta={self.beta} (RLOOConfig's default is 0.05) subtracts beta * KL from each reward "
+                             f"before its leave-one-out baseline, so a group of equal task rewards still has "
+                             f"differing advantages and would be kept: set RLOOConfig(beta=0.0) for dynamic_sampling")
         if online_scheduler is not None:
             if TRAIN_POSITION in self.train_dataset.column_names:
                 raise ValueError(f"the training set already has a '{TRAIN_POSITION}' column")
@@ -220,6 +243,10 @@ class TrajvalSamplerMixin:
 
 class TrajvalGRPOTrainer(TrajvalSamplerMixin, GRPOTrainer):
     """``GRPOTrainer`` whose training prompts are drawn by the ``trajval_weight`` column."""
+
+
+class TrajvalRLOOTrainer(TrajvalSamplerMixin, RLOOTrainer):
+    """``RLOOTrainer`` whose training prompts are drawn by the ``trajval_weight`` column."""
 
 
 def weighted_iterable_dataset(dataset, *, weight_column: str = WEIGHT, seed: int = 0,

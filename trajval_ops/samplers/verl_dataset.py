@@ -61,42 +61,105 @@ refused otherwise). The V1 trainer gives the dataset no feedback (its
 which prompts to draw): there the prior is static. Tested against verl 0.9.1
 (``create_rl_dataset``, ``create_rl_sampler``, ``collate_fn``, ``DataProto``, torchdata's
 ``StatefulDataLoader``).
+
+Rollouts per prompt from the prior (V1 trainer): with ``+data.trajval.rollout_n_from_prior``
+(:class:`RolloutNFromPrior`: ``n``, ``max_n``, optional ``min_n`` and ``rate_key``) every train
+item carries ``__rollout_n__``, which verl 0.9.1's V1 agent loop pops as that prompt's number of
+rollouts (``AgentLoopWorkerTQ._run_prompt``, default ``actor_rollout_ref.rollout.n``). The counts
+are :func:`rollout_n_per_prompt` of the served rows' pass rates over the whole pass (the virtual
+index space), so the pass holds exactly ``n * len(dataset)`` rollouts. Not per step: verl's
+``RandomSampler`` permutes the indices after the dataset fixed them, and in async or DAPO modes
+the replay buffer forms a step from whichever groups finished first; a step's count is a sum over
+its prompts, ``n * train_batch_size`` on average. The legacy trainer ignores the key (it repeats
+every prompt ``rollout.n`` times), hence the refusal with ``online``; validation sets never carry it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from trajval_ops.core import multinomial_indices
-from trajval_ops.fields import ID_CANDIDATES, WEIGHT
-from trajval_ops.samplers.online import DEFAULT_SUCCESS_THRESHOLD, BotsScheduler, ComposedSampler, GresoScheduler
-from trajval_ops.samplers.weighted import weights_from_dataset
 from trajval_ops.errors import TrajvalInputError
+from trajval_ops.fields import ID_CANDIDATES, R_EARLY, WEIGHT
 from trajval_ops.input_checks import float_column
 from trajval_ops.rows import path_root
+from trajval_ops.samplers.rollout_n import rollout_n_per_prompt, variance_summary
+from trajval_ops.samplers.online import (
+    DEFAULT_SUCCESS_THRESHOLD,
+    BotsScheduler,
+    ComposedSampler,
+    GresoScheduler,
+)
+from trajval_ops.samplers.weighted import weights_from_dataset
+from trajval_ops.settings import check_settings, declared, setting
 
 logger = logging.getLogger(__name__)
 
 #: Where the options live in verl's data config: ``+data.trajval.<option>=...``.
 OPTIONS_KEY = "trajval"
 OPTION_DEFAULTS = {"epochs": 1, "seed": None, "weight_key": WEIGHT, "online": None,
-                   "reward_threshold": DEFAULT_SUCCESS_THRESHOLD}
+                   "reward_threshold": DEFAULT_SUCCESS_THRESHOLD, "rollout_n_from_prior": None}
 #: The column an item carries with its pool row, for the feedback of the legacy trainer.
 POSITION_KEY = "trajval_position"
+#: The item key verl 0.9's V1 agent loop reads as the prompt's number of rollouts
+#: (``AgentLoopWorkerTQ._run_prompt`` in ``verl/trainer/ppo/v1/agent_loop_tq.py``).
+ROLLOUT_N_KEY = "__rollout_n__"
 STATE_VERSION = 1
 #: Third entropy word of the seed of a block's serving order (the draw itself uses (seed, block)).
 _ORDER_STREAM = 1
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RolloutNFromPrior:
+    """``data.trajval.rollout_n_from_prior``: each served prompt's ``__rollout_n__`` from the
+    prior's pass rate, the pass's total kept at ``n`` per prompt (off when the key is absent)."""
+
+    n: int = setting(help="rollouts per prompt on average over a pass: verl's actor_rollout_ref.rollout.n "
+                          "(write '${actor_rollout_ref.rollout.n}' to take it from there).",
+                     ge=2, why="GRPO needs a group of two or more")
+    max_n: int = setting(help="most rollouts one prompt gets.", ge=2)
+    min_n: int = setting(2, "fewest rollouts one prompt gets.", ge=2,
+                         why="a group of one never has variance: 1 - r - (1 - r) = 0")
+    rate_key: str = setting(R_EARLY, "column holding the pass rate the prior recorded, in [0, 1].")
+
+    def __post_init__(self):
+        check_settings(self)
+        if not self.min_n <= self.n <= self.max_n:
+            raise ValueError(f"min_n <= n <= max_n is needed for the total n x prompts to be reachable, "
+                             f"got min_n={self.min_n}, n={self.n}, max_n={self.max_n}")
+
+
+def _rollout_n_settings(given: Any) -> RolloutNFromPrior | None:
+    where, known = f"data.{OPTIONS_KEY}.rollout_n_from_prior", [f.name for f in declared(RolloutNFromPrior)]
+    if given is None:
+        return None
+    if isinstance(given, DictConfig):
+        given = OmegaConf.to_container(given, resolve=True)  # '${actor_rollout_ref.rollout.n}' resolves here
+    if not isinstance(given, Mapping):
+        raise TypeError(f"{where} must be a mapping of {known}, got {given!r}")
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"{where}: unknown option(s) {unknown}; known: {known}")
+    try:
+        return RolloutNFromPrior(**given)
+    except TypeError as err:  # a required setting left out
+        raise ValueError(f"{where}: {err}; n and max_n are required") from err
+    except ValueError as err:
+        raise ValueError(f"{where}.{err}") from err
+
+
 def trajval_options(data_config: Mapping[str, Any]) -> dict:
     """The validated ``data.trajval`` options: ``epochs`` (int >= 1), ``seed`` (int >= 0;
-    default ``data.seed``, else 0) and ``weight_key``.
+    default ``data.seed``, else 0), ``weight_key``, ``online``, ``reward_threshold`` and
+    ``rollout_n_from_prior`` (a :class:`RolloutNFromPrior`, or None: off).
 
     :raises ValueError: for an unknown option (a typo would otherwise be ignored) or a bad value.
     """
@@ -119,8 +182,13 @@ def trajval_options(data_config: Mapping[str, Any]) -> dict:
     threshold = OPTION_DEFAULTS["reward_threshold"] if options["reward_threshold"] is None else options["reward_threshold"]
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
         raise ValueError(f"data.{OPTIONS_KEY}.reward_threshold must be a number, got {threshold!r}")
+    rollout_n = _rollout_n_settings(options["rollout_n_from_prior"])
+    if rollout_n is not None and online:
+        raise ValueError(
+            f"data.{OPTIONS_KEY}.rollout_n_from_prior needs the fixed map of a static draw, and online draws feed back "
+            f"only under the legacy trainer, which ignores {ROLLOUT_N_KEY}: drop one of the two")
     return {"epochs": epochs, "seed": seed, "weight_key": str(weight_key), "online": online,
-            "reward_threshold": float(threshold)}
+            "reward_threshold": float(threshold), "rollout_n_from_prior": rollout_n}
 
 
 def _file_list(files: Any) -> list[str] | None:
@@ -166,6 +234,28 @@ def virtual_epoch_rows(weights, epochs: int, seed: int) -> np.ndarray:
     return rows
 
 
+def _with_ids(dataframe, field: str) -> dict[str, list]:
+    """``field`` (when present) and the columns holding row ids, as lists: what
+    :func:`~trajval_ops.input_checks.float_column` needs to name a bad row by position and id."""
+    columns = set(getattr(dataframe, "column_names", None) or [])
+    samples = {field: list(dataframe[field])} if field in columns else {}
+    for key in {path_root(candidate) for candidate in ID_CANDIDATES} & columns:
+        samples[key] = list(dataframe[key])
+    return samples
+
+
+def _read_rates(dataframe, field: str) -> np.ndarray:
+    """The pass-rate column of the filtered rows, each in [0, 1]; errors name the row (position
+    and id) and field."""
+    try:
+        return float_column(_with_ids(dataframe, field), field, lower=0.0, upper=1.0)
+    except TrajvalInputError as err:
+        raise TrajvalInputError(
+            f"{err} (train files, rows counted after verl's overlong-prompt filter; the pass rate "
+            f"data.{OPTIONS_KEY}.rollout_n_from_prior reads)"
+        ) from err
+
+
 def _read_weights(dataframe, field: str) -> np.ndarray:
     """The weight column of the filtered rows; errors name the row (position and id) and field."""
     try:
@@ -174,11 +264,8 @@ def _read_weights(dataframe, field: str) -> np.ndarray:
         message = str(err)
         columns = getattr(dataframe, "column_names", None) or []
         if field in columns:
-            samples = {field: list(dataframe[field])}
-            for key in {path_root(candidate) for candidate in ID_CANDIDATES} & set(columns):
-                samples[key] = list(dataframe[key])
             try:
-                float_column(samples, field)  # the same check, now with the row's id in the message
+                float_column(_with_ids(dataframe, field), field)  # the same check, now with the row's id in the message
             except TrajvalInputError as named:
                 message = str(named)
             else:  # every weight valid but zero
@@ -199,6 +286,8 @@ class TrajvalVerlDataset(RLHFDataset):
     :ivar trajval_weighted: whether this dataset serves the weighted draw.
     :ivar trajval_options: ``epochs``, ``seed`` and ``weight_key`` in force.
     :ivar trajval_weights: the validated weights of the filtered rows (None when not weighted).
+    :ivar trajval_rollout_n: with ``rollout_n_from_prior``, the ``__rollout_n__`` each virtual index
+        carries (:func:`rollout_n_per_prompt` of its row's pass rate); else None.
     """
 
     def __init__(self, data_files, tokenizer, config: DictConfig, processor=None, max_samples: int = -1):
@@ -213,6 +302,7 @@ class TrajvalVerlDataset(RLHFDataset):
         self.trajval_weights: np.ndarray | None = None
         self._trajval_rows: np.ndarray | None = None
         self._trajval_digest: str | None = None
+        self.trajval_rollout_n: np.ndarray | None = None
         super().__init__(data_files, tokenizer, config, processor=processor, max_samples=max_samples)
 
     def _read_files_and_tokenize(self):
@@ -227,11 +317,25 @@ class TrajvalVerlDataset(RLHFDataset):
         if options["online"]:
             self.trajval_source = _composed_source(self.trajval_weights, options)
         self._trajval_rows = virtual_epoch_rows(self.trajval_weights, options["epochs"], options["seed"])
-        self._trajval_digest = hashlib.blake2b(self._trajval_rows.tobytes(), digest_size=16).hexdigest()
+        digest = hashlib.blake2b(self._trajval_rows.tobytes(), digest_size=16)
         logger.info(
             "TrajvalVerlDataset: %d rows, %d weighted draws of %d (seed %d, field %r)",
             len(self._trajval_rows), options["epochs"], len(self.dataframe), options["seed"], options["weight_key"],
         )
+        rollouts = options["rollout_n_from_prior"]
+        if rollouts is not None:
+            served_rates = _read_rates(self.dataframe, rollouts.rate_key)[self._trajval_rows]
+            self.trajval_rollout_n = rollout_n_per_prompt(served_rates, rollouts.n, rollouts.min_n, rollouts.max_n)
+            self.trajval_rollout_n.flags.writeable = False
+            digest.update(self.trajval_rollout_n.tobytes())  # a resume keeps the pass's allocation
+            logger.info(
+                "TrajvalVerlDataset: %s per prompt from %r in [%d, %d], %d in all (%d x %d prompts); "
+                "P(group has variance) mean %.3f, min %.3f (uniform %d: mean %.3f, min %.3f)",
+                ROLLOUT_N_KEY, rollouts.rate_key, rollouts.min_n, rollouts.max_n, int(self.trajval_rollout_n.sum()),
+                rollouts.n, served_rates.size, *variance_summary(served_rates, self.trajval_rollout_n), rollouts.n,
+                *variance_summary(served_rates, np.full(served_rates.size, rollouts.n)),
+            )
+        self._trajval_digest = digest.hexdigest()
 
     def __len__(self) -> int:
         if self._trajval_rows is None:
@@ -269,7 +373,11 @@ class TrajvalVerlDataset(RLHFDataset):
         if self._trajval_rows is None:
             return super().__getitem__(item)
         row = self.pool_row(item)
-        return {**super().__getitem__(row), POSITION_KEY: row}
+        served = {**super().__getitem__(row), POSITION_KEY: row}
+        if self.trajval_rollout_n is not None:
+            # a plain int: collate_fn keeps it in an object array, the agent loop takes range() of it
+            served[ROLLOUT_N_KEY] = int(self.trajval_rollout_n[item])
+        return served
 
     def on_batch_end(self, batch) -> None:
         """verl's legacy trainer, after every step: each response's reward (its token-level
