@@ -134,15 +134,23 @@ def test_grpo_arguments_cpu_and_gpu_paths(monkeypatch):
 
 
 def test_precision_selects_bf16_on_either_device_and_keeps_old_probe_hashes():
+    import torch
+
+    from trajval_ops.probe.config import resolve_precision, torch_dtype
+
     c = ProbeConfig(prompts_per_batch=4, num_generations=8, micro_batch_size=8)
     bf16 = ProbeConfig(prompts_per_batch=4, num_generations=8, micro_batch_size=8, precision="bf16")
     fp32 = ProbeConfig(prompts_per_batch=4, num_generations=8, micro_batch_size=8, precision="fp32")
     assert grpo_arguments(bf16, "/tmp/x", "cpu")["bf16"] and not grpo_arguments(fp32, "/tmp/x", "cuda")["bf16"]
     assert not grpo_arguments(c, "/tmp/x", "cpu")["bf16"] and grpo_arguments(c, "/tmp/x", "cuda")["bf16"]
+    # issue 37, item 1: a GPU's default keeps fp32 master weights under bf16 autocast (bf16
+    # weights went non-finite for SmolLM2-135M-Instruct on an H200); CPU stays fp32
+    assert resolve_precision("auto", "cuda") == "bf16-mixed" and torch_dtype("auto", "cuda") == torch.float32
+    assert resolve_precision("auto", "cpu") == "fp32" and torch_dtype("bf16", "cpu") == torch.bfloat16
     # the default (the behaviour before the setting existed) stays out of the hash: probes hashed
     # before it resume; any other value is a different probe
     assert "precision" not in c.identity() and bf16.identity()["precision"] == "bf16"
-    with pytest.raises(ValueError, match="precision must be one of 'auto', 'bf16', 'fp32', got 'fp16'"):
+    with pytest.raises(ValueError, match="precision must be one of 'auto', 'bf16-mixed', 'bf16', 'fp32', got 'fp16'"):
         ProbeConfig(precision="fp16")
 
 

@@ -188,7 +188,9 @@ def test_a_non_finite_loss_or_gradient_stops_the_run_naming_step_precision_and_r
     state = SimpleNamespace(global_step=3)
     guard.on_log(None, state, None, logs={"loss": 0.5, "grad_norm": 0.2, "reward": 0.1})  # finite: nothing
     with pytest.raises(TrainingDiverged, match=r"probe: step 3: grad_norm is nan \(precision bf16, learning rate "
-                                               r"1e-05\); .* Remedy: precision: fp32"):
+                                               r"1e-05\); .* Remedy: precision: bf16-mixed or fp32"):
         guard.on_log(None, state, None, logs={"loss": 0.5, "grad_norm": float("nan")})
+    with pytest.raises(TrainingDiverged, match="Remedy: precision: fp32, or a lower learning_rate"):
+        NonFiniteGuard("probe", "bf16-mixed", 1e-5).on_log(None, state, None, logs={"grad_norm": float("nan")})
     with pytest.raises(TrainingDiverged, match="loss is inf .* Remedy: a lower learning_rate"):
         NonFiniteGuard("probe", "fp32", 1e-5).on_log(None, state, None, logs={"loss": float("inf")})

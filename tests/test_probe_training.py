@@ -230,10 +230,11 @@ def test_probe_trains_with_gradient_checkpointing_on_cpu(tmp_path):
     assert max((a - b).abs().max().item() for a, b in zip(late.parameters(), base.parameters())) > 0
 
 
-def test_probe_trains_in_bf16_weights_on_cpu(tmp_path):
-    """The GPU recipes' probe trains in bf16 (``precision: auto`` on a GPU); ``precision: bf16``
-    runs that path on CPU: bf16 weights and autocast at every step, bf16 checkpoints, and the
-    weights move."""
+@pytest.mark.parametrize("precision, weights", [("bf16", "bfloat16"), ("bf16-mixed", "float32")])
+def test_probe_trains_in_bf16_on_cpu(tmp_path, precision, weights):
+    """The GPU paths on CPU: ``precision: bf16-mixed`` (a GPU's ``auto``) keeps fp32 weights and
+    checkpoints under bf16 autocast; ``precision: bf16`` trains bf16 weights and writes bf16
+    checkpoints; autocast at every step, and the weights move."""
     import torch
     from transformers import AutoModelForCausalLM, TrainerCallback
 
@@ -247,12 +248,13 @@ def test_probe_trains_in_bf16_weights_on_cpu(tmp_path):
     rows = pool(2)
     out = tmp_path / "probe"
     probe = Precision()
-    config = tiny_config(epochs=1, precision="bf16", learning_rate=5e-2)
+    config = tiny_config(epochs=1, precision=precision, learning_rate=5e-2)
     manifest = run_probe(rows, [r["id"] for r in rows], config, out, show_progress=False, extra_callbacks=[probe])
-    assert probe.seen and all(bf16 and dtypes == {torch.bfloat16} for bf16, dtypes in probe.seen)
+    dtype = getattr(torch, weights)
+    assert probe.seen and all(bf16 and dtypes == {dtype} for bf16, dtypes in probe.seen)
     late = AutoModelForCausalLM.from_pretrained(resolve_checkpoint(out, "late[0]")["path"], dtype="auto")
-    assert late.dtype == torch.bfloat16
-    base = AutoModelForCausalLM.from_pretrained(manifest["base_model"], dtype=torch.bfloat16)
+    assert late.dtype == dtype
+    base = AutoModelForCausalLM.from_pretrained(manifest["base_model"], dtype=dtype)
     assert max((a - b).abs().max().item() for a, b in zip(late.parameters(), base.parameters())) > 0
 
 

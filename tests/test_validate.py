@@ -52,7 +52,7 @@ def test_shipped_configs_load(path):
     ({"probe__probe_fraction": "0.2"}, "probe: probe_fraction must be a number, got str '0.2'"),
     ({"training__arms": "uniform"}, "training: arms must be a list of strings, got str 'uniform'"),
     ({"training__steps": True}, "training: steps must be an integer, got bool True"),
-    ({"workers": 2.5}, "workers must be an integer, got float 2.5"),
+    ({"workers": 2.5}, "workers must be an integer or null, got float 2.5"),
     ({"evaluation__n": "4"}, "evaluation: n must be an integer, got str '4'"),
 ])
 def test_bad_config_is_an_error_before_training(tmp_path, changes, message):
@@ -158,6 +158,12 @@ def test_smoke_protocol_end_to_end_and_resume(tmp_path):
             assert metric in row and len(row[f"{metric}_ci95"]) == 2
         assert row["seeds"] == [0, 1]
     assert results["protocol"]["config"]["name"] == "smoke"
+    # issue 37, item 3: every unit's device and wall time; a training unit's precision and peak memory
+    units = results["protocol"]["units"]
+    assert units["probe"]["device"] == "cpu" and units["probe"]["gpu"] is None and units["probe"]["wall_time_s"] > 0
+    arm = units["arms/uniform/seed-0"]
+    assert (arm["device"], arm["precision"], arm["gpu"]) == ("cpu", "fp32", None) and arm["peak_memory_gib"] > 0
+    assert len(units) == 2 + 1 + 2 * len(results["training"])  # the oracle contexts, the probe, each arm x seed
     cost = results["cost"]
     assert list(cost["prior_stages"]) == ["probe", "early", "late"]
     assert cost["prior_stages"]["early"]["completions"] == 96 * 4  # the pool x probe.n, every row sampled

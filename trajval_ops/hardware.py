@@ -1,4 +1,5 @@
-"""What the machine offers: bf16 on the CPU, and the torch thread count of a process.
+"""What the machine offers (bf16 on the CPU, the usable cores) and what a process used of it
+(its device, its peak memory).
 
 Imports nothing of the package, so every module (engines, the vLLM child, trainers) can use it.
 """
@@ -24,3 +25,25 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def device_name(device: str) -> str:
+    """The device a process ran on, for records: ``cpu``, or ``cuda:<i> (<GPU name>)``."""
+    if not device.startswith("cuda"):
+        return "cpu"
+    import torch
+
+    index = torch.cuda.current_device()
+    return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+
+
+def peak_memory_gib(device: str) -> float:
+    """This process's peak memory so far: torch's peak allocation on its GPU, or its peak
+    resident set on CPU (Linux reports ``ru_maxrss`` in KiB)."""
+    if device.startswith("cuda"):
+        import torch
+
+        return round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)

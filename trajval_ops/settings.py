@@ -172,6 +172,13 @@ def markdown_table(cls) -> str:
     return "\n".join(lines)
 
 
+def declared_as(cls, name: str) -> dataclasses.Field:
+    """A field for another dataclass that takes ``cls``'s declaration of setting ``name`` whole
+    (default, help, bounds, choices): one setting shared by two configs, declared once."""
+    spec = {f.name: f for f in declared(cls)}[name]
+    return dataclasses.field(default=spec.default, default_factory=spec.default_factory, metadata=spec.metadata)
+
+
 def settings_subset(name: str, cls, defaults: dict[str, Any], module: str, doc: str = ""):
     """A frozen dataclass holding the settings ``defaults`` names, declared by ``cls`` (type,
     bounds, help) with these defaults instead; its instances check themselves.

@@ -93,16 +93,22 @@ def measured_rate(config: ValidationConfig, prompts: int = 64, seconds: float = 
 
 def dry_run(config: ValidationConfig, rate: float | None = None) -> dict[str, Any]:
     """The units, their totals, and the wall time at ``rate`` completions/s per worker (measured
-    when None), ``workers`` units side by side."""
+    when None), as many units side by side as the run would start here (:mod:`.devices`)."""
+    from trajval_ops.experiment.devices import unit_workers, visible_gpus
+    from trajval_ops.experiment.validation_config import ConfigError
+
     units = unit_costs(config)
+    try:
+        workers = unit_workers(config, visible_gpus(config.device))
+    except ConfigError:  # planning a GPU run on a machine without one: the config's workers, else one
+        workers = config.workers or 1
     measured = rate is None
     rate = measured_rate(config) if measured else float(rate)
     completions = sum(unit["completions"] for unit in units)
     return {"units": units, "completions": completions,
             "max_new_tokens": sum(unit["max_new_tokens"] for unit in units),
             "rate_completions_per_s": rate, "rate_source": "measured on this machine" if measured else "given",
-            "workers": config.workers,
-            "generation_wall_time_s": completions / rate / max(1, config.workers)}
+            "workers": workers, "generation_wall_time_s": completions / rate / workers}
 
 
 def print_dry_run(report: dict[str, Any]) -> None:

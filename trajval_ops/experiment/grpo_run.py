@@ -13,7 +13,10 @@ The spec (written by :mod:`trajval_ops.experiment.protocol`):
 "bots_reference_columns" (BOTS's weaker / stronger reference pass-rate columns), "steps",
 "dynamic_sampling", "max_generation_rounds",
 "seed", "grpo": {...}, "template", "verifier", "verifier_options", "threads",
-"evaluations": [{"tasks", "output", "every_steps", "n", "batch_size"}], "output_dir"}``.
+"device", "precision", "generation" (the validation config's; resolved here, on the one GPU the
+protocol lets this process see, or on CPU), "evaluations": [{"tasks", "output", "every_steps",
+"n", "batch_size"}], "output_dir"}``. The result records the device, the wall time and the
+peak memory (GPU allocation, or the CPU process's resident set).
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ def run(spec: dict[str, Any]) -> dict:
 
     from trajval_ops.pools.io import read_rows
     from trajval_ops.models import resolve_model
-    from trajval_ops.probe.config import ProbeConfig, grpo_arguments
+    from trajval_ops.hardware import device_name, peak_memory_gib
+    from trajval_ops.probe.config import ProbeConfig, grpo_arguments, resolve_device, resolve_precision
     from trajval_ops.probe.rewards import verifier_reward
     from trajval_ops.probe.run import load_policy, load_tokenizer, max_context_of, probe_examples, training_dataset
     from trajval_ops.rollout.verifiers import build_verifier
@@ -57,9 +61,11 @@ def run(spec: dict[str, Any]) -> dict:
     rows = list(read_rows(spec["pool"]))
     grpo = spec["grpo"]
     # the protocol's GRPO settings are ProbeConfig settings; the A/B and oracle runs add no weight decay
+    placement = {key: spec[key] for key in ("device", "precision", "generation") if key in spec}
     config = ProbeConfig(**grpo, model=spec["model"], epochs=1, seed=spec["seed"], verifier=spec["verifier"],
-                         verifier_options=spec["verifier_options"], prompt_template=spec["template"], device="cpu",
-                         weight_decay=0.0)
+                         verifier_options=spec["verifier_options"], prompt_template=spec["template"],
+                         weight_decay=0.0, **({"device": "cpu"} | placement))
+    device = resolve_device(config.device)
     base = resolve_model(spec["model"])
     tokenizer = load_tokenizer(base)
     dataset = training_dataset(probe_examples(rows, config), tokenizer, config, max_context_of(base))
@@ -70,17 +76,16 @@ def run(spec: dict[str, Any]) -> dict:
         weights = [float(row[weight_column]) for row in rows]
     dataset = dataset.add_column(weight_column, weights)
     online = _online_scheduler(spec, rows)
-    from trajval_ops.probe.config import resolve_precision
     from trajval_ops.probe.progress import NonFiniteGuard
 
-    guard = NonFiniteGuard(f"grpo_run {spec.get('name', out.name)}", resolve_precision(config.precision, "cpu"),
+    guard = NonFiniteGuard(f"grpo_run {spec.get('name', out.name)}", resolve_precision(config.precision, device),
                            config.learning_rate)
     callbacks = [guard, *_evaluation_callbacks(spec)]
-    args = grpo_arguments(config, str(out / "trainer"), "cpu", show_progress=False)
+    args = grpo_arguments(config, str(out / "trainer"), device, show_progress=False)
     args.update(max_steps=int(spec["steps"]), num_train_epochs=1, save_strategy="no", logging_steps=1)
     verifier = build_verifier(spec["verifier"], **spec["verifier_options"])
     trainer = TrajvalGRPOTrainer(
-        model=load_policy(base, "cpu", config.precision),
+        model=load_policy(base, device, config.precision),
         reward_funcs=[verifier_reward(verifier)],
         args=GRPOConfig(**args),
         train_dataset=dataset,
@@ -94,13 +99,16 @@ def run(spec: dict[str, Any]) -> dict:
     start = time.monotonic()
     logger.info(f"grpo_run: {spec.get('name', out.name)}: {spec['steps']} steps on {len(rows)} tasks "
                 f"(prior {spec.get('weight_column') or 'uniform'}, online {spec.get('online') or 'none'}, "
-                f"dynamic sampling {'on' if spec.get('dynamic_sampling') else 'off'}, seed {spec['seed']})")
+                f"dynamic sampling {'on' if spec.get('dynamic_sampling') else 'off'}, seed {spec['seed']}) on "
+                f"{device_name(device)}, precision {resolve_precision(config.precision, device)}")
     trainer.train()
     verifier.close()
     result = {"name": spec.get("name", out.name), "steps": trainer.state.global_step,
               "wall_time_s": round(time.monotonic() - start, 2),
               **step_record(trainer.state.log_history, grpo["prompts_per_batch"] * grpo["num_generations"]),
-              "evaluations": [e["output"] for e in spec["evaluations"]]}
+              "evaluations": [e["output"] for e in spec["evaluations"]],
+              "device": device_name(device), "precision": resolve_precision(config.precision, device),
+              "peak_memory_gib": peak_memory_gib(device)}
     from trajval_ops.atomic import write_json
 
     write_json(out / RESULT_FILE, result)

@@ -45,6 +45,7 @@ from trajval_ops.atomic import write_json
 from trajval_ops.pools.io import write_rows
 from trajval_ops.experiment.validation_config import (ARMS, ConfigError, ValidationConfig, load_config, protocol_hash,
                                            recorded_settings)
+from trajval_ops.experiment.devices import UNITS_RECORD, record_unit
 from trajval_ops.experiment.grpo_run import RESULT_FILE, unit_file
 from trajval_ops.experiment.priors import (
     ADAPTIVE_LATE, ORACLE_PRIORS, PRIOR_COLUMNS, SAMPLED_SHORT, SAMPLED_SHORT_N, write_priors,
@@ -186,7 +187,9 @@ def _base_spec(config: ValidationConfig, folder: Path, pool: Path, seed: int) ->
     verifier, options = regime_verifier(config)
     return {"name": str(folder), "model": config.model, "pool": str(pool), "seed": seed,
             "grpo": config.to_dict()["grpo"], "template": config.template, "verifier": verifier,
-            "verifier_options": options, "threads": config.threads_per_worker, "output_dir": str(folder)}
+            "verifier_options": options, "threads": config.threads_per_worker, "output_dir": str(folder),
+            # as the config names them: the unit's process resolves them on the one GPU it sees (or none)
+            "device": config.device, "precision": config.precision, "generation": config.generation}
 
 
 def oracle_units(config: ValidationConfig, out: Path, data: dict) -> list[Unit]:
@@ -220,7 +223,7 @@ def probe_recipe(config: ValidationConfig, out: Path) -> dict:
         "output_dir": str(probe_dir), "model": config.model, "probe_fraction": config.probe.probe_fraction,
         "seed": config.seed, "epochs": epochs, **dataclasses.asdict(g), "window_k": config.probe.window_k,
         "keep_epochs": stability_epochs, "verifier": verifier, "verifier_options": options,
-        "prompt_template": config.template, "show_progress": False}}]
+        "prompt_template": config.template, "show_progress": False, **_placement(config)}}]
     k = config.probe.window_k
     for offset, window in ((10, "early"), (20, "late")):
         for i in range(k):
@@ -244,6 +247,14 @@ def probe_recipe(config: ValidationConfig, out: Path) -> dict:
     return {"project_name": f"validate_{config.name}", "dataset_path": str(out / "data" / "context-a.jsonl"),
             "export_path": str(folder / PROBE_OUTPUT), "np": 1, "text_keys": None, "skip_op_error": False,
             "open_tracer": False, "op_fusion": False, "process": process}
+
+
+def _placement(config: ValidationConfig) -> dict:
+    """The probe trainer's device, precision and generation where the config sets them (at their
+    defaults the recipe, and so a finished probe's identity, stays as before they existed)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(ValidationConfig)}
+    return {key: getattr(config, key) for key in ("device", "precision", "generation")
+            if getattr(config, key) != defaults[key]}
 
 
 def probe_unit(config: ValidationConfig, out: Path) -> Unit:
@@ -284,12 +295,19 @@ def arm_units(config: ValidationConfig, out: Path) -> list[Unit]:
 # ----------------------------------------------------------------------------- running
 
 
-def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict[str, Callable[[], None]]) -> None:
+def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict[str, Callable[[], None]],
+              gpus: list[str] | None = None, records: Path | None = None) -> None:
     """Run every unfinished unit, ``workers`` at a time, in dependency order.
 
     :param finished: names done already (also extra names, e.g. ``priors``, that gate others).
     :param on_done: work done in this process after a unit finishes (keyed by unit name).
+    :param gpus: the GPUs units are pinned to, one per running unit (:mod:`.devices`); empty or
+        None: CPU, and the children see no GPU.
+    :param records: a JSON file that gets each finished unit's GPU and wall time (``units.json``).
     """
+    from trajval_ops.experiment.devices import GpuSlots
+
+    slots = GpuSlots(gpus or [])
     pending = [u for u in units if u.name not in finished]
     for unit in units:
         if unit.done() and unit.name not in finished:
@@ -298,7 +316,7 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
             if unit.name in on_done:
                 on_done[unit.name]()
     pending = [u for u in pending if u.name not in finished]
-    running: dict[str, tuple[Unit, subprocess.Popen, float]] = {}
+    running: dict[str, tuple[Unit, subprocess.Popen, float, str | None]] = {}
     total = len(pending)
     env = {**os.environ, "TRAJVAL_PARENT_PID": str(os.getpid()), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false"}
@@ -323,29 +341,34 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
                 unit.prepare()
             unit.log.parent.mkdir(parents=True, exist_ok=True)
             log = open(unit.log, "w")
-            process = subprocess.Popen(unit.command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                       cwd=Path(__file__).resolve().parents[2])
+            gpu = slots.take()
+            process = subprocess.Popen(unit.command, stdout=log, stderr=subprocess.STDOUT,
+                                       env=env | slots.environment(gpu), cwd=Path(__file__).resolve().parents[2])
             log.close()
-            running[unit.name] = (unit, process, time.monotonic())
-            logger.info(f"validate: {unit.name}: started ({total - len(pending) - len(running) + 1}/{total} queued "
-                        f"so far; log {unit.log})")
+            running[unit.name] = (unit, process, time.monotonic(), gpu)
+            logger.info(f"validate: {unit.name}: started{'' if gpu is None else f' on GPU {gpu}'} "
+                        f"({total - len(pending) - len(running) + 1}/{total} queued so far; log {unit.log})")
         if copied_meanwhile and not running:
             continue  # what waited on the copied units may start now
         if not running:
             blocked = [u.name for u in pending]
             raise RuntimeError(f"units {blocked} wait on units that never finish")
         time.sleep(0.5)
-        for name, (unit, process, started) in list(running.items()):
+        for name, (unit, process, started, gpu) in list(running.items()):
             if process.poll() is None:
                 continue
             del running[name]
+            slots.give_back(gpu)
             if process.returncode != 0 or not unit.done():
-                for _, (_, other, _) in running.items():
+                for _, (_, other, _, _) in running.items():
                     other.kill()
                 tail = unit.log.read_text(errors="replace")[-4000:] if unit.log.is_file() else ""
                 raise RuntimeError(f"validation unit {name} failed (exit {process.returncode}); log {unit.log}:\n{tail}")
             finished.add(name)
-            logger.info(f"validate: {name}: done in {time.monotonic() - started:.0f} s")
+            seconds = time.monotonic() - started
+            logger.info(f"validate: {name}: done in {seconds:.0f} s")
+            if records is not None:
+                record_unit(records, name, {"gpu": gpu, "wall_time_s": round(seconds, 1)})
             if name in on_done:
                 on_done[name]()
 
@@ -359,7 +382,10 @@ def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = 
     from trajval_ops.experiment.results import compute_results, write_index
     from trajval_ops.lifetime import guard_descendants
 
+    from trajval_ops.experiment.devices import unit_workers, visible_gpus
+
     guard_descendants()
+    gpus = visible_gpus(config.device)  # device: cuda without a GPU stops here, before any folder
     out = Path(out).resolve()  # the units run in other folders: every path they get is absolute
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -377,7 +403,11 @@ def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = 
         reuse()
     if (out / "priors" / "train_pool.jsonl").is_file():
         finished.add("priors")
-    run_units(units, config.workers, finished, _priors_when_ready(config, out, finished, reuse))
+    workers = unit_workers(config, gpus)
+    logger.info(f"validate: {workers} unit(s) side by side on "
+                + (f"GPU(s) {', '.join(gpus)}, one per unit" if gpus else "CPU"))
+    run_units(units, workers, finished, _priors_when_ready(config, out, finished, reuse), gpus=gpus,
+              records=out / UNITS_RECORD)
     results = compute_results(config, out, wall_time_s=_accumulated_wall_time(out, time.monotonic() - started))
     write_json(out / "results.json", results)
     write_index(results, config, out)

@@ -410,10 +410,35 @@ def compute_results(config: ValidationConfig, out: Path, wall_time_s: float = fl
             "data": json.loads((out / "data" / "data.json").read_text()),
             "arms": {arm: {"prior": ARMS[arm][0], "online": ARMS[arm][1]} for arm in config.training.arms},
             "wall_time_s": round(wall_time_s, 1), "versions": _versions(),
+            "units": unit_records(out),
         },
     }
     results["verdicts"] = verdicts(results)
     return results
+
+
+def unit_records(out: Path) -> dict[str, dict]:
+    """Per unit: where it ran and what it took, from the protocol's ``units.json`` (the GPU it
+    was pinned to, its wall time as the protocol saw it) and what the unit recorded of itself
+    (a training unit: its device with the GPU's name, precision, peak memory; the probe: its
+    manifest's device and wall time). Units copied by ``--reuse-from`` carry their own record."""
+    from trajval_ops.experiment.devices import UNITS_RECORD
+    from trajval_ops.experiment.grpo_run import RESULT_FILE
+
+    path = out / UNITS_RECORD
+    records = json.loads(path.read_text()) if path.is_file() else {}
+    for result in sorted(out.glob(f"*/**/{RESULT_FILE}")):
+        name = str(result.parent.relative_to(out))
+        unit = json.loads(result.read_text())
+        records.setdefault(name, {}).update(
+            {key: unit[key] for key in ("device", "precision", "peak_memory_gib") if key in unit},
+            unit_wall_time_s=unit.get("wall_time_s"))
+    manifest = out / "probe" / "probe_run" / "manifest.json"
+    if manifest.is_file():
+        probe = json.loads(manifest.read_text())
+        records.setdefault("probe", {}).update(device=probe.get("device"),
+                                               probe_wall_time_s=probe.get("wall_time_s"))
+    return dict(sorted(records.items()))
 
 
 def _versions() -> dict:

@@ -17,7 +17,7 @@ import yaml
 
 from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.rollout.budget import DEFAULT_TOLERANCE
-from trajval_ops.settings import settings_subset, type_hints, value_problem
+from trajval_ops.settings import declared_as, settings_subset, type_hints, value_problem
 
 #: arm -> (static prior, online scheduler); a prior of None samples uniformly.
 ARMS: dict[str, tuple[str | None, str | None]] = {
@@ -153,7 +153,12 @@ class ValidationConfig:
     training: TrainingSettings = TrainingSettings()
     group_key: str | None = None           #: dotted path of a task's group (group-mean arms, reports)
     seed: int = 0                          #: base of the probe, oracle and training seeds
-    workers: int = 2                       #: training processes run side by side
+    # where every unit trains and evaluates: the probe's declarations (trajval_ops.probe.config)
+    device: str = declared_as(ProbeConfig, "device")
+    precision: str = declared_as(ProbeConfig, "precision")
+    generation: str = declared_as(ProbeConfig, "generation")
+    #: units run side by side; None: one per visible GPU on a GPU (each pinned to its own), 2 on CPU
+    workers: int | None = None
     threads_per_worker: int = 1            #: torch threads per process
     source: str = ""                       #: the config file
 
@@ -253,12 +258,18 @@ def check_config(config: ValidationConfig) -> None:
         "training.steps": config.training.steps, "oracle.steps": config.oracle.steps,
         "evaluation.every_steps": config.evaluation.every_steps, "evaluation.n": config.evaluation.n,
         "oracle.every_steps": config.oracle.every_steps, "oracle.n": config.oracle.n, "probe.n": config.probe.n,
-        "workers": config.workers, "threads_per_worker": config.threads_per_worker,
+        "threads_per_worker": config.threads_per_worker,
         "training.max_generation_rounds": config.training.max_generation_rounds,
     }
+    if config.workers is not None:
+        positive["workers"] = config.workers
     for name, value in positive.items():
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{where}: {name} must be a positive integer, got {value!r}")
+    try:  # the probe's own checks of the three together (vllm on cpu, vllm not installed)
+        ProbeConfig(device=config.device, precision=config.precision, generation=config.generation)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     bad = [e for e in config.probe.stability_epochs if not 1 <= e < config.probe.epochs]
     if bad:
         raise ConfigError(f"{where}: probe.stability_epochs {bad} outside 1..{config.probe.epochs - 1}")

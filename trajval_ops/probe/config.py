@@ -20,6 +20,8 @@ from trajval_ops.settings import check_settings, setting
 
 #: How the probe's GRPO samples its rollouts (``generation``).
 GENERATIONS = ("auto", "vllm", "transformers")
+#: The probe's weights and autocast (``precision``; :func:`resolve_precision`).
+PRECISIONS = ("auto", "bf16-mixed", "bf16", "fp32")
 
 
 def vllm_importable() -> bool:
@@ -91,9 +93,11 @@ class ProbeConfig:
                               "imports, else TRL's transformers generation, the reason logged), ``vllm`` (TRL's "
                               "vLLM integration; a GPU and vLLM installed) or ``transformers`` (any device).",
                               choices=GENERATIONS, hashed_at_default=False)
-    precision: str = setting("auto", "weights and mixed precision of the probe: ``auto`` (bf16 on a GPU, fp32 on "
-                             "CPU), ``bf16`` (bf16 weights and autocast, also on CPU) or ``fp32``.",
-                             choices=("auto", "bf16", "fp32"), hashed_at_default=False)
+    precision: str = setting("auto", "weights and mixed precision of the probe: ``auto`` (``bf16-mixed`` on a GPU, "
+                             "``fp32`` on CPU), ``bf16-mixed`` (fp32 weights, optimizer state and checkpoints, bf16 "
+                             "autocast), ``bf16`` (bf16 weights and autocast: half the memory; its updates went "
+                             "non-finite for SmolLM2-135M-Instruct on a GPU) or ``fp32``.",
+                             choices=PRECISIONS, hashed_at_default=False)
     use_lora: bool = setting(False, "train a LoRA adapter instead of all weights; checkpoints are merged into "
                              "full model folders for the endpoint mapper.")
     lora_r: int = setting(16, "LoRA rank.", ge=1)
@@ -232,15 +236,22 @@ def resolve_generation(generation: str, device: str) -> tuple[str, str]:
 
 
 def resolve_precision(precision: str, device: str) -> str:
-    """``bf16`` or ``fp32``: ``auto`` is bf16 on a GPU and fp32 on CPU (bf16 autocast gave no
-    training gain on CPU and costs precision)."""
+    """``bf16-mixed``, ``bf16`` or ``fp32``: ``auto`` is ``bf16-mixed`` on a GPU (fp32 master
+    weights: SmolLM2-135M-Instruct's bf16-weight updates went non-finite at step 3 on an H200
+    where fp32 weights trained) and ``fp32`` on CPU (bf16 autocast gave no training gain on CPU
+    and costs precision)."""
     if precision == "auto":
-        return "bf16" if device == "cuda" else "fp32"
+        return "bf16-mixed" if device == "cuda" else "fp32"
     return precision
 
 
+def autocasts_bf16(precision: str, device: str) -> bool:
+    """Whether the trainer runs its forward and backward passes under bf16 autocast."""
+    return resolve_precision(precision, device) in ("bf16", "bf16-mixed")
+
+
 def torch_dtype(precision: str, device: str):
-    """The torch dtype the probe's weights load in."""
+    """The torch dtype the probe's weights load in (and its checkpoints are written in)."""
     import torch
 
     return torch.bfloat16 if resolve_precision(precision, device) == "bf16" else torch.float32
@@ -262,7 +273,7 @@ def grpo_arguments(config: ProbeConfig, output_dir: str, device: str, show_progr
     on_gpu = device == "cuda"
     use_vllm = resolve_generation(config.generation, device)[0] == "vllm"
     checkpointing = config.gradient_checkpointing if config.gradient_checkpointing is not None else on_gpu
-    bf16 = resolve_precision(config.precision, device) == "bf16"
+    bf16 = autocasts_bf16(config.precision, device)
     args: dict[str, Any] = dict(
         output_dir=output_dir,
         num_train_epochs=config.epochs,

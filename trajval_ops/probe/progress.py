@@ -120,7 +120,7 @@ class NonFiniteGuard(TrainerCallback):
     on into generation, which dies later on a device-side assert).
 
     :param what: the run's name in the message (``probe``, a validation unit).
-    :param precision: the resolved precision (``bf16`` / ``fp32``), named in the message.
+    :param precision: the resolved precision (``bf16-mixed``, ``bf16``, ``fp32``), named in the message.
     """
 
     WATCHED = ("loss", "grad_norm")
@@ -134,8 +134,10 @@ class NonFiniteGuard(TrainerCallback):
             if value is not None and not math.isfinite(float(value)):
                 from trajval_ops.errors import TrainingDiverged
 
-                remedy = ("precision: fp32 (bf16 weights went non-finite for SmolLM2-135M-Instruct on a GPU)"
-                          if self.precision == "bf16" else "a lower learning_rate or max_grad_norm")
+                remedy = {"bf16": "precision: bf16-mixed or fp32 (bf16 weights went non-finite for "
+                                  "SmolLM2-135M-Instruct on a GPU)",
+                          "bf16-mixed": "precision: fp32, or a lower learning_rate or max_grad_norm",
+                          }.get(self.precision, "a lower learning_rate or max_grad_norm")
                 raise TrainingDiverged(
                     f"{self.what}: step {state.global_step}: {key} is {value} (precision {self.precision}, learning "
                     f"rate {self.learning_rate:g}); training stopped before a checkpoint of this step was written. "

@@ -19,7 +19,8 @@ from trajval_ops.probe.checkpoints import (
     MERGED_DIR, base_entry, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints,
 )
 from trajval_ops.probe.config import (
-    EXECUTION_SETTINGS, ProbeConfig, grpo_arguments, lora_config, resolve_device, resolve_generation, torch_dtype,
+    EXECUTION_SETTINGS, ProbeConfig, grpo_arguments, lora_config, resolve_device, resolve_generation,
+    resolve_precision, torch_dtype,
 )
 from trajval_ops.probe.manifest import (
     FORMAT,
@@ -83,7 +84,6 @@ def run_probe(
     main = args.process_index == 0
     manifest = _start_manifest(config, probe_ids, base_model, digest, device, steps_per_epoch, previous)
     resume = _prepare_resume(output_dir, config, manifest, base_model, args)
-    from trajval_ops.probe.config import resolve_precision
     from trajval_ops.probe.progress import NonFiniteGuard, ProbeProgress, quiet_trainer
 
     progress = ProbeProgress(config, output_dir, base_model, steps_per_epoch, manifest, show_progress)
@@ -142,6 +142,7 @@ def _start_manifest(config: ProbeConfig, probe_ids, base_model: Path, digest: st
         "config_hash": digest,
         "device": device,
         "generation_engine": resolve_generation(config.generation, device)[0],
+        "precision": resolve_precision(config.precision, device),
         "versions": library_versions(),
         "steps_per_epoch": steps_per_epoch,
         "checkpoints": [base_entry(base_model)],

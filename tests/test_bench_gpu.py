@@ -1,0 +1,72 @@
+"""tools/bench/bench_gpu.py (issue 37, item 5): its CPU parts run on CPU in the slow suite, so
+the GPU check cannot rot where there is no GPU; the GPU run itself is marked ``gpu``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+BENCH = REPO / "tools" / "bench" / "bench_gpu.py"
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def test_cuda_without_a_gpu_is_refused_with_the_way_out(tmp_path):
+    if _cuda():
+        pytest.skip("this machine has a GPU")
+    done = subprocess.run([sys.executable, str(BENCH), "--out", str(tmp_path / "b.json")], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2 and "torch sees no GPU; run with --device cpu" in done.stderr
+    assert not (tmp_path / "b.json").exists()
+
+
+def _check_report(report: dict, device: str) -> None:
+    parts = report["parts"]
+    assert not [name for name, part in parts.items() if "error" in part], parts
+    assert parts["probe/transformers"]["generation"] == "transformers" and parts["probe/transformers"]["steps"] >= 4
+    assert parts["probe/transformers"]["device"] == device
+    assert "skipped" in parts["probe/vllm"] or parts["probe/vllm"]["generation"] == "vllm"
+    assert parts["endpoint"]["bare"]["completions_per_s"] > 0 and parts["endpoint/cpu_reference"]["threads"] >= 1
+    agreement = report["ratios"]["family_agreement"]
+    assert len(agreement) == 12  # every family of the demo pool, both passes
+    # two passes with different sampling seeds of the same model: within noise
+    assert max(abs(f["difference_in_se"]) for f in agreement.values()) < 4
+    shapes = [part for name, part in parts.items() if name.startswith("shape/")]
+    assert shapes and all(s["engine"]["tokens_per_s"] > 0 and s["bare"]["tokens_per_s"] > 0
+                          and s["probe"]["step_s"] > 0 and s["probe"]["peak_memory_gib"] > 0 for s in shapes)
+    unit = parts["validate_unit"]
+    assert unit["device"].startswith(device) and unit["peak_memory_gib"] > 0
+
+
+@pytest.mark.slow
+def test_the_cpu_parts_run_on_cpu(tmp_path):
+    """About 3 minutes on 2 busy cores (each part is its own process)."""
+    out = tmp_path / "bench_gpu.json"
+    done = subprocess.run([sys.executable, str(BENCH), "--device", "cpu", "--quick", "--out", str(out)],
+                          capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["device"] == "cpu" and report["parts"]["probe/vllm"]["skipped"].startswith("TRL's vLLM integration")
+    _check_report(report, "cpu")
+    assert "bench_gpu:" in done.stdout and "standard errors over 12 families" in done.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_the_gpu_check_on_a_gpu(tmp_path):
+    if not _cuda():
+        pytest.skip("needs a CUDA GPU: torch sees none here")
+    out = tmp_path / "bench_gpu.json"
+    done = subprocess.run([sys.executable, str(BENCH), "--out", str(out)], capture_output=True, text=True, cwd=REPO,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _check_report(json.loads(out.read_text()), "cuda")

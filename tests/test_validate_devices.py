@@ -1,0 +1,119 @@
+"""Issue 37, item 3: where ``trajval validate``'s units run. ``device``, ``precision`` and
+``generation`` are top-level keys of the validation config taken from the probe's declarations;
+a bad device is an error before anything trains; on a GPU machine every unit sees one GPU of its
+own, and each finished unit's device and wall time are recorded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.test_validate import config_file
+from trajval_ops.experiment.validation_config import ConfigError, ValidationConfig, load_config
+from trajval_ops.probe.config import ProbeConfig
+
+SMOKE = REPO / "recipes" / "validation" / "smoke.yaml"
+
+
+def test_device_precision_and_generation_are_the_probes_declarations():
+    import dataclasses
+
+    ours = {f.name: f for f in dataclasses.fields(ValidationConfig)}
+    probe = {f.name: f for f in dataclasses.fields(ProbeConfig)}
+    for key in ("device", "precision", "generation"):
+        assert ours[key].default == probe[key].default and ours[key].metadata == probe[key].metadata
+    config = load_config(SMOKE)
+    assert (config.device, config.precision, config.generation, config.workers) == ("auto", "auto", "auto", None)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"device": "tpu"}, "device must be one of 'auto', 'cpu', 'cuda', got 'tpu'"),
+    ({"precision": "fp16"}, "precision must be one of 'auto', 'bf16-mixed', 'bf16', 'fp32', got 'fp16'"),
+    ({"generation": "vllm", "device": "cpu"}, "generation: vllm runs TRL's vLLM integration, which needs a GPU"),
+    ({"workers": 0}, "workers must be a positive integer, got 0"),
+])
+def test_a_bad_placement_is_a_config_error(tmp_path, changes, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(config_file(tmp_path, **changes))
+
+
+def test_cuda_without_a_gpu_exits_2_before_anything_is_written(tmp_path, monkeypatch):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: device: cuda is valid here")
+    out = tmp_path / "run"
+    command = [sys.executable, str(REPO / "tools" / "validate.py"), "--config",
+               str(config_file(tmp_path, device="cuda")), "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "device: cuda, but torch sees no GPU on this machine" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_workers_default_to_one_per_gpu_and_each_unit_is_pinned_to_the_least_busy():
+    from trajval_ops.experiment.devices import CPU_WORKERS, GpuSlots, unit_workers
+
+    config = load_config(SMOKE)
+    assert unit_workers(config, []) == CPU_WORKERS and unit_workers(config, ["2", "5", "7"]) == 3
+    slots = GpuSlots(["2", "5"])
+    first, second, third = slots.take(), slots.take(), slots.take()
+    assert (first, second, third) == ("2", "5", "2")
+    slots.give_back("5")
+    assert slots.take() == "5"
+    assert GpuSlots.environment(None) == {"CUDA_VISIBLE_DEVICES": ""} and GpuSlots([]).take() is None
+
+
+def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
+    import torch
+
+    from trajval_ops.experiment import devices
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,6")
+    assert devices.visible_gpus("auto") == ["3", "6"] and devices.visible_gpus("cpu") == []
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert devices.visible_gpus("cuda") == ["0", "1"]
+
+
+def test_units_run_side_by_side_each_seeing_one_gpu_and_are_recorded(tmp_path):
+    """Real child processes under ``run_units`` with two (pretend) GPUs: the two units running
+    together see different single GPUs; a CPU run's children see none."""
+    from trajval_ops.experiment.protocol import Unit, run_units
+
+    def unit(name: str, seconds: float) -> Unit:
+        folder = tmp_path / name
+        code = (f"import os, pathlib, time; time.sleep({seconds}); p = pathlib.Path({str(folder)!r}); p.mkdir(); "
+                f"(p / 'seen').write_text(os.environ['CUDA_VISIBLE_DEVICES'])")
+        return Unit(name, folder, [sys.executable, "-c", code], done=lambda: (folder / "seen").is_file())
+
+    records = tmp_path / "units.json"
+    run_units([unit("a", 1.0), unit("b", 1.0), unit("c", 0.0)], 2, set(), {}, gpus=["4", "9"], records=records)
+    seen = {name: (tmp_path / name / "seen").read_text() for name in "abc"}
+    assert {seen["a"], seen["b"]} == {"4", "9"} and seen["c"] in ("4", "9")
+    recorded = json.loads(records.read_text())
+    assert {name: recorded[name]["gpu"] for name in "abc"} == seen
+    assert all(recorded[name]["wall_time_s"] >= 0 for name in "abc")
+    run_units([unit("d", 0.0)], 1, set(), {})
+    assert (tmp_path / "d" / "seen").read_text() == ""
+
+
+def test_the_specs_and_the_probe_recipe_carry_the_placement(tmp_path):
+    from trajval_ops.experiment.protocol import _base_spec, probe_recipe
+
+    config = load_config(SMOKE)
+    spec = _base_spec(config, tmp_path / "unit", tmp_path / "pool.jsonl", seed=0)
+    assert (spec["device"], spec["precision"], spec["generation"]) == ("auto", "auto", "auto")
+    probe = probe_recipe(config, tmp_path)["process"][0]["trajval_probe_trainer"]
+    assert not {"device", "precision", "generation"} & set(probe)  # at the defaults: the recipe as before
+    raw = yaml.safe_load(SMOKE.read_text()) | {"device": "cpu", "precision": "bf16"}
+    path = tmp_path / "placed.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    probe = probe_recipe(load_config(path), tmp_path)["process"][0]["trajval_probe_trainer"]
+    assert (probe["device"], probe["precision"]) == ("cpu", "bf16") and "generation" not in probe

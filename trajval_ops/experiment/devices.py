@@ -1,0 +1,87 @@
+"""Where the validation protocol's units run: the device its config names, resolved once before
+anything trains, and one GPU per running unit.
+
+On a GPU machine each unit (the probe's ``dj-process``, every oracle and arm run) is a child
+process that sees one GPU (``CUDA_VISIBLE_DEVICES``), the least busy one, so ``workers`` units
+(by default one per visible GPU) train side by side without sharing a card; its evaluation
+passes run on the same card. On CPU the children see no GPU at all, so nothing inside a CPU
+run can pick one up by ``auto``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from trajval_ops.experiment.validation_config import ConfigError, ValidationConfig
+
+#: workers on CPU when the config leaves them unset (two cores here; one torch thread each)
+CPU_WORKERS = 2
+#: the run's record of where each finished unit ran and for how long
+UNITS_RECORD = "units.json"
+
+
+def visible_gpus(device: str) -> list[str]:
+    """The GPUs (``CUDA_VISIBLE_DEVICES`` entries, or indices) the run's units are pinned to;
+    empty on CPU. ``cuda`` without a GPU is a :class:`ConfigError` (before anything trains)."""
+    if device == "cpu":
+        return []
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        if device == "cuda":
+            raise ConfigError("device: cuda, but torch sees no GPU on this machine (torch.cuda.is_available() is "
+                              "False); set device: cpu, or auto to use a GPU only where there is one")
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [part.strip() for part in visible.split(",") if part.strip()] if visible else []
+    return (ids or [str(i) for i in range(count)])[:count]
+
+
+def unit_workers(config: ValidationConfig, gpus: list[str]) -> int:
+    """Units run side by side: the config's ``workers``, else one per GPU (or two on CPU)."""
+    if config.workers is not None:
+        return config.workers
+    return len(gpus) or CPU_WORKERS
+
+
+class GpuSlots:
+    """Pins each started unit to one GPU: the one running the fewest units, the lowest first
+    (``workers`` above the GPU count shares cards evenly)."""
+
+    def __init__(self, gpus: list[str]):
+        self.running = {gpu: 0 for gpu in gpus}
+
+    def take(self) -> str | None:
+        """A GPU for a unit about to start (None on CPU)."""
+        if not self.running:
+            return None
+        gpu = min(self.running, key=lambda g: (self.running[g], list(self.running).index(g)))
+        self.running[gpu] += 1
+        return gpu
+
+    def give_back(self, gpu: str | None) -> None:
+        if gpu is not None:
+            self.running[gpu] -= 1
+
+    @staticmethod
+    def environment(gpu: str | None) -> dict[str, str]:
+        """The child's ``CUDA_VISIBLE_DEVICES``: its one GPU, or none on CPU."""
+        return {"CUDA_VISIBLE_DEVICES": gpu if gpu is not None else ""}
+
+    @staticmethod
+    def device(gpu: str | None) -> str:
+        """The device a unit of this slot trains on, as its spec names it."""
+        return "cpu" if gpu is None else "cuda"
+
+
+def record_unit(path: Path, name: str, record: dict) -> None:
+    """Add a finished unit's record (its GPU, its wall time) to the run's ``units.json``; a
+    rerun keeps the records of units an earlier invocation ran."""
+    from trajval_ops.atomic import write_json
+
+    records = json.loads(path.read_text()) if path.is_file() else {}
+    records[name] = record
+    write_json(path, records)
