@@ -199,6 +199,15 @@ def test_smoke_protocol_end_to_end_and_resume(tmp_path):
     assert sampled == cost["prior_stages"]["probe"]["completions"] + measured * 4 * 2 + 96 * 4
     assert all(0.05 <= row["trajval_sampled_weight"] <= 1 for row in pool)
     assert all(row["trajval_r_early_short_n"] == 4 for row in pool)
+    # issue 35, item 2: the variance prior from another model's pass beside the trained model's own
+    other = results["other_model"]
+    assert other["model"] == "tiny-arith-seed1" and -1 <= other["spearman_pass_rates"] <= 1
+    variance = other["priors"]["variance"]
+    assert {"standard", "dynamic", "spearman_weights", "spearman_vs_oracle_gain"} <= set(variance)
+    assert len(variance["standard"]["other_minus_own_auc_ci95"]) == 2
+    assert cost["arms"]["variance_other_model"]["prior_completions"] == 0
+    assert cost["prior_stages"]["early"]["completions"] == 96 * 4  # its pass is not the early pass
+    assert all(0.05 <= row["trajval_variance_other_model_weight"] <= 1 for row in pool)
     # probe rows carry the pipeline's fields (the real operators ran)
     probe_row = json.loads((out / "probe" / "weighted.jsonl").read_text().splitlines()[0])
     assert {"trajval_r_early", "trajval_r_late", "trajval_weight", "trajval_acc_epoch_1"} <= set(probe_row)
@@ -421,14 +430,14 @@ def test_a_dry_run_prices_every_unit_by_hand_and_writes_nothing(tmp_path, capsys
     assert units["oracle/context-a"]["training_completions"] == 4 * batch
     assert units["oracle/context-a"]["evaluation_completions"] == 3 * 2 * 96
     # probe: P = 0.2 x 96 -> 20 rows, 2 steps of 8 per epoch, 2 epochs; passes: early, late, epoch 1, adaptive
-    # late (n = 4 each), and the sampled prior's short pass (n = 4)
+    # late, the other model's (n = 4 each), and the sampled prior's short pass (n = 4)
     assert units["probe"]["training_completions"] == 2 * 2 * batch
-    assert units["probe"]["evaluation_completions"] == 4 * 4 * 96 + 4 * 96 and units["probe"]["completions_are_a_bound"]
+    assert units["probe"]["evaluation_completions"] == 5 * 4 * 96 + 4 * 96 and units["probe"]["completions_are_a_bound"]
     # an arm: 4 steps; held-out evaluations at 0, 2, 4 of 64 tasks, n = 2; dynamic: 3 rounds at most
     assert units["arms/uniform/seed-0"]["training_completions"] == 4 * batch
     assert units["arms/uniform/seed-0"]["evaluation_completions"] == 3 * 2 * 64
     assert units["arms/uniform+dynamic/seed-1"]["training_completions"] == 3 * 4 * batch
-    assert len(units) == 2 + 1 + 11 * 2 * 2 and report["max_new_tokens"] == report["completions"] * 8
+    assert len(units) == 2 + 1 + 12 * 2 * 2 and report["max_new_tokens"] == report["completions"] * 8
     assert report["generation_wall_time_s"] == pytest.approx(report["completions"] / 100 / 2)
     out = tmp_path / "never"
     assert protocol.main(["--config", str(SMOKE), "--out", str(out), "--dry-run", "--rate", "100"]) == 0

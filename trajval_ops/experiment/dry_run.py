@@ -59,7 +59,8 @@ def unit_costs(config: ValidationConfig) -> list[dict[str, Any]]:
                 _evaluations(oracle.steps, oracle.every_steps) * oracle.n * sizes[context])
     probe, pool = config.probe, sizes["context-a"]
     probe_rows = probe_size_for(pool, None, probe.probe_fraction)
-    passes = 2 * probe.window_k + len(probe.stability_epochs) + int(probe.adaptive_late)
+    passes = (2 * probe.window_k + len(probe.stability_epochs) + int(probe.adaptive_late)
+              + int(probe.other_model is not None))
     short = SAMPLED_SHORT_N * pool if "trajval_sampled" in config.training.arms else 0
     add("probe", probe.epochs * (probe_rows // g.prompts_per_batch) * batch, passes * probe.n * pool + short,
         bound=probe.adaptive_late)

@@ -10,6 +10,9 @@ pool (``priors/train_pool.jsonl``).
 - ``trajval_posterior`` / ``trajval_pooled``: TrajVal's score under the beta-binomial
   posterior of each end's pass rate (:func:`trajval_ops.core.noise_aware_score`), the prior
   fitted on the pool or on each task's group;
+- ``variance_other_model`` / ``bandpass_other_model``: the same one-pass priors from the pass
+  of another model than the one trained (``probe.other_model``), the stand-in for a difficulty
+  column a public pool ships (Big-Math's Llama-8B rates for a Qwen policy); charged nothing;
 - ``trajval_sampled``: the sampled prior of ``recipes/demo_sampled.yaml``: TrajVal's score kept
   on a seeded :data:`SAMPLED_FRACTION` of the pool stratified by the config's group, every other
   row's predicted (:func:`trajval_ops.priors.sampled.predict_scores`) from a short early pass at
@@ -45,6 +48,8 @@ PRIOR_COLUMNS = {
     "trajval_adaptive": "trajval_adaptive_weight",
     "trajval_floor": "trajval_floor_weight", "trajval_mix": "trajval_mix_weight",
     "trajval_sampled": "trajval_sampled_weight",
+    "variance_other_model": "trajval_variance_other_model_weight",
+    "bandpass_other_model": "trajval_bandpass_other_model_weight",
 }
 #: the breadth-keeping mappings of TrajVal's score (fixed before any run that compares them):
 #: the floor of ``trajval_floor`` (the paper's eps is 0.05; at alpha 0.3, s below 0.005 maps under 0.2) ...
@@ -59,6 +64,10 @@ SAMPLED_SHORT_N = 4
 SAMPLED_SHORT = "trajval_r_early_short"
 #: the late pass rate of the adaptive budget's pass (probe.adaptive_late)
 ADAPTIVE_LATE = "trajval_r_late_adaptive"
+#: the pass of another model than the trained one (probe.other_model), and the one-pass priors
+#: built from it (each the registry's prior of that name, read from this pass instead of the early one)
+OTHER_MODEL_PASS = "trajval_r_early_other_model"
+OTHER_MODEL_PRIORS = {"variance_other_model": "variance", "bandpass_other_model": "bandpass"}
 #: priors that read oracle A's trajectories (its unit must finish before the pool is written)
 ORACLE_PRIORS = frozenset({"oracle", "oracle_subset", "oracle_group", "oracle_subset_group"})
 #: priors that are TrajVal's score from the same probe and passes (they cost what TrajVal costs)
@@ -117,6 +126,9 @@ def prior_weights(rows: list[dict], priors: set[str], oracle: dict | None = None
     out: dict[str, np.ndarray] = {}
     for name in sorted(priors & ONE_PASS_PRIORS):
         out[name] = build_prior(name, {"eps": trajval.eps}).weights(r_early)
+    for name in sorted(priors & set(OTHER_MODEL_PRIORS)):
+        r_other = np.array([row[OTHER_MODEL_PASS] for row in rows], dtype=np.float64)
+        out[name] = build_prior(OTHER_MODEL_PRIORS[name], {"eps": trajval.eps}).weights(r_other)
     for estimator in ("posterior", "pooled"):
         if f"trajval_{estimator}" in priors:
             counts = [_rollouts(rows, window) for window in fields.WINDOWS]

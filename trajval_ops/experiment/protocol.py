@@ -48,7 +48,7 @@ from trajval_ops.experiment.validation_config import (ARMS, ConfigError, Validat
 from trajval_ops.experiment.devices import UNITS_RECORD, record_unit
 from trajval_ops.experiment.grpo_run import RESULT_FILE, unit_file
 from trajval_ops.experiment.priors import (
-    ADAPTIVE_LATE, ORACLE_PRIORS, PRIOR_COLUMNS, SAMPLED_SHORT, SAMPLED_SHORT_N, write_priors,
+    ADAPTIVE_LATE, ORACLE_PRIORS, OTHER_MODEL_PASS, PRIOR_COLUMNS, SAMPLED_SHORT, SAMPLED_SHORT_N, write_priors,
 )
 from trajval_ops.pools.io import read_rows
 from trajval_ops.priors import ONE_PASS_PRIORS
@@ -235,6 +235,9 @@ def probe_recipe(config: ValidationConfig, out: Path) -> dict:
             "model": f"manifest:{probe_dir}#late[-1]", "window": "late", "output_key": ADAPTIVE_LATE,
             "budget": "adaptive", "round_size": config.probe.round_size,
             "weight_tolerance": config.probe.weight_tolerance, "seed": config.seed + 20}})
+    if config.probe.other_model:  # another model's pass: the *_other_model arms' prior
+        process.append({"trajval_endpoint_reward_mapper": endpoint | {
+            "model": config.probe.other_model, "output_key": OTHER_MODEL_PASS, "seed": config.seed + 50}})
     if "trajval_sampled" in config.training.arms:  # the sampled prior's short pass, every row
         process.append({"trajval_endpoint_reward_mapper": endpoint | {
             "model": f"manifest:{probe_dir}#early[0]", "output_key": SAMPLED_SHORT, "n": SAMPLED_SHORT_N,

@@ -15,7 +15,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -232,7 +232,7 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
 
     from trajval_ops.prior_cost import recorded_cost
     from trajval_ops.experiment.priors import (
-        ADAPTIVE_LATE, ORACLE_PRIORS, SAMPLED_SHORT, TRAJVAL_PRIORS, sampled_rows,
+        ADAPTIVE_LATE, ORACLE_PRIORS, OTHER_MODEL_PRIORS, SAMPLED_SHORT, TRAJVAL_PRIORS, sampled_rows,
     )
     from trajval_ops.rows import get_path
 
@@ -254,6 +254,8 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
         short = recorded_cost(column, [SAMPLED_SHORT], None)
         by_prior["trajval_sampled"] = sample["completions"] + short["completions"]
     by_prior.update({kind: one_pass["completions"] for kind in ONE_PASS_PRIORS})
+    # another model's pass stands in for a column a public pool ships: it costs its user nothing
+    by_prior.update({kind: 0 for kind in OTHER_MODEL_PRIORS})
     # a ceiling's knowledge comes from oracle A's full-pool run: its training and its evaluations
     oracle = config.oracle
     evaluations = oracle.steps // oracle.every_steps + 1
@@ -413,8 +415,57 @@ def compute_results(config: ValidationConfig, out: Path, wall_time_s: float = fl
             "units": unit_records(out),
         },
     }
+    if config.probe.other_model:
+        results["other_model"] = other_model_figures(config, out, probe_rows, train, curve_data, oracle_a)
     results["verdicts"] = verdicts(results)
     return results
+
+
+def other_model_figures(config: ValidationConfig, out: Path, probe_rows: list[dict], train: dict, curve_data: dict,
+                        oracle_a: dict | None) -> dict:
+    """How much a one-pass prior loses when its pass comes from another model than the one
+    trained (``probe.other_model``): the two passes' rank agreement over the pool (pass rates and
+    each prior's weights), each pass's prior against oracle A's per-task gain, and, per prior and
+    sampling mode trained, both arms' AUC - uniform and their paired difference (other - own),
+    with bootstrap intervals over seeds."""
+    from trajval_ops.experiment.priors import OTHER_MODEL_PASS, OTHER_MODEL_PRIORS, PRIOR_COLUMNS
+
+    pool = list(read_rows(out / "priors" / "train_pool.jsonl"))
+    own = np.array([row[fields.R_EARLY] for row in probe_rows], dtype=np.float64)
+    other = np.array([row[OTHER_MODEL_PASS] for row in probe_rows], dtype=np.float64)
+    figures: dict[str, Any] = {
+        "model": config.probe.other_model, "trained_model": config.model, "n": config.probe.n,
+        "mean_pass_rate": {"own": float(own.mean()), "other_model": float(other.mean())},
+        "spearman_pass_rates": agreement.spearman(own, other), "priors": {}}
+    gain = None
+    if oracle_a is not None:
+        at = _index(oracle_a["ids"])
+        keep = [i for i, row in enumerate(probe_rows) if row["id"] in at]
+        gain = oracle_a["delta"][[at[probe_rows[i]["id"]] for i in keep]]
+    for arm, prior in OTHER_MODEL_PRIORS.items():
+        entry: dict[str, Any] = {}
+        if PRIOR_COLUMNS[arm] in pool[0] and PRIOR_COLUMNS[prior] in pool[0]:
+            entry["spearman_weights"] = agreement.spearman([row[PRIOR_COLUMNS[prior]] for row in pool],
+                                                           [row[PRIOR_COLUMNS[arm]] for row in pool])
+        if gain is not None:
+            score = getattr(core, f"{prior}_score")
+            entry["spearman_vs_oracle_gain"] = {"own": agreement.spearman(score(own[keep]), gain),
+                                                "other_model": agreement.spearman(score(other[keep]), gain)}
+        for mode in config.training.sampling:
+            mine, theirs = prior + MODE_SUFFIX[mode], arm + MODE_SUFFIX[mode]
+            if theirs not in train:
+                continue
+            row = {"other_model_auc_minus_uniform": train[theirs]["auc_minus_uniform"],
+                   "other_model_auc_minus_uniform_ci95": train[theirs]["auc_minus_uniform_ci95"]}
+            if mine in train:
+                a, b = curve_data["curves"][theirs], curve_data["curves"][mine]
+                row |= {"own_auc_minus_uniform": train[mine]["auc_minus_uniform"],
+                        "own_auc_minus_uniform_ci95": train[mine]["auc_minus_uniform_ci95"],
+                        "other_minus_own_auc": curves.auc(a) - curves.auc(b),
+                        "other_minus_own_auc_ci95": bootstrap_ci([a, b], lambda c, d: curves.auc(c) - curves.auc(d))}
+            entry[mode] = row
+        figures["priors"][prior] = entry
+    return figures
 
 
 def unit_records(out: Path) -> dict[str, dict]:

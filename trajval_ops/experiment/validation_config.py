@@ -45,6 +45,9 @@ ARMS: dict[str, tuple[str | None, str | None]] = {
     "trajval_mix": ("trajval_mix", None),
     # TrajVal measured on a stratified sample, the other rows predicted (recipes/demo_sampled.yaml)
     "trajval_sampled": ("trajval_sampled", None),
+    # a one-pass prior from another model's pass (probe.other_model): a public difficulty column's stand-in
+    "variance_other_model": ("variance_other_model", None),
+    "bandpass_other_model": ("bandpass_other_model", None),
 }
 #: arms whose prior averages per group (they need the config's group_key; checked before anything trains)
 GROUP_ARMS = frozenset({"oracle_group", "oracle_subset_group", "trajval_group", "trajval_pooled", "trajval_sampled"})
@@ -123,6 +126,10 @@ class ProbeSettings(_ProbeRunSettings):
     adaptive_late: bool = False
     round_size: int = 4                    #: the adaptive late pass's rollouts per round
     weight_tolerance: float = DEFAULT_TOLERANCE  #: the adaptive late pass's weight tolerance
+    #: another model than the trained one (a model reference: another pretraining seed or stage)
+    #: whose pass over the pool, n rollouts, gives the ``*_other_model`` arms their one-pass prior
+    #: (the stand-in for a difficulty column a public pool ships; charged nothing, as a reused column)
+    other_model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +247,12 @@ def check_config(config: ValidationConfig) -> None:
     unknown = [arm for arm in config.training.arms if arm not in ARMS]
     if unknown:
         raise ConfigError(f"{where}: unknown arm(s) {unknown}; known: {sorted(ARMS)}")
+    other = sorted(arm for arm in config.training.arms if arm.endswith("_other_model"))
+    if other and not config.probe.other_model:
+        raise ConfigError(f"{where}: arms {other} read another model's pass: set probe.other_model (a model "
+                          f"reference other than {config.model!r})")
+    if config.probe.other_model is not None and config.probe.other_model == config.model:
+        raise ConfigError(f"{where}: probe.other_model is the trained model ({config.model!r}); name another one")
     if "trajval_adaptive" in config.training.arms and not config.probe.adaptive_late:
         raise ConfigError(f"{where}: the trajval_adaptive arm reads the adaptive late pass: set probe.adaptive_late")
     grouped = sorted(set(config.training.arms) & GROUP_ARMS)

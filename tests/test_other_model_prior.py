@@ -1,0 +1,70 @@
+"""Issue 35, item 2: a one-pass prior from another model's pass (``probe.other_model``), the
+stand-in for a difficulty column a public pool ships, beside the same prior from the trained
+model's own pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.test_validate import config_file
+from trajval_ops import fields
+from trajval_ops.experiment.priors import OTHER_MODEL_PASS, OTHER_MODEL_PRIORS, prior_weights
+from trajval_ops.experiment.validation_config import ConfigError, load_config
+
+SMOKE = REPO / "recipes" / "validation" / "smoke.yaml"
+
+
+def test_other_model_arms_need_another_model(tmp_path):
+    raw = yaml.safe_load(SMOKE.read_text())
+    arms = ["uniform", "variance_other_model"]
+    with pytest.raises(ConfigError, match=r"arms \['variance_other_model'\] read another model's pass: set "
+                                          r"probe.other_model"):
+        load_config(config_file(tmp_path, training__arms=arms, probe__other_model=None))
+    with pytest.raises(ConfigError, match="probe.other_model is the trained model"):
+        load_config(config_file(tmp_path, training__arms=arms, probe__other_model=raw["model"]))
+
+
+def test_the_probe_unit_runs_the_other_models_pass_and_the_dry_run_counts_it(tmp_path):
+    from trajval_ops.experiment.dry_run import unit_costs
+    from trajval_ops.experiment.protocol import probe_recipe
+
+    plain = load_config(config_file(tmp_path, probe__other_model=None,
+                                    training__arms=["uniform", "variance"]))
+    other = load_config(config_file(tmp_path, probe__other_model="tiny-arith-seed1",
+                                    training__arms=["uniform", "variance", "variance_other_model"]))
+    passes = [step["trajval_endpoint_reward_mapper"] for step in probe_recipe(other, tmp_path)["process"]
+              if "trajval_endpoint_reward_mapper" in step]
+    (pass_,) = [p for p in passes if p.get("output_key") == OTHER_MODEL_PASS]
+    assert pass_["model"] == "tiny-arith-seed1" and pass_["n"] == other.probe.n
+    probe_cost = {u["unit"]: u["evaluation_completions"] for u in unit_costs(other)}["probe"]
+    assert probe_cost - {u["unit"]: u["evaluation_completions"] for u in unit_costs(plain)}["probe"] == \
+        other.probe.n * other.tasks.pool_size
+
+
+def test_the_other_model_prior_is_the_registrys_prior_of_the_other_pass():
+    from trajval_ops.priors import build_prior
+
+    rng = np.random.default_rng(0)
+    own, other = rng.integers(0, 17, 40) / 16, rng.integers(0, 17, 40) / 16  # pass rates at n = 16
+    rows = [{"id": str(i), fields.R_EARLY: float(a), OTHER_MODEL_PASS: float(b),
+             fields.SCORE_PROVENANCE: {"alpha": 0.3, "eps": 0.05}} for i, (a, b) in enumerate(zip(own, other))]
+    weights = prior_weights(rows, {"variance", "bandpass", *OTHER_MODEL_PRIORS})
+    for arm, prior in OTHER_MODEL_PRIORS.items():
+        np.testing.assert_array_equal(weights[arm], build_prior(prior, {"eps": 0.05}).weights(other))
+        np.testing.assert_array_equal(weights[prior], build_prior(prior, {"eps": 0.05}).weights(own))
+        assert not np.array_equal(weights[arm], weights[prior])
+
+
+def test_the_shipped_other_model_is_another_pretraining_seed():
+    import json
+
+    from trajval_ops.models import resolve_model
+
+    ours, other = resolve_model("tiny-arith"), resolve_model("tiny-arith-seed1")
+    quality = json.loads((other / "quality.json").read_text())
+    assert quality["training"]["seed"] == 1 and json.loads((ours / "quality.json").read_text())["training"]["seed"] == 0
+    assert (ours / "config.json").read_text() == (other / "config.json").read_text()
+    assert (ours / "model.safetensors").read_bytes() != (other / "model.safetensors").read_bytes()
