@@ -441,5 +441,5 @@ def test_a_dry_run_prices_every_unit_by_hand_and_writes_nothing(tmp_path, capsys
     assert report["generation_wall_time_s"] == pytest.approx(report["completions"] / 100 / 2)
     out = tmp_path / "never"
     assert protocol.main(["--config", str(SMOKE), "--out", str(out), "--dry-run", "--rate", "100"]) == 0
-    assert "47 units; at 100 completions/s per worker (given)" in capsys.readouterr().out and not out.exists()
+    assert "51 units; at 100 completions/s per worker (given)" in capsys.readouterr().out and not out.exists()
     assert protocol.main(["--config", str(SMOKE), "--dry-run", "--rate", "nan"]) == 2

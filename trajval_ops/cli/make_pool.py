@@ -4,6 +4,7 @@ Examples:
     trajval make-pool --preset math --size 128 --seed 0 --out trajval_ops/data/demo_math_pool.jsonl
     trajval make-pool --preset logic --size 64 --seed 0 --out trajval_ops/data/demo_logic_pool.jsonl
     trajval make-pool --mix "basic_arithmetic/easy=3,gsm_symbolic/hard=1" --size 500 --out pool.jsonl
+    trajval make-pool --preset math --splits pool=512,heldout=256,tuning=128 --seed 0 --out pools/math
     trajval make-pool --check trajval_ops/data/demo_math_pool.jsonl
     trajval make-pool --list
 
@@ -15,20 +16,31 @@ from __future__ import annotations
 import argparse
 import sys
 
+DEFAULT_SIZE = 128
+#: written after the split files, so its presence says the set is complete
+SPLITS_MANIFEST = "splits.json"
+
 
 def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> argparse.Namespace:
     from trajval_ops.pools.generate import PRESETS
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--out", help="JSONL pool to write (atomically)")
+    action.add_argument("--out", help="JSONL pool to write (atomically); with --splits, the folder of the split files")
     action.add_argument("--check", metavar="POOL",
                         help="re-check every row's ground truth with reasoning-gym's score_answer")
     action.add_argument("--list", action="store_true", help="list families, tiers and presets")
     parser.add_argument("--preset", default="math", choices=sorted(PRESETS), help="preset mix (default math)")
     parser.add_argument("--mix", help="custom mix 'family/tier=share,...' (replaces the preset)")
-    parser.add_argument("--size", type=int, default=128, help="number of tasks (default 128)")
+    parser.add_argument("--size", type=int, help=f"number of tasks (default {DEFAULT_SIZE})")
+    parser.add_argument("--splits", metavar="NAME=SIZE,...",
+                        help="disjoint splits (by prompt and id) of one generated pool, each with the mix's "
+                             "shares, e.g. pool=512,heldout=256,tuning=128: --out DIR gets DIR/<name>.jsonl "
+                             f"per split and DIR/{SPLITS_MANIFEST} (sizes, mix, seed) last")
     parser.add_argument("--seed", type=int, default=0, help="seed (default 0): same seed, same pool")
+    parser.add_argument("--exclude", action="append", default=[], metavar="POOL",
+                        help="draw no task whose prompt is in this pool file (repeatable; e.g. the tasks a "
+                             "tuning study already read, so that no later split holds them)")
     parser.add_argument("--no-answer-instruction", action="store_true",
                         help="do not append the \\boxed{} / <answer> instruction to each question")
     return parser.parse_args(argv)
@@ -37,10 +49,16 @@ def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> arg
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit code 0; 1 when ``--check`` finds rows that fail; 2 on a bad mix or size."""
     args = parse_args(argv, prog=prog)
-    from trajval_ops.pools.io import write_rows
-    from trajval_ops.pools.generate import FAMILIES, PRESETS, check_row, generate_pool, mix_summary, preset_mix
-    from trajval_ops.pools.io import read_rows
     from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.pools.generate import (
+        FAMILIES,
+        PRESETS,
+        check_row,
+        generate_pool,
+        mix_summary,
+        preset_mix,
+    )
+    from trajval_ops.pools.io import read_rows, write_rows
     from trajval_ops.rows import row_label
 
     if args.list:
@@ -56,12 +74,82 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
             return 1
         print(f"all rows of {args.check} verify with reasoning-gym")
         return 0
+    if args.splits is not None:
+        return _write_splits(args)
     try:
-        rows = generate_pool(preset_mix(args.preset, args.mix), args.size, args.seed,
-                             answer_instruction=not args.no_answer_instruction)
+        rows = generate_pool(preset_mix(args.preset, args.mix), DEFAULT_SIZE if args.size is None else args.size,
+                             args.seed, answer_instruction=not args.no_answer_instruction,
+                             exclude=excluded_prompts(args.exclude))
     except (ValueError, TrajvalInputError) as err:
         print(f"make_pool: error: {err}", file=sys.stderr)
         return 2
     write_rows(args.out, rows)
     print(f"wrote {len(rows)} tasks to {args.out}: {mix_summary(rows)}")
     return 0
+
+
+def _write_splits(args: argparse.Namespace) -> int:
+    """``--splits``: every split generated (and every error raised) before any file is written;
+    each file written atomically, the manifest last."""
+    from pathlib import Path
+
+    from trajval_ops.atomic import write_json
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.pools.generate import (
+        REASONING_GYM_VERSION,
+        generate_splits,
+        mix_summary,
+        parse_splits,
+        preset_mix,
+    )
+    from trajval_ops.pools.io import write_rows
+
+    try:
+        if args.size is not None:
+            raise ValueError("--size and --splits exclude each other (the splits' sizes are the pool's)")
+        splits = parse_splits(args.splits)
+        mix = preset_mix(args.preset, args.mix)
+        exclude = excluded_prompts(args.exclude)
+        rows = generate_splits(mix, splits, args.seed, answer_instruction=not args.no_answer_instruction,
+                               exclude=exclude)
+    except (ValueError, TrajvalInputError) as err:
+        print(f"make_pool: error: {err}", file=sys.stderr)
+        return 2
+    folder = Path(args.out)
+    if folder.suffix in (".jsonl", ".json", ".parquet"):
+        print(f"make_pool: error: with --splits, --out names a folder (it gets <name>.jsonl per split), "
+              f"got {args.out}", file=sys.stderr)
+        return 2
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = folder / SPLITS_MANIFEST
+    manifest.unlink(missing_ok=True)  # the set is incomplete until it is written again
+    for name, split_rows in rows.items():
+        write_rows(folder / f"{name}.jsonl", split_rows)
+        print(f"wrote {len(split_rows)} tasks to {folder / f'{name}.jsonl'}: {mix_summary(split_rows)}")
+    write_json(manifest, {
+        "generator": "trajval make-pool", "reasoning_gym": REASONING_GYM_VERSION, "seed": args.seed,
+        "mix": {f"{family}/{tier}": share for (family, tier), share in sorted(mix.items())},
+        "answer_instruction": not args.no_answer_instruction,
+        "excluded": {"files": list(args.exclude), "prompts": len(exclude)},
+        "splits": {name: {"file": f"{name}.jsonl", "rows": len(split_rows), "mix": mix_summary(split_rows)}
+                   for name, split_rows in rows.items()},
+    })
+    return 0
+
+
+def excluded_prompts(paths: list[str]) -> set[str]:
+    """The prompt hashes of the rows of ``paths`` (``--exclude``): the stored hash, else the
+    prompt's (:func:`trajval_ops.pools.identity.prompt_hash`)."""
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.pools.identity import PROMPT_HASH, prompt_hash
+    from trajval_ops.pools.io import read_rows
+    from trajval_ops.rows import row_label
+
+    hashes: set[str] = set()
+    for path in paths:
+        for position, row in enumerate(read_rows(path)):  # a missing file: read_rows's error
+            try:
+                hashes.add(row.get(PROMPT_HASH) or prompt_hash(row.get("prompt")))
+            except ValueError as exc:
+                raise TrajvalInputError(f"--exclude {path}: {row_label(row, position)}: field 'prompt': {exc}") from None
+    return hashes

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Optional
@@ -59,6 +60,9 @@ FAMILIES: dict[str, Family] = {f.dataset: f for f in (
     }),
     Family("chain_sum", "math", "arithmetic", {
         "easy": dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1, allow_negation=False),
+        # easy's one + or - on numbers up to 99: about 1,650 distinct prompts where easy has 200
+        # (a pool of hundreds of easy tasks needs them; docs/validation.md, "A real model")
+        "two_digit": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2, "allow_negation": False},
         "medium": dict(min_terms=3, max_terms=4, min_digits=1, max_digits=2, allow_negation=False),
         "hard": dict(min_terms=5, max_terms=6, min_digits=3, max_digits=4, allow_negation=True),
     }),
@@ -196,16 +200,17 @@ def bucket_seed(seed: int, family: str, tier: str) -> int:
 
 
 def generate_pool(mix: dict[tuple[str, str], float], size: int, seed: int,
-                  answer_instruction: bool = True) -> list[dict]:
+                  answer_instruction: bool = True, exclude: Iterable[str] = ()) -> list[dict]:
     """Rows of a generated pool, shuffled with ``seed``; same arguments, same rows.
 
-    Prompts are unique across the pool (items that repeat an earlier prompt are skipped).
+    Prompts are unique across the pool (items that repeat an earlier prompt are skipped), and
+    none has a prompt hash in ``exclude`` (e.g. the tasks a study already read).
     :raises ValueError: for an unknown bucket or a bucket that cannot give enough unique prompts.
     """
     if size <= 0:
         raise ValueError(f"size must be positive, got {size}")
     domain = validate_mix(mix)
-    seen: set[str] = set()
+    seen: set[str] = set(exclude)
     rows: list[dict] = []
     for (family, tier), count in sorted(bucket_counts(mix, size).items()):
         if count:
@@ -214,6 +219,71 @@ def generate_pool(mix: dict[tuple[str, str], float], size: int, seed: int,
     random.Random(seed).shuffle(rows)
     logger.info(f"generated {len(rows)} {domain} tasks from {len(mix)} family/tier buckets (seed {seed})")
     return rows
+
+
+#: A split's name: a file name stem (``pool``, ``heldout``, ``tuning``, ``context_b``, ...).
+SPLIT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+#: The field every split row also carries its task id in: ``trajval validate`` joins on it
+#: (``trajval_ops.experiment.protocol.ID_KEY``).
+SPLIT_ID_KEY = "id"
+
+
+def parse_splits(text: str) -> dict[str, int]:
+    """Parse ``name=size,...`` (e.g. ``pool=512,heldout=256,tuning=128``), in the order given.
+
+    :raises ValueError: naming the entry: not ``name=size``, a name that is no file stem
+        (lower-case letters, digits, ``_``), a size that is no positive integer, a name twice.
+    """
+    splits: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            raise ValueError(f"--splits {text!r}: an empty entry; write name=size,name=size,...")
+        name, sep, size = (x.strip() for x in part.partition("="))
+        if not sep:
+            raise ValueError(f"--splits entry {part!r} is not name=size (e.g. pool=512)")
+        if not SPLIT_NAME.match(name):
+            raise ValueError(f"--splits entry {part!r}: the name {name!r} must be lower-case letters, digits "
+                             "and '_', starting with a letter (it names the file <name>.jsonl)")
+        if not size.isdigit() or int(size) < 1:
+            raise ValueError(f"--splits entry {part!r}: the size {size!r} must be a positive integer")
+        if name in splits:
+            raise ValueError(f"--splits names the split {name!r} twice")
+        splits[name] = int(size)
+    return splits
+
+
+def generate_splits(mix: dict[tuple[str, str], float], splits: dict[str, int], seed: int,
+                    answer_instruction: bool = True, exclude: Iterable[str] = ()) -> dict[str, list[dict]]:
+    """Disjoint splits of one generated pool, each with the mix's shares (largest remainder per
+    split), shuffled with its own seed; same arguments, same splits.
+
+    Every bucket draws its items once for all splits (one stream, prompts unique across all of
+    them) and deals them out in the order ``splits`` lists the splits, so no two splits share a
+    prompt or a task id. Each row also carries its task id as ``id`` (what ``trajval validate``
+    joins on) and its split's name as ``extra_info.split``. No prompt has a hash in ``exclude``.
+    """
+    if not splits:
+        raise ValueError("no splits given")
+    domain = validate_mix(mix)
+    counts = {name: bucket_counts(mix, size) for name, size in splits.items()}
+    seen: set[str] = set(exclude)
+    out: dict[str, list[dict]] = {name: [] for name in splits}
+    for family, tier in sorted(mix):
+        wanted = [counts[name][(family, tier)] for name in splits]
+        if not sum(wanted):
+            continue
+        rows = _bucket_rows(family, tier, sum(wanted), bucket_seed(seed, family, tier), seen, answer_instruction)
+        cursor = 0
+        for name, count in zip(splits, wanted):
+            for row in rows[cursor:cursor + count]:
+                row[SPLIT_ID_KEY] = row[TASK_ID]
+                row["extra_info"]["split"] = name
+                out[name].append(row)
+            cursor += count
+    for name, rows in out.items():
+        random.Random(bucket_seed(seed, "split", name)).shuffle(rows)
+    logger.info(f"generated {domain} splits {dict(splits)} from {len(mix)} family/tier buckets (seed {seed})")
+    return out
 
 
 def _bucket_rows(family: str, tier: str, count: int, seed: int, seen: set[str],

@@ -1,0 +1,109 @@
+"""Issue 37, item 4: a real model in `trajval validate` (SmolLM2-135M-Instruct on the generated
+arithmetic pool of recipes/data/real_smollm2/): the configs load, their data are what the
+documented commands make, and the smoke variant runs end to end on CPU (slow suite)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from trajval_ops.experiment.validation_config import load_config
+
+FULL = REPO / "recipes" / "validation" / "real_smollm2.yaml"
+SMOKE = REPO / "recipes" / "validation" / "real_smollm2_smoke.yaml"
+DATA = REPO / "recipes" / "data" / "real_smollm2"
+
+
+def test_configs_name_the_real_model_and_the_generated_splits():
+    full, smoke = load_config(FULL), load_config(SMOKE)
+    for config in (full, smoke):
+        assert config.model == "smollm2-135m-instruct" and config.tasks is None
+        assert (config.verifier, config.verifier_options) == ("math", {"fallback_last_number": True})
+        assert config.device == "auto" and config.workers is None
+    assert (full.data.pool, full.data.heldout) == (str(DATA.relative_to(REPO) / "pool.jsonl"),
+                                                   str(DATA.relative_to(REPO) / "heldout.jsonl"))
+    assert set(full.training.arms) == {"uniform", "variance", "trajval"}
+    assert full.grpo.max_completion_length == 128  # what the tuning study measured at
+    assert (smoke.training.steps, smoke.training.seeds, smoke.training.arms) == (2, (0,), ("uniform", "variance"))
+
+
+def test_smoke_data_are_the_first_lines_of_the_full_data():
+    for name, lines in (("pool", 8), ("heldout", 4)):
+        full = (DATA / f"{name}.jsonl").read_text().splitlines(keepends=True)
+        assert (DATA / "smoke" / f"{name}.jsonl").read_text() == "".join(full[:lines])
+
+
+def test_committed_splits_are_what_the_documented_commands_make(tmp_path, monkeypatch):
+    """The commands in real_smollm2.yaml's comment, run again, give the committed files byte for
+    byte; no split of the config holds a task an earlier study read (the pilots, the first split)."""
+    pytest.importorskip("reasoning_gym")
+    from trajval_ops.cli.make_pool import main as make_pool
+
+    commands = [line.split("#", 1)[1].strip() for line in FULL.read_text().splitlines()
+                if line.startswith("#") and "trajval make-pool" in line]
+    assert len(commands) == 4, "real_smollm2.yaml names its make-pool commands (two pilots, a first split, the splits)"
+    monkeypatch.chdir(REPO)  # the commands' paths are the repository's, as the manifests record them
+    for text in commands:
+        args = text.split()
+        assert args[:2] == ["trajval", "make-pool"], text
+        args = [a.strip('"') for a in args[2:]]
+        out = args.index("--out") + 1
+        committed = REPO / args[out]
+        args[out] = str(tmp_path / args[out])
+        assert make_pool(args) == 0
+        for path in committed.glob("*.json*"):
+            assert (tmp_path / committed.relative_to(REPO) / path.name).read_bytes() == path.read_bytes(), path
+    def prompts(path):
+        return {json.loads(line)["trajval_prompt_hash"] for line in path.read_text().splitlines()}
+
+    studied = set().union(*(prompts(DATA / study / "tuning.jsonl") for study in ("pilot_easy", "pilot_medium",
+                                                                                 "first_split")))
+    assert len(studied) == 64 + 64 + 96
+    assert not studied & (prompts(DATA / "heldout.jsonl") | prompts(DATA / "pool.jsonl") | prompts(DATA / "tuning.jsonl"))
+
+
+def test_the_tuning_study_refuses_the_heldout_split(capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_pool_difficulty",
+                                                  REPO / "tools" / "bench" / "bench_pool_difficulty.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    with pytest.raises(SystemExit):
+        study.parse_args(["--mix", "chain_sum/easy=1", "--splits", "heldout=4,tuning=4", "--split", "heldout"])
+    assert "the held-out split is for the evaluation only" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="holds held-out rows"):  # before any model loads
+        study.main(["--split-file", str(DATA / "smoke" / "heldout.jsonl")])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_real_model_smoke_protocol_end_to_end(tmp_path):
+    out = tmp_path / "real"
+    command = [sys.executable, str(REPO / "tools" / "validate.py"), "--config", str(SMOKE),
+               "--out", os.path.relpath(out, REPO)]
+    run = subprocess.run(command, check=False, capture_output=True, text=True, cwd=REPO, timeout=1100)
+    assert run.returncode == 0, run.stderr[-4000:]
+    results = json.loads((out / "results.json").read_text())
+    arms = yaml.safe_load(SMOKE.read_text())["training"]["arms"]
+    units = results["protocol"]["units"]
+    # no context_b in the config: one oracle, the probe, each arm x seed
+    assert set(units) == {"oracle/context-a", "probe"} | {f"arms/{arm}/seed-0" for arm in arms}
+    for name, unit in units.items():
+        assert unit["device"] == "cpu" and unit["gpu"] is None and unit["wall_time_s"] > 0, name
+    assert set(results["training"]) == set(arms)
+    for arm in arms:
+        row = results["training"][arm]
+        assert 0 <= row["best_acc"] <= 1 and row["auc"] is not None and row["seeds"] == [0]
+        assert row["completions"] == 2 * 2 * 2  # steps x prompts_per_batch x num_generations
+    evaluations = [json.loads(line) for line in (out / "arms" / "uniform" / "seed-0" / "heldout.jsonl")
+                   .read_text().splitlines()]
+    assert len(evaluations) == 4 and all(e["steps"] == [0, 2] for e in evaluations)  # 4 tasks, steps 0 and 2
+    assert results["reproducibility"] == {"skipped": "no second context"}
+    assert results["cost"]["prior_stages"]["early"]["completions"] == 8 * 2  # the pool x probe.n
