@@ -385,25 +385,34 @@ def _skip_reason() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
+def run_verl_worker(script: str, work: Path, timeout: int) -> dict:
+    """Run ``script``'s scenarios in a child process against verl 0.9 (``VERL_LATEST`` first on
+    its path) and return the ``report.json`` it writes in ``work``; skips without that verl."""
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    work = tmp_path_factory.mktemp("verl_latest")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(VERL_LATEST), os.environ.get("PYTHONPATH")])),
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(work / "hf_datasets"),
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, __file__, str(work)], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=240)
+    proc = subprocess.run([sys.executable, script, str(work)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
     assert proc.returncode == 0, f"worker failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return json.loads((work / "report.json").read_text())
 
 
-def _result(report, name):
+def scenario_result(report, name):
+    """One scenario's result from a worker's report (its traceback when it raised)."""
     entry = report[name]
     assert entry["ok"], f"scenario {name} raised in verl {VERL_VERSION}:\n{entry['traceback']}"
     return entry["result"]
+
+
+_result = scenario_result
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    return run_verl_worker(__file__, tmp_path_factory.mktemp("verl_latest"), timeout=240)
 
 
 def _expected_block(seed: int, block: int) -> list[int]:

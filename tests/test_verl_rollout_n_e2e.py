@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 import time
 import traceback
@@ -321,23 +319,10 @@ def worker(work: Path) -> None:
 # ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    reason = H._skip_reason()
-    if reason:
-        pytest.skip(reason)
-    work = tmp_path_factory.mktemp("verl_rollout_n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(H.VERL_LATEST), os.environ.get("PYTHONPATH")])),
-           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(work / "hf_datasets"),
-           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, __file__, str(work)], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
-    assert proc.returncode == 0, f"worker failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return json.loads((work / "report.json").read_text())
+    return H.run_verl_worker(__file__, tmp_path_factory.mktemp("verl_rollout_n"), timeout=300)
 
 
-def _result(report, name):
-    entry = report[name]
-    assert entry["ok"], f"scenario {name} raised in verl {H.VERL_VERSION}:\n{entry['traceback']}"
-    return entry["result"]
+_result = H.scenario_result
 
 
 def _expected_allocation() -> list[int]:

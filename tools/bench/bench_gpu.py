@@ -44,6 +44,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+from trajval_ops.hardware import peak_memory_gib  # noqa: E402 (imports nothing heavy)
 DEMO_POOL = REPO / "trajval_ops" / "data" / "demo_arith_pool.jsonl"
 VERIFIER_OPTIONS = {"fallback_last_number": True}
 
@@ -62,12 +63,6 @@ def _rows(count: int) -> list[dict]:
     from trajval_ops.pools.io import read_rows
 
     return list(read_rows(DEMO_POOL))[:count]
-
-
-def _peak_gib(device: str) -> float:
-    from trajval_ops.hardware import peak_memory_gib
-
-    return peak_memory_gib(device)
 
 
 def part_probe(options: dict) -> dict:
@@ -90,7 +85,7 @@ def part_probe(options: dict) -> dict:
     return {"steps": steps, "wall_s": round(wall, 2), "train_s": manifest["wall_time_s"],
             "steps_per_s": round(steps / manifest["wall_time_s"], 3), "generation": manifest.get("generation_engine"),
             "train_reward": manifest["train_reward_per_epoch"], "device": manifest["device"],
-            "peak_memory_gib": _peak_gib(device), "cuda": torch.cuda.is_available()}
+            "peak_memory_gib": peak_memory_gib(device), "cuda": torch.cuda.is_available()}
 
 
 def _bare_loop(model_path: Path, prompts: list[str], n: int, max_new_tokens: int, chunk: int, device: str,
@@ -164,7 +159,7 @@ def part_endpoint(options: dict) -> dict:
               "operator_s": round(stats["operator_s"], 3), "generate_s": round(stats["generate_s"], 3),
               "completions_per_s": round(completions / stats["operator_s"], 1),
               "family_pass_rates": {f: [round(sum(v) / len(v), 4), len(v)] for f, v in sorted(by_family.items())},
-              "peak_memory_gib": _peak_gib(device)}
+              "peak_memory_gib": peak_memory_gib(device)}
     if options.get("bare"):
         from trajval_ops.rollout.prompts import build_messages, render_prompt
         from transformers import AutoTokenizer
@@ -249,7 +244,7 @@ def part_shape(options: dict) -> dict:
                              show_progress=False)
         record["probe"] = {"steps": steps, "prompts_per_step": 8, "n": 8,
                            "step_s": round(manifest["wall_time_s"] / steps, 3),
-                           "precision": manifest.get("precision"), "peak_memory_gib": _peak_gib(device)}
+                           "precision": manifest.get("precision"), "peak_memory_gib": peak_memory_gib(device)}
     return record
 
 

@@ -71,11 +71,6 @@ class GpuSlots:
         """The child's ``CUDA_VISIBLE_DEVICES``: its one GPU, or none on CPU."""
         return {"CUDA_VISIBLE_DEVICES": gpu if gpu is not None else ""}
 
-    @staticmethod
-    def device(gpu: str | None) -> str:
-        """The device a unit of this slot trains on, as its spec names it."""
-        return "cpu" if gpu is None else "cuda"
-
 
 def record_unit(path: Path, name: str, record: dict) -> None:
     """Add a finished unit's record (its GPU, its wall time) to the run's ``units.json``; a

@@ -66,6 +66,7 @@ def run(spec: dict[str, Any]) -> dict:
                          verifier_options=spec["verifier_options"], prompt_template=spec["template"],
                          weight_decay=0.0, **({"device": "cpu"} | placement))
     device = resolve_device(config.device)
+    precision = resolve_precision(config.precision, device)
     base = resolve_model(spec["model"])
     tokenizer = load_tokenizer(base)
     dataset = training_dataset(probe_examples(rows, config), tokenizer, config, max_context_of(base))
@@ -78,8 +79,7 @@ def run(spec: dict[str, Any]) -> dict:
     online = _online_scheduler(spec, rows)
     from trajval_ops.probe.progress import NonFiniteGuard
 
-    guard = NonFiniteGuard(f"grpo_run {spec.get('name', out.name)}", resolve_precision(config.precision, device),
-                           config.learning_rate)
+    guard = NonFiniteGuard(f"grpo_run {spec.get('name', out.name)}", precision, config.learning_rate)
     callbacks = [guard, *_evaluation_callbacks(spec)]
     args = grpo_arguments(config, str(out / "trainer"), device, show_progress=False)
     args.update(max_steps=int(spec["steps"]), num_train_epochs=1, save_strategy="no", logging_steps=1)
@@ -100,14 +100,14 @@ def run(spec: dict[str, Any]) -> dict:
     logger.info(f"grpo_run: {spec.get('name', out.name)}: {spec['steps']} steps on {len(rows)} tasks "
                 f"(prior {spec.get('weight_column') or 'uniform'}, online {spec.get('online') or 'none'}, "
                 f"dynamic sampling {'on' if spec.get('dynamic_sampling') else 'off'}, seed {spec['seed']}) on "
-                f"{device_name(device)}, precision {resolve_precision(config.precision, device)}")
+                f"{device_name(device)}, precision {precision}")
     trainer.train()
     verifier.close()
     result = {"name": spec.get("name", out.name), "steps": trainer.state.global_step,
               "wall_time_s": round(time.monotonic() - start, 2),
               **step_record(trainer.state.log_history, grpo["prompts_per_batch"] * grpo["num_generations"]),
               "evaluations": [e["output"] for e in spec["evaluations"]],
-              "device": device_name(device), "precision": resolve_precision(config.precision, device),
+              "device": device_name(device), "precision": precision,
               "peak_memory_gib": peak_memory_gib(device)}
     from trajval_ops.atomic import write_json
 
