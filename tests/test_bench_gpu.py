@@ -45,6 +45,17 @@ def _check_report(report: dict, device: str) -> None:
                           and s["probe"]["step_s"] > 0 and s["probe"]["peak_memory_gib"] > 0 for s in shapes)
     unit = parts["validate_unit"]
     assert unit["device"].startswith(device) and unit["peak_memory_gib"] > 0
+    # SmolLM2's probe per precision: every step logged, or the guard's stop (bf16 on a GPU may)
+    for precision, resolved in (("auto", "bf16-mixed" if device == "cuda" else "fp32"), ("bf16", "bf16")):
+        part = parts[f"smollm2/{precision}"]
+        if "skipped" in part:
+            assert "SmolLM2-135M-Instruct is neither built nor buildable" in part["skipped"]
+            continue
+        assert part["finite"] == (part["stopped"] is None)
+        if part["finite"]:
+            assert part["precision"] == resolved and len(part["per_step"]) == part["steps"]
+        else:
+            assert f"precision {resolved}" in part["stopped"] and "Remedy" in part["stopped"]
 
 
 @pytest.mark.slow

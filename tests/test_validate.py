@@ -364,6 +364,72 @@ def test_a_run_recorded_before_a_setting_existed_resumes_when_the_setting_is_at_
         check_same_protocol(changed, out)
 
 
+def test_a_run_moves_to_another_machine_with_its_model_and_resumes_there(tmp_path, monkeypatch):
+    """The protocol's model identity is the model's content: the same weights in another folder
+    (another machine, another cache, a rebuild) resume the run; other weights are refused; a run
+    recorded with the older identity (the folder's path and mtimes) still resumes in place."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from trajval_ops.experiment.protocol import check_same_protocol
+    from trajval_ops.experiment.validation_config import protocol_hash
+    from trajval_ops.models import resolve_model
+
+    monkeypatch.setenv("TRAJVAL_CACHE", str(tmp_path / "cache"))
+    here, there = tmp_path / "here" / "model", tmp_path / "there" / "model"
+    shutil.copytree(resolve_model("tiny-arith"), here)
+    out = tmp_path / "run"
+    check_same_protocol(load_config(config_file(tmp_path, model=str(here))), out)
+    shutil.copytree(here, there)
+    config = json.loads((there / "config.json").read_text()) | {"transformers_version": "0.0.0"}
+    (there / "config.json").write_text(json.dumps(config))  # another writer's release: the same model
+    check_same_protocol(load_config(config_file(tmp_path, model=str(there))), out)
+    weights = load_file(there / "model.safetensors")
+    name = sorted(weights)[0]
+    save_file(weights | {name: weights[name] + torch.ones_like(weights[name])}, there / "model.safetensors")
+    with pytest.raises(ConfigError, match="other settings"):
+        check_same_protocol(load_config(config_file(tmp_path, model=str(there))), out)
+    old = tmp_path / "old"
+    old.mkdir()
+    in_place = load_config(config_file(tmp_path, model=str(here)))
+    (old / "protocol.json").write_text(json.dumps(
+        {"hash": protocol_hash(in_place, by_location=True), "source": str(SMOKE), "config": in_place.to_dict()}))
+    check_same_protocol(in_place, old)
+
+
+def test_a_users_pool_with_its_id_under_another_name(tmp_path):
+    """``data.id_key``: a pool whose rows carry ``task_id`` (no ``id``) runs, its working copies
+    carrying the id as ``id``; the files are not touched; a row without it, or with an ``id`` of
+    another value, is an error naming the row."""
+    from trajval_ops.experiment.protocol import prepare_data
+    from trajval_ops.pools.io import read_rows
+
+    raw = yaml.safe_load((SMOKE.parent / "real_smollm2_smoke.yaml").read_text())
+    files = {}
+    for name in ("pool", "heldout"):
+        rows = list(read_rows(REPO / raw["data"][name]))
+        files[name] = tmp_path / f"{name}.jsonl"
+        files[name].write_text("".join(json.dumps({"task_id": row.pop("id"), **row}) + "\n" for row in rows))
+    raw["data"] = {name: str(path) for name, path in files.items()}
+    (tmp_path / "plain.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match="context-a row 0: field 'id' is missing .*data.id_key"):
+        prepare_data(load_config(tmp_path / "plain.yaml"), tmp_path / "plain")
+    raw["data"]["id_key"] = "task_id"
+    (tmp_path / "keyed.yaml").write_text(yaml.safe_dump(raw))
+    before = files["pool"].read_bytes()
+    summary = prepare_data(load_config(tmp_path / "keyed.yaml"), tmp_path / "keyed")
+    copies = list(read_rows(tmp_path / "keyed" / "data" / "context-a.jsonl"))
+    assert summary["context-a"] == len(copies) and files["pool"].read_bytes() == before
+    assert all(row["id"] == row["task_id"] for row in copies)
+    lines = files["heldout"].read_text().splitlines()
+    lines[2] = json.dumps(json.loads(lines[2]) | {"id": "another"})
+    files["heldout"].write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match="heldout row 2: field 'id' is 'another' but data.id_key 'task_id'"):
+        prepare_data(load_config(tmp_path / "keyed.yaml"), tmp_path / "keyed-2")
+
+
 def test_probe_vs_oracle_of_a_probe_on_the_whole_pool():
     """A full-pool probe (probe_fraction 1) leaves no task outside P: that agreement is None."""
     from trajval_ops import core, fields
@@ -438,8 +504,50 @@ def test_a_dry_run_prices_every_unit_by_hand_and_writes_nothing(tmp_path, capsys
     assert units["arms/uniform/seed-0"]["evaluation_completions"] == 3 * 2 * 64
     assert units["arms/uniform+dynamic/seed-1"]["training_completions"] == 3 * 4 * batch
     assert len(units) == 2 + 1 + 12 * 2 * 2 and report["max_new_tokens"] == report["completions"] * 8
-    assert report["generation_wall_time_s"] == pytest.approx(report["completions"] / 100 / 2)
+    # two workers: the oracles and the probe first, the arms once the probe's priors exist
+    assert report["workers"] == 2 and report["generation_wall_time_s"] >= report["completions"] / 100 / 2
+    assert report["longest_unit_generation_s"] == max(unit["completions"] for unit in report["units"]) / 100
     out = tmp_path / "never"
     assert protocol.main(["--config", str(SMOKE), "--out", str(out), "--dry-run", "--rate", "100"]) == 0
-    assert "51 units; at 100 completions/s per worker (given)" in capsys.readouterr().out and not out.exists()
+    assert "51 units; at 100 completions/s per worker (given) and 2 worker(s): about" in capsys.readouterr().out
+    assert not out.exists()
+    assert protocol.main(["--config", str(SMOKE), "--dry-run", "--rate", "100", "--gpus", "8", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["gpus"] == 8 and planned["workers"] == 8
+    assert planned["generation_wall_time_s"] < report["generation_wall_time_s"]
     assert protocol.main(["--config", str(SMOKE), "--dry-run", "--rate", "nan"]) == 2
+    # another machine's GPUs need that machine's rate; --gpus without --dry-run is refused by the parser
+    assert protocol.main(["--config", str(SMOKE), "--dry-run", "--gpus", "1"]) == 2
+    assert "give --rate" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        protocol.main(["--config", str(SMOKE), "--out", str(out), "--gpus", "1"])
+    assert protocol.main(["--config", str(SMOKE), "--out", str(out), "--workers", "0"]) == 2 and not out.exists()
+
+
+def test_the_dry_run_schedules_units_as_the_protocol_runs_them():
+    """The wall time is the schedule's: ``workers`` side by side in the protocol's order, each arm
+    after the probe, and after oracle A too when a ceiling arm needs its gain."""
+    from trajval_ops.experiment.dry_run import schedule
+
+    units = [{"unit": name} for name in ("oracle/context-a", "probe", "arms/a/seed-0", "arms/b/seed-0",
+                                         "arms/c/seed-0")]
+    seconds = [10.0, 4.0, 5.0, 5.0, 5.0]
+    # t = 0: oracle (to 10) and probe (to 4); 4: arm a (to 9); 9: arm b (to 14); 10: arm c (to 15)
+    assert schedule(units, seconds, 2, {"arms": ("probe",)}) == 15.0
+    # the arms wait for the oracle too: a and b 10-15, c 15-20
+    assert schedule(units, seconds, 2, {"arms": ("probe", "oracle/context-a")}) == 20.0
+    assert schedule(units, seconds, 1, {"arms": ("probe",)}) == sum(seconds)
+    assert schedule(units, seconds, 5, {"arms": ("probe",)}) == 10.0
+
+
+def test_no_start_after_pauses_a_run_that_the_same_command_resumes(tmp_path):
+    """``--no-start-after``: no unit starts after the instant, the running ones finish, and the
+    run exits 3 with the units left; the same command again goes on from there."""
+    from trajval_ops.experiment import protocol
+
+    out = tmp_path / "run"
+    assert protocol.main(["--config", str(SMOKE), "--out", str(out), "--no-start-after", "0"]) == protocol.PAUSED_EXIT
+    assert (out / "data" / "heldout.jsonl").is_file() and not (out / "results.json").exists()
+    assert not (out / "arms").exists() and not (out / "probe" / "weighted.jsonl").exists()
+    assert len(json.loads((out / "wall_time.json").read_text())["invocations_s"]) == 1
+    assert protocol.main(["--config", str(SMOKE), "--out", str(out), "--no-start-after", "-1"]) == 2

@@ -104,6 +104,26 @@ def test_units_run_side_by_side_each_seeing_one_gpu_and_are_recorded(tmp_path):
     assert (tmp_path / "d" / "seen").read_text() == ""
 
 
+def test_no_unit_starts_after_the_instant_and_the_running_ones_finish(tmp_path):
+    """``run_units(no_start_after=...)``: a unit started before the instant finishes; the ones not
+    started are returned, and a later call runs them."""
+    import time
+
+    from trajval_ops.experiment.protocol import Unit, run_units
+
+    def unit(name: str, seconds: float, after=()) -> Unit:
+        folder = tmp_path / name
+        code = f"import pathlib, time; time.sleep({seconds}); pathlib.Path({str(folder)!r}).mkdir()"
+        return Unit(name, folder, [sys.executable, "-c", code], done=lambda: folder.is_dir(), after=after)
+
+    units = [unit("a", 1.5), unit("b", 0.0, after=("a",)), unit("c", 0.0)]
+    finished: set[str] = set()
+    left = run_units(units, 1, finished, {}, no_start_after=time.monotonic() + 0.3)
+    assert left == ["b", "c"] and finished == {"a"} and (tmp_path / "a").is_dir()
+    assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+    assert run_units(units, 1, finished, {}) == [] and finished == {"a", "b", "c"}
+
+
 def test_the_specs_and_the_probe_recipe_carry_the_placement(tmp_path):
     from trajval_ops.experiment.protocol import _base_spec, probe_recipe
 

@@ -8,6 +8,11 @@ error and the others go on), one after the other:
 - ``probe/<generation>``: the demo's probe (tiny-arith, one epoch over ``--probe-rows`` rows of
   the demo pool) with TRL's ``transformers`` generation and with ``vllm`` (skipped, with the
   reason, where vLLM does not import or the device is a CPU): steps/s, train reward, peak memory.
+- ``smollm2/<precision>``: SmolLM2-135M-Instruct's probe on the real-model harness's pool
+  (``recipes/data/real_smollm2``), 8 prompts x 8 rollouts of up to 256 tokens a step at learning
+  rate 1e-5 (the setting whose bf16 weights went NaN at step 3 on an H200), under ``auto``
+  (bf16-mixed on a GPU) and ``bf16``: each step's loss and gradient norm, and the guard's error
+  where a step went non-finite. Skipped, with the reason, where the model's GGUF is absent.
 - ``endpoint`` and ``endpoint/cpu_reference``: the demo's endpoint pass (tiny-arith, n = 16) through
   the endpoint mapper on the device and the same pass on CPU; per-family pass rates side by side
   with their difference in standard errors (the two passes sample differently: agreement means
@@ -46,6 +51,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from trajval_ops.hardware import peak_memory_gib  # noqa: E402 (imports nothing heavy)
 DEMO_POOL = REPO / "trajval_ops" / "data" / "demo_arith_pool.jsonl"
+REAL_POOL = REPO / "recipes" / "data" / "real_smollm2" / "pool.jsonl"  # the real-model harness's pool
 VERIFIER_OPTIONS = {"fallback_last_number": True}
 
 #: random-init Llama shapes: layers, hidden, intermediate, heads, kv heads, vocab (tied embeddings)
@@ -86,6 +92,64 @@ def part_probe(options: dict) -> dict:
             "steps_per_s": round(steps / manifest["wall_time_s"], 3), "generation": manifest.get("generation_engine"),
             "train_reward": manifest["train_reward_per_epoch"], "device": manifest["device"],
             "peak_memory_gib": peak_memory_gib(device), "cuda": torch.cuda.is_available()}
+
+
+def part_smollm2(options: dict) -> dict:
+    """SmolLM2-135M-Instruct's probe under one precision: every step's loss and gradient norm;
+    ``stopped`` holds the guard's error when a step went non-finite (the outcome, not a failure)."""
+    from transformers import TrainerCallback
+
+    from trajval_ops.errors import TrainingDiverged
+    from trajval_ops.models import SMOLLM2
+    from trajval_ops.pools.io import read_rows
+    from trajval_ops.probe.config import ProbeConfig
+    from trajval_ops.probe.run import run_probe
+
+    device, prompts, n, steps = options["device"], options["prompts"], options["n"], options["steps"]
+    rows = list(read_rows(REAL_POOL))[:prompts * steps]
+    config = ProbeConfig(model=SMOLLM2, epochs=1, prompts_per_batch=prompts, num_generations=n,
+                         micro_batch_size=prompts * n, max_completion_length=options["tokens"], learning_rate=1e-5,
+                         verifier="math", verifier_options=VERIFIER_OPTIONS, device=device,
+                         generation="transformers", precision=options["precision"], seed=0)
+    logged: list[dict] = []
+
+    class StepLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "grad_norm" in logs:
+                logged.append({"step": state.global_step, "loss": _finite_or_text(logs.get("loss")),
+                               "grad_norm": _finite_or_text(logs["grad_norm"]), "reward": logs.get("reward")})
+
+    record: dict = {"steps": steps, "prompts_per_step": prompts, "n": n, "tokens": options["tokens"],
+                    "learning_rate": config.learning_rate, "stopped": None}
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        try:
+            manifest = run_probe(rows, [row["extra_info"]["index"] for row in rows], config, Path(tmp) / "probe",
+                                 show_progress=False, extra_callbacks=[StepLog()])
+            record |= {"precision": manifest["precision"], "train_s": manifest["wall_time_s"]}
+        except TrainingDiverged as exc:
+            record["stopped"] = str(exc)
+        record["wall_s"] = round(time.perf_counter() - start, 2)
+    record |= {"per_step": logged, "finite": record["stopped"] is None,
+               "peak_memory_gib": peak_memory_gib(device)}
+    return record
+
+
+def _finite_or_text(value):
+    """JSON holds no NaN: a non-finite figure is kept as its text."""
+    return None if value is None else (float(value) if math.isfinite(float(value)) else str(float(value)))
+
+
+def smollm2_skip_reason() -> str | None:
+    from trajval_ops.models import SMOLLM2, model_dir, smollm2_gguf_path
+
+    if (model_dir(SMOLLM2) / "config.json").is_file():
+        return None
+    try:
+        smollm2_gguf_path()
+    except (ImportError, FileNotFoundError) as exc:
+        return f"SmolLM2-135M-Instruct is neither built nor buildable here: {exc}"
+    return None
 
 
 def _bare_loop(model_path: Path, prompts: list[str], n: int, max_new_tokens: int, chunk: int, device: str,
@@ -263,7 +327,8 @@ def part_validate_unit(options: dict) -> dict:
             "peak_memory_gib": result["peak_memory_gib"]}
 
 
-PARTS = {"probe": part_probe, "endpoint": part_endpoint, "shape": part_shape, "validate_unit": part_validate_unit}
+PARTS = {"probe": part_probe, "smollm2": part_smollm2, "endpoint": part_endpoint, "shape": part_shape,
+         "validate_unit": part_validate_unit}
 
 
 # ----------------------------------------------------------------------------- driver (parent side)
@@ -350,6 +415,13 @@ def main(argv: list[str] | None = None) -> int:
         reason = vllm_skip_reason(args.device) if generation == "vllm" else None
         parts[f"probe/{generation}"] = {"skipped": reason} if reason else run_part(
             "probe", {"device": args.device, "generation": generation, "probe_rows": 64 if quick else 600}, budget)
+    # the issue's H200 setting (steps 6, 8 x 8, 256 tokens); quick: one step of 2 x 2, 16 tokens
+    smollm2 = {"steps": 1, "prompts": 2, "n": 2, "tokens": 16} if quick else {"steps": 6, "prompts": 8, "n": 8,
+                                                                              "tokens": 256}
+    reason = smollm2_skip_reason()
+    for precision in ("auto", "bf16"):
+        parts[f"smollm2/{precision}"] = {"skipped": reason} if reason else run_part(
+            "smollm2", smollm2 | {"device": args.device, "precision": precision}, budget * 2)
     endpoint = {"rows": 48 if quick else 600, "n": 16, "chunk": 64, "seed": 0}
     # on CPU one torch thread per process (shared cores: measured ~8x faster than two under load)
     parts["endpoint"] = run_part("endpoint", endpoint | {"device": args.device, "bare": True,

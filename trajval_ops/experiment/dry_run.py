@@ -2,7 +2,9 @@
 the protocol would start, the completions it generates (training rollouts and evaluation
 samples) and their bound of generated tokens (every completion at its length limit), and the
 wall time those completions take at a generation rate (measured here on the config's model, or
-given). Nothing is written.
+given), scheduled as the run schedules its units: ``workers`` side by side, the arms after the
+probe (and oracle A, for the ceiling arms). ``--gpus N`` plans a run on another machine. Nothing
+is written.
 
 The counts follow the protocol's units (:mod:`trajval_ops.experiment.protocol`): an oracle run
 per context (``oracle.steps`` GRPO steps, an evaluation of every pool task at step 0 and every
@@ -92,24 +94,65 @@ def measured_rate(config: ValidationConfig, prompts: int = 64, seconds: float = 
         return done / (time.perf_counter() - start)
 
 
-def dry_run(config: ValidationConfig, rate: float | None = None) -> dict[str, Any]:
+def unit_dependencies(config: ValidationConfig) -> dict[str, tuple[str, ...]]:
+    """The units an arm waits for: the probe (its priors), and oracle A for the ceiling arms."""
+    from trajval_ops.experiment.priors import ORACLE_PRIORS
+    from trajval_ops.experiment.validation_config import ARMS
+
+    needs_oracle = {ARMS[arm][0] for arm in config.training.arms} & ORACLE_PRIORS
+    return {"arms": ("probe",) + (("oracle/context-a",) if needs_oracle else ())}
+
+
+def schedule(units: list[dict[str, Any]], seconds: list[float], workers: int,
+             after: dict[str, tuple[str, ...]]) -> float:
+    """The wall time of ``units`` (``seconds`` each) run as the protocol runs them: in order,
+    ``workers`` at a time, each arm once the units it waits for have finished."""
+    import heapq
+
+    waiting = list(zip((unit["unit"] for unit in units), seconds))
+    present = {name for name, _ in waiting}
+    running: list[tuple[float, str]] = []
+    finished: set[str] = set()
+    now = 0.0
+    while waiting or running:
+        for name, duration in list(waiting):
+            if len(running) >= workers:
+                break
+            needs = [dep for dep in after.get(name.split("/")[0], ()) if dep in present]
+            if all(dep in finished for dep in needs):
+                waiting.remove((name, duration))
+                heapq.heappush(running, (now + duration, name))
+        now, name = heapq.heappop(running)
+        finished.add(name)
+    return now
+
+
+def dry_run(config: ValidationConfig, rate: float | None = None, gpus: int | None = None) -> dict[str, Any]:
     """The units, their totals, and the wall time at ``rate`` completions/s per worker (measured
-    when None), as many units side by side as the run would start here (:mod:`.devices`)."""
+    when None), with as many units side by side as the run would start here (:mod:`.devices`),
+    or on a machine with ``gpus`` GPUs."""
     from trajval_ops.experiment.devices import unit_workers, visible_gpus
     from trajval_ops.experiment.validation_config import ConfigError
 
     units = unit_costs(config)
-    try:
-        workers = unit_workers(config, visible_gpus(config.device))
-    except ConfigError:  # planning a GPU run on a machine without one: the config's workers, else one
-        workers = config.workers or 1
+    if gpus is not None:
+        workers = config.workers or gpus
+    else:
+        try:
+            workers = unit_workers(config, visible_gpus(config.device))
+        except ConfigError:  # device: cuda on a machine without a GPU: the config's workers, else one
+            workers = config.workers or 1
     measured = rate is None
     rate = measured_rate(config) if measured else float(rate)
+    seconds = [unit["completions"] / rate for unit in units]
+    for unit, unit_seconds in zip(units, seconds):
+        unit["generation_s"] = unit_seconds
     completions = sum(unit["completions"] for unit in units)
     return {"units": units, "completions": completions,
             "max_new_tokens": sum(unit["max_new_tokens"] for unit in units),
             "rate_completions_per_s": rate, "rate_source": "measured on this machine" if measured else "given",
-            "workers": workers, "generation_wall_time_s": completions / rate / workers}
+            "workers": workers, "gpus": gpus, "longest_unit_generation_s": max(seconds),
+            "generation_wall_time_s": schedule(units, seconds, workers, unit_dependencies(config))}
 
 
 def print_dry_run(report: dict[str, Any]) -> None:
@@ -119,7 +162,9 @@ def print_dry_run(report: dict[str, Any]) -> None:
         print(f"{unit['unit']:36} {unit['training_completions']:>12,} {unit['evaluation_completions']:>12,} "
               f"{unit['max_new_tokens']:>16,}{flag}")
     print(f"{'total':36} {report['completions']:>25,} completions {report['max_new_tokens']:>16,}")
+    where = f" on {report['gpus']} GPU(s)" if report.get("gpus") else ""
     print(f"{len(report['units'])} units; at {report['rate_completions_per_s']:,.0f} completions/s per worker "
-          f"({report['rate_source']}) and {report['workers']} worker(s): about "
-          f"{report['generation_wall_time_s'] / 60:,.1f} min of generation (training's backward passes and the "
-          f"probe's and evaluations' start-ups come on top)")
+          f"({report['rate_source']}) and {report['workers']} worker(s){where}: about "
+          f"{report['generation_wall_time_s'] / 60:,.1f} min of generation, the arms after the units they wait for "
+          f"(training's backward passes and the units' start-ups come on top); the longest unit "
+          f"{report['longest_unit_generation_s'] / 60:,.1f} min")

@@ -57,6 +57,8 @@ DATA_DONE = "data.json"
 PROBE_OUTPUT = "weighted.jsonl"
 ORACLE_CONTEXTS = ("context-a", "context-b")
 ID_KEY = "id"
+#: ``trajval validate``'s exit status when ``--no-start-after`` paused it with units left
+PAUSED_EXIT = 3
 
 
 # ----------------------------------------------------------------------------- data
@@ -76,6 +78,10 @@ def prepare_data(config: ValidationConfig, out: Path) -> dict:
                   "tuning": []}
         if config.data.context_b:
             splits["context-b"] = list(read_rows(config.data.context_b))
+        if config.data.id_key != ID_KEY:
+            splits = {name: ids_from(rows, config.data.id_key, name) for name, rows in splits.items()}
+            logger.info(f"validate: the working copies of the data carry data.id_key '{config.data.id_key}' as "
+                        f"'{ID_KEY}'")
     check_splits(splits, config)
     for name, rows in splits.items():
         write_rows(folder / f"{name}.jsonl", rows)
@@ -86,6 +92,25 @@ def prepare_data(config: ValidationConfig, out: Path) -> dict:
     write_json(marker, summary)
     logger.info(f"validate: data {summary} in {folder}")
     return summary
+
+
+def ids_from(rows: list[dict], id_key: str, name: str) -> list[dict]:
+    """``rows`` with the id at ``id_key`` as their ``id`` (the protocol's working copies; the
+    user's files are not touched). A row without it, or whose ``id`` holds another value, is an
+    error naming the row."""
+    from trajval_ops.rows import get_path
+
+    missing = object()
+    out = []
+    for position, row in enumerate(rows):
+        value = get_path(row, id_key, missing)
+        if value is missing or value is None:
+            raise ConfigError(f"{name} row {position}: field '{id_key}' (data.id_key) is missing")
+        if ID_KEY in row and row[ID_KEY] != value:
+            raise ConfigError(f"{name} row {position}: field '{ID_KEY}' is {row[ID_KEY]!r} but data.id_key "
+                              f"'{id_key}' is {value!r}: the protocol joins on one id; name the field that holds it")
+        out.append({**row, ID_KEY: value})
+    return out
 
 
 def _generated_splits(config: ValidationConfig) -> dict[str, list[dict]]:
@@ -121,7 +146,8 @@ def check_splits(splits: dict[str, list[dict]], config: ValidationConfig) -> Non
         seen: dict[Any, int] = {}
         for position, row in enumerate(rows):
             if ID_KEY not in row:
-                raise ConfigError(f"{name} row {position}: field '{ID_KEY}' is missing (the protocol joins on it)")
+                raise ConfigError(f"{name} row {position}: field '{ID_KEY}' is missing (the protocol joins on it; "
+                                  f"data.id_key names another field that holds the task id)")
             if row[ID_KEY] in seen:
                 raise ConfigError(f"{name} row {position}: id {row[ID_KEY]!r} repeats row {seen[row[ID_KEY]]}")
             seen[row[ID_KEY]] = position
@@ -218,7 +244,11 @@ def probe_recipe(config: ValidationConfig, out: Path) -> dict:
     stability_epochs = sorted(config.probe.stability_epochs)
     endpoint = {"engine": config.probe.engine, "n": config.probe.n, "temperature": 1.0,
                 "max_new_tokens": g.max_completion_length, "verifier": verifier, "verifier_options": options,
-                "template": config.template, "prompts_per_generate": 64, "cache_dir": str(folder / "rollout_cache")}
+                "template": config.template, "prompts_per_generate": 64, "cache_dir": str(folder / "rollout_cache"),
+                # the unit's thread count, as every training unit's: the mapper's own default shares out all
+                # the cores, which oversubscribes them beside the other units (1 thread: 1.85x faster here,
+                # equal pass rates)
+                "torch_threads": config.threads_per_worker}
     process = [{"trajval_probe_trainer": {
         "output_dir": str(probe_dir), "model": config.model, "probe_fraction": config.probe.probe_fraction,
         "seed": config.seed, "epochs": epochs, **dataclasses.asdict(g), "window_k": config.probe.window_k,
@@ -299,7 +329,8 @@ def arm_units(config: ValidationConfig, out: Path) -> list[Unit]:
 
 
 def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict[str, Callable[[], None]],
-              gpus: list[str] | None = None, records: Path | None = None) -> None:
+              gpus: list[str] | None = None, records: Path | None = None,
+              no_start_after: float | None = None) -> list[str]:
     """Run every unfinished unit, ``workers`` at a time, in dependency order.
 
     :param finished: names done already (also extra names, e.g. ``priors``, that gate others).
@@ -307,6 +338,9 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
     :param gpus: the GPUs units are pinned to, one per running unit (:mod:`.devices`); empty or
         None: CPU, and the children see no GPU.
     :param records: a JSON file that gets each finished unit's GPU and wall time (``units.json``).
+    :param no_start_after: a ``time.monotonic()`` instant after which no unit starts; the units
+        running then finish (a job's time limit: a unit is restarted from its beginning).
+    :return: the units left unstarted at that instant (empty when every unit finished).
     """
     from trajval_ops.experiment.devices import GpuSlots
 
@@ -325,8 +359,9 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
            "TOKENIZERS_PARALLELISM": "false"}
     while pending or running:
         copied_meanwhile = False
+        starting = no_start_after is None or time.monotonic() < no_start_after
         for unit in list(pending):
-            if len(running) >= workers:
+            if len(running) >= workers or not starting:
                 break
             if not all(dep in finished for dep in unit.after):
                 continue
@@ -337,20 +372,12 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
                 if unit.name in on_done:
                     on_done[unit.name]()
                 continue
-            if unit.restart and unit.folder.exists():
-                logger.info(f"validate: {unit.name}: unfinished in an earlier run, restarting it")
-                shutil.rmtree(unit.folder)
-            if unit.prepare:
-                unit.prepare()
-            unit.log.parent.mkdir(parents=True, exist_ok=True)
-            log = open(unit.log, "w")
             gpu = slots.take()
-            process = subprocess.Popen(unit.command, stdout=log, stderr=subprocess.STDOUT,
-                                       env=env | slots.environment(gpu), cwd=Path(__file__).resolve().parents[2])
-            log.close()
-            running[unit.name] = (unit, process, time.monotonic(), gpu)
+            running[unit.name] = (unit, _start_unit(unit, env | slots.environment(gpu)), time.monotonic(), gpu)
             logger.info(f"validate: {unit.name}: started{'' if gpu is None else f' on GPU {gpu}'} "
                         f"({total - len(pending) - len(running) + 1}/{total} queued so far; log {unit.log})")
+        if not running and not starting:
+            return [u.name for u in pending]
         if copied_meanwhile and not running:
             continue  # what waited on the copied units may start now
         if not running:
@@ -374,13 +401,32 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
                 record_unit(records, name, {"gpu": gpu, "wall_time_s": round(seconds, 1)})
             if name in on_done:
                 on_done[name]()
+    return []
 
 
-def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = None) -> dict:
+def _start_unit(unit: Unit, env: dict[str, str]) -> subprocess.Popen:
+    """A unit's child process, its output in the unit's log; an unfinished earlier attempt of a
+    restartable unit is removed first."""
+    if unit.restart and unit.folder.exists():
+        logger.info(f"validate: {unit.name}: unfinished in an earlier run, restarting it")
+        shutil.rmtree(unit.folder)
+    if unit.prepare:
+        unit.prepare()
+    unit.log.parent.mkdir(parents=True, exist_ok=True)
+    with open(unit.log, "w") as log:
+        return subprocess.Popen(unit.command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                cwd=Path(__file__).resolve().parents[2])
+
+
+def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = None,
+                 no_start_after_s: float | None = None) -> dict | None:
     """Run (or resume) every unit, then write ``results.json`` and ``index.html``.
 
     :param reuse_from: another validation run whose finished units equal to this run's are
         copied instead of trained (:mod:`trajval_ops.experiment.reuse`).
+    :param no_start_after_s: start no unit once this many seconds have passed; the running
+        units finish, and the run pauses (returns None, no results) when units are left: run it
+        again on the same ``out`` to go on.
     """
     from trajval_ops.experiment.results import compute_results, write_index
     from trajval_ops.lifetime import guard_descendants
@@ -409,8 +455,14 @@ def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = 
     workers = unit_workers(config, gpus)
     logger.info(f"validate: {workers} unit(s) side by side on "
                 + (f"GPU(s) {', '.join(gpus)}, one per unit" if gpus else "CPU"))
-    run_units(units, workers, finished, _priors_when_ready(config, out, finished, reuse), gpus=gpus,
-              records=out / UNITS_RECORD)
+    deadline = None if no_start_after_s is None else started + no_start_after_s
+    left = run_units(units, workers, finished, _priors_when_ready(config, out, finished, reuse), gpus=gpus,
+                     records=out / UNITS_RECORD, no_start_after=deadline)
+    if left:
+        _accumulated_wall_time(out, time.monotonic() - started)
+        logger.info(f"validate: paused: no unit starts after {no_start_after_s:g} s; {len(left)} of {len(units)} "
+                    f"unit(s) left ({', '.join(left)}); run the same command again to go on")
+        return None
     results = compute_results(config, out, wall_time_s=_accumulated_wall_time(out, time.monotonic() - started))
     write_json(out / "results.json", results)
     write_index(results, config, out)
@@ -463,8 +515,11 @@ def check_same_protocol(config: ValidationConfig, out: Path) -> None:
     digest = protocol_hash(config)
     if marker.is_file():
         previous = json.loads(marker.read_text())
-        if previous.get("hash") != digest and previous.get("hash") != protocol_hash(
-                config, recorded_settings(config, previous.get("config") or {})):
+        recorded = recorded_settings(config, previous.get("config") or {})
+        candidates = (lambda: digest, lambda: protocol_hash(config, recorded),
+                      lambda: protocol_hash(config, by_location=True),
+                      lambda: protocol_hash(config, recorded, by_location=True))
+        if not any(previous.get("hash") == candidate() for candidate in candidates):
             raise ConfigError(f"{out} holds a validation run with other settings (config {previous.get('source')}); "
                               f"use another --out or remove it")
         return
@@ -486,24 +541,42 @@ def main(argv: list[str] | None = None, *, prog: str = "trajval validate") -> in
     parser.add_argument("--reuse-from", type=Path, default=None, metavar="RUN",
                         help="another validation run on the same data: its finished oracle and arm units whose "
                              "settings (and prior weights) equal this run's are copied instead of trained")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="units side by side, over the config's workers (not part of the protocol: a run "
+                             "resumes under any); on a GPU machine above the GPU count, units share cards")
+    parser.add_argument("--no-start-after", type=float, default=None, metavar="SECONDS",
+                        help="start no unit once SECONDS have passed (a job's time limit less the longest unit); "
+                             f"the running ones finish, and with units left the run exits {PAUSED_EXIT}: the same "
+                             "command again goes on")
     parser.add_argument("--dry-run", action="store_true",
                         help="list the units, their completions and token bounds and the generation time at a "
                              "rate, and stop (nothing is written)")
     parser.add_argument("--rate", type=float, default=None, metavar="COMPLETIONS_PER_S",
                         help="with --dry-run: a worker's generation rate (default: measured on this machine)")
+    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+                        help="with --dry-run: plan the run for a machine with N GPUs (one unit each unless "
+                             "--workers says otherwise), with --rate measured there")
     parser.add_argument("--json", action="store_true", help="with --dry-run: print one JSON object")
     args = parser.parse_args(argv)
     if not args.dry_run and args.out is None:
         parser.error("--out is required (unless --dry-run)")
+    if args.gpus is not None and not args.dry_run:
+        parser.error("--gpus plans a run elsewhere: it goes with --dry-run (a run uses the GPUs it sees)")
     try:
         config = load_config(args.config, seed=args.seed, split_seed=args.split_seed)
+        if args.workers is not None:
+            if args.workers < 1:
+                raise ConfigError(f"--workers {args.workers} must be at least 1")
+            config = dataclasses.replace(config, workers=args.workers)
+        if args.no_start_after is not None and not (math.isfinite(args.no_start_after) and args.no_start_after >= 0):
+            raise ConfigError(f"--no-start-after {args.no_start_after} must be a number of seconds, 0 or more")
         if args.dry_run:
             return _dry_run(config, args)
-        run_protocol(config, args.out, reuse_from=args.reuse_from)
+        results = run_protocol(config, args.out, reuse_from=args.reuse_from, no_start_after_s=args.no_start_after)
     except ConfigError as exc:
         print(f"validate: error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return 0 if results is not None else PAUSED_EXIT
 
 
 def _dry_run(config: ValidationConfig, args) -> int:
@@ -511,7 +584,14 @@ def _dry_run(config: ValidationConfig, args) -> int:
 
     if args.rate is not None and not (math.isfinite(args.rate) and args.rate > 0):
         raise ConfigError(f"--rate {args.rate} must be a positive number of completions per second")
-    report = dry_run(config, args.rate)
+    if args.gpus is not None:
+        if args.gpus < 1:
+            raise ConfigError(f"--gpus {args.gpus} must be at least 1")
+        if args.rate is None:
+            raise ConfigError("--gpus plans a run on other machines: give --rate, a worker's completions per second "
+                              "measured there (trajval validate --dry-run on one of them prints it), since this "
+                              "machine's rate says nothing of theirs")
+    report = dry_run(config, args.rate, gpus=args.gpus)
     if args.json:
         print(json.dumps(report))
     else:

@@ -81,6 +81,9 @@ class DataFiles:
     pool: str                      #: training context A
     heldout: str                   #: held-out evaluation tasks
     context_b: str | None = None   #: a second context sharing tasks with A (oracle reproducibility)
+    #: dotted path of each row's task id (``task_id``, ``extra_info.index``, ...): the protocol's
+    #: working copies of the files (``data/``) carry it as ``id``, which every unit joins on
+    id_key: str = "id"
 
 
 #: The GRPO settings every training run of the protocol shares (the probe's included): the
@@ -310,17 +313,24 @@ def check_config(config: ValidationConfig) -> None:
                           f"{2 * config.oracle.window} evaluations; raise oracle.steps or lower every_steps")
 
 
-def protocol_hash(config: ValidationConfig, settings: dict | None = None) -> str:
-    """The settings and the model's identity (a rebuilt model under the same name is another
-    protocol: its units must not be reused). ``settings``: the config's settings as a run
-    recorded them (:func:`recorded_settings`); by default all of them."""
+def protocol_hash(config: ValidationConfig, settings: dict | None = None, *, by_location: bool = False) -> str:
+    """The settings and the model's identity: its content (a model with other weights under the
+    same name is another protocol, whose units must not be reused; the same weights on another
+    machine are the same protocol, so a run moves between machines and resumes there).
+    ``settings``: the config's settings as a run recorded them (:func:`recorded_settings`); by
+    default all of them. ``by_location``: the identity runs recorded before 2026-11-27 hold (the
+    model folder's path, sizes and mtimes), so they still resume where they were made."""
     from trajval_ops.canonical import stable_hash
     from trajval_ops.models import resolve_model
-    from trajval_ops.rollout.cache import model_fingerprint
+    from trajval_ops.rollout.cache import model_content_digest, model_fingerprint
 
     settings = config.to_dict() if settings is None else settings
-    settings = {k: v for k, v in settings.items() if k not in ("source", "workers")}
-    return stable_hash({"settings": settings, "model": model_fingerprint(resolve_model(config.model))})
+    # the model is its content, not the name or folder that finds it
+    left_out = ("source", "workers") if by_location else ("source", "workers", "model")
+    settings = {k: v for k, v in settings.items() if k not in left_out}
+    path = resolve_model(config.model)
+    model = model_fingerprint(path) if by_location else {"sha256": model_content_digest(path)}
+    return stable_hash({"settings": settings, "model": model})
 
 
 def _field_default(cls, name: str) -> Any:

@@ -36,6 +36,47 @@ def model_fingerprint(model_path: Path) -> dict:
     }
 
 
+#: keys of a model folder's JSON files that name the writing library's release, not the model
+_WRITER_KEYS = ("transformers_version",)
+
+
+def model_content_digest(model_path: Path) -> str:
+    """Identity of a model folder by what it holds, wherever it is: the sha256 of every file's
+    bytes (JSON files as canonical JSON without the writer's release, so one model saved by two
+    transformers releases is one model). A rebuilt model with the same weights keeps it, on any
+    machine; a model changed in any weight, setting or tokenizer file gets another. Digests are
+    kept beside the cache (``model_digests.json``, keyed by path, size and mtime), so a model is
+    read once while its files are unchanged."""
+    from trajval_ops.atomic import write_json
+    from trajval_ops.canonical import file_sha256
+    from trajval_ops.models import cache_dir
+
+    model_path = Path(model_path).resolve()
+    record = cache_dir() / "model_digests.json"
+    key = stable_hash(model_fingerprint(model_path))
+    try:
+        known = json.loads(record.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if key in known:
+        return known[key]
+    files = {}
+    for path in sorted(p for p in model_path.iterdir() if p.is_file()):
+        if path.suffix == ".json":
+            content = json.loads(path.read_text())
+            if isinstance(content, dict):
+                content = {k: v for k, v in content.items() if k not in _WRITER_KEYS}
+            files[path.name] = stable_hash(content)
+        else:
+            files[path.name] = file_sha256(path)
+    digest = stable_hash(files)
+    try:
+        write_json(record, known | {key: digest})
+    except OSError:  # a read-only cache: the digest is recomputed next time
+        pass
+    return digest
+
+
 class RolloutCache:
     """Results of one run key: ``get(row_hash)`` and ``put_many([(row_hash, record), ...])``."""
 

