@@ -80,7 +80,9 @@ def dj_process(config: Path | dict, tmp_path: Path, *extra: str, timeout: int = 
         path = tmp_path / "recipe.yaml"
         path.write_text(yaml.safe_dump(config))
         config = path
-    dj = Path(sys.executable).with_name("dj-process")
+    from trajval_ops.commands import dj_process_path
+
+    dj = dj_process_path()
     return subprocess.run(
         [str(dj), "--config", str(config), *extra],
         cwd=REPO, capture_output=True, text=True, timeout=timeout,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -29,7 +28,9 @@ VLLM_OK, VLLM_WHY = vllm_importable()
 def start_dj_process(recipe: dict, tmp_path: Path, tag: str) -> subprocess.Popen:
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
-    dj = Path(sys.executable).with_name("dj-process")
+    from trajval_ops.commands import dj_process_path
+
+    dj = dj_process_path()
     log = open(tmp_path / "dj.log", "w")
     return subprocess.Popen([str(dj), "--config", str(path)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "TRAJVAL_TEST_TAG": tag})

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, dj_process
+from trajval_ops.commands import dj_process_path
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +78,7 @@ def test_killed_actor_rows_are_recomputed_only_when_missing(tmp_path, default_ou
     path.write_text(yaml.safe_dump(recipe))
     cache = tmp_path / "cache_killed"
     with open(tmp_path / "dj.log", "w") as log:
-        process = subprocess.Popen([str(Path(sys.executable).with_name("dj-process")), "--config", str(path)],
+        process = subprocess.Popen([dj_process_path(), "--config", str(path)],
                                    cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300

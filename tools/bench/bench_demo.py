@@ -35,7 +35,9 @@ def main() -> None:
     recipe = workdir / "demo_trajval.yaml"
     recipe.write_text(text)
     weighted = yaml.safe_load(text)["export_path"]
-    dj = str(Path(sys.executable).with_name("dj-process"))
+    from trajval_ops.commands import dj_process_path
+
+    dj = dj_process_path()
     demo_wall, demo_rss, demo_log = run_measured([dj, "--config", str(recipe)])
     resample_wall, resample_rss, resample_log = run_measured(
         [dj, "--config", "recipes/resample_pool.yaml", "--dataset_path", weighted,

@@ -163,7 +163,9 @@ def measure_dj_process(args, rows, workdir: Path, num_proc: int, threads: int) -
     }
     path = run / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
-    dj = Path(sys.executable).with_name("dj-process")
+    from trajval_ops.commands import dj_process_path
+
+    dj = dj_process_path()
     start = time.perf_counter()
     result = subprocess.run([str(dj), "--config", str(path)], capture_output=True, text=True)
     wall = time.perf_counter() - start

@@ -27,7 +27,7 @@ error and the others go on), one after the other:
   dynamic sampling, held-out evaluation every 10 steps) on the device.
 
 It prints each figure with its ratio against its baseline and writes everything to ``--out``
-(JSON). ``--device cpu --quick`` runs every part at small sizes on CPU (the slow test suite
+(JSON; rewritten as each part ends, so a run cut short by its caller keeps what it measured). ``--device cpu --quick`` runs every part at small sizes on CPU (the slow test suite
 does, so the script cannot rot without a GPU); ``--device cuda`` needs a GPU.
 
     python tools/bench/bench_gpu.py --out outputs/bench/bench_gpu.json           # on a GPU machine
@@ -410,36 +410,40 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"machine": machine, "device": args.device, "quick": quick, "parts": {}}
     parts = report["parts"]
     started = time.perf_counter()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    from trajval_ops.atomic import write_json
+
+    def record(name: str, part: dict) -> None:
+        """Each part as it ends, written at once: a run its caller cuts short keeps what it measured."""
+        parts[name] = part
+        write_json(args.out, report)
 
     for generation in ("transformers", "vllm"):
         reason = vllm_skip_reason(args.device) if generation == "vllm" else None
-        parts[f"probe/{generation}"] = {"skipped": reason} if reason else run_part(
-            "probe", {"device": args.device, "generation": generation, "probe_rows": 64 if quick else 600}, budget)
+        record(f"probe/{generation}", {"skipped": reason} if reason else run_part(
+            "probe", {"device": args.device, "generation": generation, "probe_rows": 64 if quick else 600}, budget))
     # the issue's H200 setting (steps 6, 8 x 8, 256 tokens); quick: one step of 2 x 2, 16 tokens
     smollm2 = {"steps": 1, "prompts": 2, "n": 2, "tokens": 16} if quick else {"steps": 6, "prompts": 8, "n": 8,
                                                                               "tokens": 256}
     reason = smollm2_skip_reason()
     for precision in ("auto", "bf16"):
-        parts[f"smollm2/{precision}"] = {"skipped": reason} if reason else run_part(
-            "smollm2", smollm2 | {"device": args.device, "precision": precision}, budget * 2)
+        record(f"smollm2/{precision}", {"skipped": reason} if reason else run_part(
+            "smollm2", smollm2 | {"device": args.device, "precision": precision}, budget * 2))
     endpoint = {"rows": 48 if quick else 600, "n": 16, "chunk": 64, "seed": 0}
     # on CPU one torch thread per process (shared cores: measured ~8x faster than two under load)
-    parts["endpoint"] = run_part("endpoint", endpoint | {"device": args.device, "bare": True,
-                                                         "threads": 1 if args.device == "cpu" else None}, budget)
+    record("endpoint", run_part("endpoint", endpoint | {"device": args.device, "bare": True,
+                                                        "threads": 1 if args.device == "cpu" else None}, budget))
     # the same pass on CPU, another sampling seed: agreement within noise is the check
     threads = 1 if quick else min(4, os.cpu_count() or 1)
-    parts["endpoint/cpu_reference"] = run_part("endpoint", endpoint | {"device": "cpu", "seed": 1, "threads": threads},
-                                               budget * 2, cpu_only=True)
+    record("endpoint/cpu_reference", run_part("endpoint", endpoint | {"device": "cpu", "seed": 1, "threads": threads},
+                                              budget * 2, cpu_only=True))
     for shape in shapes:
         sizes = {"rows": 8, "n": 4, "tokens": 16, "chunk": 8, "probe_steps": 2} if quick else \
             {"rows": 64, "n": 16, "tokens": 128, "chunk": 64, "probe_steps": 3}
-        parts[f"shape/{shape}"] = run_part("shape", sizes | {"device": args.device, "shape": shape}, budget)
-    parts["validate_unit"] = run_part("validate_unit", {"device": args.device, "steps": 4 if quick else 30}, budget)
+        record(f"shape/{shape}", run_part("shape", sizes | {"device": args.device, "shape": shape}, budget))
+    record("validate_unit", run_part("validate_unit", {"device": args.device, "steps": 4 if quick else 30}, budget))
     report["wall_s"] = round(time.perf_counter() - started, 1)
     report["ratios"] = ratios(parts, args.device)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    from trajval_ops.atomic import write_json
-
     write_json(args.out, report)
     print_report(report)
     print(f"bench_gpu: {report['wall_s']:.0f} s on {machine}; written to {args.out}")

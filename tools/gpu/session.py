@@ -49,6 +49,9 @@ WORK = Path(os.environ.get("TRAJVAL_GPU_WORK", "/tmp/trajval-gpu"))
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"  # the name trajval_ops.models looks for
 STATE = "real_smollm2_state.tar.gz"
 RUN_NAME = "real_smollm2"
+#: where the packages go when the interpreter's own environment takes none (``--into-target``,
+#: or its install failed): on PYTHONPATH, its scripts (dj-process) on PATH
+TARGET = WORK / "site-packages"
 
 
 def out_dir() -> Path:
@@ -65,11 +68,13 @@ def log(message: str) -> None:
 
 
 def environment() -> dict[str, str]:
-    """What every child gets: the joined GGUF on the path, a cache of its own, no hub."""
-    site = str(WORK / "site")
-    path = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH", "")) if p)
+    """What every child gets: the joined GGUF on the path (and the packages, where they went to a
+    ``--target`` folder), a cache of its own, no hub."""
+    folders = [str(WORK / "site")] + ([str(TARGET)] if TARGET.is_dir() else [])
+    path = os.pathsep.join(p for p in (*folders, os.environ.get("PYTHONPATH", "")) if p)
+    scripts = os.pathsep.join(p for p in (str(TARGET / "bin"), os.environ.get("PATH", "")) if p)
     # no index: Data-Juicer pip-installs a module it lacks, which offline only burns device time
-    return {**os.environ, "PYTHONPATH": path, "TRAJVAL_CACHE": str(WORK / "cache"), "HF_HUB_OFFLINE": "1",
+    return {**os.environ, "PYTHONPATH": path, "PATH": scripts, "TRAJVAL_CACHE": str(WORK / "cache"), "HF_HUB_OFFLINE": "1",
             "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
             "PIP_NO_INDEX": "1", "UV_OFFLINE": "1"}
 
@@ -100,13 +105,18 @@ def stage(args) -> int:
         if not found:
             log(f"error: no wheels in {args.wheels} (carry .gpu/wheels; bash tools/gpu/prepare.sh makes them)")
             return 2
-        problem = install(found)
+        problem = None if args.into_target else install(found)
+        where = sys.prefix
+        if args.into_target or problem:
+            if problem:
+                log(f"installing into {sys.prefix} failed ({problem[-300:]}); installing into {TARGET} instead")
+            problem, where = install(found, target=TARGET), str(TARGET)
         if problem:
             log(f"error: {problem}")
             return 2
         WORK.mkdir(parents=True, exist_ok=True)
         installed.write_text("\n".join(w.name for w in found) + "\n")
-        log(f"installed {len(found)} wheels and the repository into {sys.prefix}")
+        log(f"installed {len(found)} wheels and the repository into {where}")
     keep_carried()
     machine = describe_machine()
     (out_dir() / "machine.json").write_text(json.dumps(machine, indent=2))
@@ -114,9 +124,12 @@ def stage(args) -> int:
     return 0 if machine.get("imports") == "ok" else 2
 
 
-def install(wheels: list[Path]) -> str | None:
+def install(wheels: list[Path], target: Path | None = None) -> str | None:
+    """The wheels and the repository into this interpreter's environment (the repository
+    editable), or into ``target`` (the repository built as a wheel: --target takes no editable
+    install); None when done, else pip's error."""
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-           "--no-cache-dir", "--disable-pip-version-check"]
+           "--no-cache-dir", "--disable-pip-version-check"] + (["--target", str(target)] if target else [])
     if any(w.name.startswith("trajval_gpu_ray_import_shim") for w in wheels):
         import importlib.metadata as metadata
 
@@ -125,7 +138,8 @@ def install(wheels: list[Path]) -> str | None:
             return "Ray is installed here; leave the Ray import shim out of the wheels (fetch_wheels.sh)"
         except metadata.PackageNotFoundError:
             pass
-    for command in (pip + [str(w) for w in wheels], pip + ["--no-build-isolation", "-e", str(REPO)]):
+    repository = ["--no-build-isolation"] + ([str(REPO)] if target else ["-e", str(REPO)])
+    for command in (pip + [str(w) for w in wheels], pip + repository):
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             return f"{' '.join(command[:8])} ...: {done.stderr.strip()[-2000:]}"
@@ -144,8 +158,7 @@ def keep_carried() -> None:
 
 def describe_machine() -> dict:
     code = r"""
-import json, platform, shutil, sys
-from pathlib import Path
+import json, platform, sys
 info = {"python": sys.version.split()[0], "platform": platform.platform()}
 try:
     import torch
@@ -163,9 +176,9 @@ try:
     import ray  # Data-Juicer imports it; here the import shim (tools/gpu/ray_import_shim) unless Ray is there
     info["ray"] = "import shim" if getattr(ray, "IS_TRAJVAL_IMPORT_SHIM", False) else getattr(ray, "__version__", "?")
     import trajval_ops.probe.run, trajval_ops.experiment.protocol, trajval_ops.ops  # noqa: F401
-    dj = Path(sys.executable).with_name("dj-process")
-    info["dj_process"] = str(dj) if dj.exists() else shutil.which("dj-process")
-    info["imports"] = "ok" if info["dj_process"] else "dj-process is not beside the Python"
+    from trajval_ops.commands import dj_process_path
+    info["dj_process"] = dj_process_path()
+    info["imports"] = "ok"
 except Exception as exc:  # what is missing, named: the wheels list is incomplete
     info["imports"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(info))
@@ -309,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="step", required=True)
     staging = sub.add_parser("stage", help="install the wheels (once), keep the carried GGUF parts and run state")
     staging.add_argument("--wheels", default=str(CARRIED / "wheels"), help="folder of the carried wheels")
+    staging.add_argument("--into-target", action="store_true", help=f"install into {TARGET} (on PYTHONPATH, its "
+                         "scripts on PATH) instead of the interpreter's environment; taken anyway when that fails")
     running = sub.add_parser("run", help="the last call: join the GGUF and run the stages")
     running.add_argument("stages", nargs="+", choices=sorted(STAGES))
     running.add_argument("--budget", type=float, default=540, help="seconds this call may take (the tool allows "

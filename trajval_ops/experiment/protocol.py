@@ -300,7 +300,9 @@ def probe_unit(config: ValidationConfig, out: Path) -> Unit:
         folder.mkdir(parents=True, exist_ok=True)
         recipe_path.write_text(yaml.safe_dump(probe_recipe(config, out), sort_keys=False))
 
-    dj = str(Path(sys.executable).with_name("dj-process"))
+    from trajval_ops.commands import dj_process_path
+
+    dj = dj_process_path()
     # not restarted: the probe trainer and the rollout cache resume by themselves
     return Unit("probe", folder, [dj, "--config", str(recipe_path)], done=lambda: (folder / PROBE_OUTPUT).is_file(),
                 restart=False, prepare=prepare)
