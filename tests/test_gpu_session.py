@@ -64,3 +64,12 @@ def test_the_state_holds_finished_units_only_and_no_checkpoints(session, tmp_pat
     kept = {f"real_smollm2/{name}" for name in files if "checkpoint-" not in name and "rollout_cache" not in name
             and not name.startswith("arms/variance/seed-0/")}
     assert names == kept  # the unfinished arm's log stays beside it; its folder starts over
+
+
+def test_the_protocol_names_it_repeats_are_the_protocols(session):
+    """session.py never imports the package (it may sit only on its children's path): the names it
+    writes again must stay the protocol's."""
+    from trajval_ops.experiment import grpo_run, protocol
+
+    assert (session.PAUSED_EXIT, session.PROBE_OUTPUT, session.RESULT_FILE) == (
+        protocol.PAUSED_EXIT, protocol.PROBE_OUTPUT, grpo_run.RESULT_FILE)

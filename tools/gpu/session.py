@@ -52,6 +52,12 @@ RUN_NAME = "real_smollm2"
 #: where the packages go when the interpreter's own environment takes none (``--into-target``,
 #: or its install failed): on PYTHONPATH, its scripts (dj-process) on PATH
 TARGET = WORK / "site-packages"
+# The protocol's own names, written here because this process never imports trajval_ops (the
+# packages may sit in TARGET, only on its children's path): trajval_ops.experiment.protocol's
+# PAUSED_EXIT and PROBE_OUTPUT, trajval_ops.experiment.grpo_run's RESULT_FILE.
+PAUSED_EXIT = 3
+PROBE_OUTPUT = "weighted.jsonl"
+RESULT_FILE = "result.json"
 
 
 def out_dir() -> Path:
@@ -252,6 +258,7 @@ def stage_validate(args, seconds: float) -> dict:
         command += ["--workers", str(args.workers)]
     record = run_logged("validate", command, seconds - 20)
     record["config"] = config
+    record["paused"] = record["exit"] == PAUSED_EXIT  # units left for the next call
     record["state"] = pack_state(run)
     if (run / "results.json").is_file():  # units.json is in the state; $OUT brings back 8 files at most
         shutil.copy(run / "results.json", out_dir() / f"{RUN_NAME}_results.json")
@@ -263,8 +270,8 @@ def pack_state(run: Path) -> dict:
     caches), as ``$OUT/real_smollm2_state.tar.gz``: what the next session carries to go on."""
     if not (run / "protocol.json").is_file():
         return {"packed": False}
-    finished = [p.parent for p in run.glob("**/result.json")]
-    probe_done = (run / "probe" / "weighted.jsonl").is_file()
+    finished = [p.parent for p in run.glob(f"**/{RESULT_FILE}")]
+    probe_done = (run / "probe" / PROBE_OUTPUT).is_file()
 
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         parts = Path(info.name).parts[1:]  # below the run's folder
@@ -312,7 +319,7 @@ def run_stages(args) -> int:
         report_path.write_text(json.dumps(report, indent=2))
     report["wall_s"] = round(time.monotonic() - started, 1)
     report_path.write_text(json.dumps(report, indent=2))
-    failed = [n for n, r in report["stages"].items() if r.get("exit") not in (0, 3, None)]
+    failed = [n for n, r in report["stages"].items() if r.get("exit") not in (0, None) and not r.get("paused")]
     return 1 if failed else 0
 
 
