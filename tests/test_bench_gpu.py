@@ -45,15 +45,25 @@ def _check_report(report: dict, device: str) -> None:
                           and s["probe"]["step_s"] > 0 and s["probe"]["peak_memory_gib"] > 0 for s in shapes)
     unit = parts["validate_unit"]
     assert unit["device"].startswith(device) and unit["peak_memory_gib"] > 0
-    # SmolLM2's probe per precision: every step logged, or the guard's stop (bf16 on a GPU may)
-    for precision, resolved in (("auto", "bf16-mixed" if device == "cuda" else "fp32"), ("bf16", "bf16")):
-        part = parts[f"smollm2/{precision}"]
+    _check_smollm2(parts, device)
+
+
+def _check_smollm2(parts: dict, device: str) -> None:
+    """SmolLM2's probe per precision, where it ran: every step logged with its wall time, or
+    the guard's stop (bf16 on a GPU may)."""
+    resolved_as = {"auto": "bf16-mixed" if device == "cuda" else "fp32", "bf16-mixed": "bf16-mixed",
+                   "bf16": "bf16", "fp32": "fp32"}
+    for name, part in parts.items():
+        if not name.startswith("smollm2/"):
+            continue
+        resolved = resolved_as[name.split("/")[1]]
         if "skipped" in part:
             assert "SmolLM2-135M-Instruct is neither built nor buildable" in part["skipped"]
             continue
         assert part["finite"] == (part["stopped"] is None)
         if part["finite"]:
             assert part["precision"] == resolved and len(part["per_step"]) == part["steps"]
+            assert all(step.get("step_s", 1) > 0 for step in part["per_step"])
         else:
             assert f"precision {resolved}" in part["stopped"] and "Remedy" in part["stopped"]
 
@@ -62,11 +72,13 @@ def _check_report(report: dict, device: str) -> None:
 def test_the_cpu_parts_run_on_cpu(tmp_path):
     """About 3 minutes on 2 busy cores (each part is its own process)."""
     out = tmp_path / "bench_gpu.json"
-    done = subprocess.run([sys.executable, str(BENCH), "--device", "cpu", "--quick", "--out", str(out)],
+    done = subprocess.run([sys.executable, str(BENCH), "--device", "cpu", "--quick", "--out", str(out),
+                           "--parts", "probe", "smollm2", "endpoint", "shape", "validate_unit"],
                           capture_output=True, text=True, cwd=REPO, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["device"] == "cpu" and report["parts"]["probe/vllm"]["skipped"].startswith("TRL's vLLM integration")
+    assert {"smollm2/auto", "smollm2/bf16"} <= set(report["parts"])
     _check_report(report, "cpu")
     assert "bench_gpu:" in done.stdout and "standard errors over 12 families" in done.stdout
 
@@ -81,3 +93,19 @@ def test_the_gpu_check_on_a_gpu(tmp_path):
                           timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _check_report(json.loads(out.read_text()), "cuda")
+
+
+H200_RUN = REPO / "docs" / "results" / "gpu" / "h200-2026-11-26"
+
+
+def test_the_published_h200_figures_pass_the_checks_a_gpu_run_must():
+    """The figures docs/scale_out.md quotes are the bench's own JSON from the device, and pass
+    what the ``gpu`` test asks of a run; the default parts' own wall times fit the 5 minutes."""
+    report = json.loads((H200_RUN / "bench_gpu.json").read_text())
+    assert report["machine"] == "NVIDIA H200" and report["device"] == "cuda" and not report["quick"]
+    _check_report(report, "cuda")
+    default = [part for name, part in report["parts"].items() if not name.startswith("smollm2/")]
+    assert sum(part.get("part_wall_s", 0) for part in default) < 300
+    study = json.loads((H200_RUN / "bench_gpu_smollm2_128.json").read_text())
+    assert set(study["parts"]) == {"smollm2/fp32", "smollm2/bf16-mixed"}
+    _check_smollm2(study["parts"], "cuda")

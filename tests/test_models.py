@@ -8,13 +8,8 @@ from trajval_ops import models
 from trajval_ops.cli import prepare_model
 
 
-def _private_cache(tmp_path_factory, share_smollm2: bool):
+def _private_cache(tmp_path_factory):
     path = tmp_path_factory.mktemp("trajval_cache")
-    shared = models.model_dir(models.SMOLLM2)
-    if share_smollm2 and (shared / "tokenizer.json").is_file():
-        # the tokenizer loads in 1 s from a built folder, 20 s from the GGUF
-        (path / "models").mkdir()
-        (path / "models" / models.SMOLLM2).symlink_to(shared)
     old = os.environ.get("TRAJVAL_CACHE")
     os.environ["TRAJVAL_CACHE"] = str(path)
     yield path
@@ -27,12 +22,57 @@ def _private_cache(tmp_path_factory, share_smollm2: bool):
 @pytest.fixture(scope="module")
 def fresh_cache(tmp_path_factory):
     """A private TRAJVAL_CACHE so the build path (not the shared cache) is exercised."""
-    yield from _private_cache(tmp_path_factory, share_smollm2=True)
+    yield from _private_cache(tmp_path_factory)
 
 
 @pytest.fixture()
 def empty_cache(tmp_path_factory):
-    yield from _private_cache(tmp_path_factory, share_smollm2=False)
+    yield from _private_cache(tmp_path_factory)
+
+
+#: the canonical content of the SmolLM2 tokenizer's files as gguf_bpe_tokenizer saves them,
+#: measured equal under transformers 5.17.0 (tokenizers 0.23.2, the GPU machine's) and 5.19.0
+#: (0.23.3): a change means machines with other releases would build another model
+SMOLLM2_TOKENIZER_DIGEST = "e77bec6bbbe7332196bd78d17c5a5793730ee728ca2bd18bdba5c4d91bfcbc2b"
+
+
+def test_the_smollm2_tokenizer_is_built_from_the_gguf_alone(tmp_path):
+    """transformers 5.17's GGUF converter made <|im_start|> the end of sequence and left no pad
+    token (so the model built on the GPU machine differed from this one's); the build reads the
+    GGUF's own special ids and does not depend on the converter's release."""
+    import json
+
+    from trajval_ops.rollout.cache import stable_hash
+
+    tokenizer = models.gguf_bpe_tokenizer(models.smollm2_gguf_path())
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token, tokenizer.unk_token) == (
+        "<|im_start|>", "<|im_end|>", "<|im_end|>", "<|endoftext|>")
+    assert (tokenizer.eos_token_id, tokenizer.pad_token_id) == (2, 2)
+    text = "Compute 12 + 7. Answer: \\boxed{19} café"
+    ids = tokenizer(text)["input_ids"]
+    assert tokenizer.decode(ids) == text and len(ids) < len(text)  # merges applied, lossless
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                         add_generation_prompt=True)
+    assert chat.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert tokenizer("<|im_end|>")["input_ids"] == [2]  # a control token stays one token
+    tokenizer.save_pretrained(tmp_path)
+    saved = {p.name: stable_hash(json.loads(p.read_text())) if p.suffix == ".json" else p.read_text()
+             for p in sorted(tmp_path.iterdir())}
+    assert stable_hash(saved) == SMOLLM2_TOKENIZER_DIGEST
+
+
+def test_a_gguf_without_a_bpe_tokenizer_is_refused_with_the_field(tmp_path):
+    import gguf
+
+    path = tmp_path / "spm.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("llama")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ValueError, match="tokenizer.ggml.model is 'llama'; only a byte-level BPE"):
+        models.gguf_bpe_tokenizer(path)
 
 
 def test_existing_directory_is_returned_as_is(tmp_path):

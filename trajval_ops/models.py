@@ -168,21 +168,56 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
-def _smollm2_tokenizer():
-    from transformers import AutoTokenizer
+#: gguf's token type of a special (control) token
+_GGUF_CONTROL_TOKEN = 3
 
-    built = model_dir(SMOLLM2)
-    if (built / "tokenizer_config.json").is_file():
-        return AutoTokenizer.from_pretrained(built)
-    gguf = smollm2_gguf_path()
-    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+def gguf_bpe_tokenizer(gguf_path: Path):
+    """The byte-level BPE tokenizer a GGUF file describes (vocabulary, merges, control tokens,
+    special ids, chat template), built with ``tokenizers`` alone. transformers' own GGUF converter
+    differs by release: 5.17 makes ``<|im_start|>`` SmolLM2's end of sequence, leaves no pad token
+    and adds a byte-fallback decoder, 5.19 does not; so the built model, and the identity a
+    validation run records, differed by machine. This build is byte-identical under both (and
+    equals 5.19's)."""
+    from gguf import GGUFReader
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    fields = GGUFReader(gguf_path).fields
+
+    def value(key: str):
+        if key not in fields:
+            raise ValueError(f"{gguf_path}: the GGUF has no {key}, which its tokenizer needs")
+        return fields[key].contents()
+
+    if value("tokenizer.ggml.model") != "gpt2":
+        raise ValueError(f"{gguf_path}: tokenizer.ggml.model is {value('tokenizer.ggml.model')!r}; only a "
+                         "byte-level BPE ('gpt2') tokenizer is built here")
+    tokens, types = value("tokenizer.ggml.tokens"), value("tokenizer.ggml.token_type")
+    merges = [tuple(merge.split(" ", 1)) for merge in value("tokenizer.ggml.merges")]
+    tokenizer = Tokenizer(models.BPE(vocab={token: i for i, token in enumerate(tokens)}, merges=merges,
+                                     fuse_unk=False, byte_fallback=False, continuing_subword_prefix="",
+                                     end_of_word_suffix=""))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A", pair="$A:0 $B:1")
+    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False)
+                                  for token, kind in zip(tokens, types) if kind == _GGUF_CONTROL_TOKEN])
+
+    def special(name: str) -> str:
+        return tokens[value(f"tokenizer.ggml.{name}_token_id")]
+
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=special("bos"), eos_token=special("eos"),
+                                   pad_token=special("padding"), unk_token=special("unknown"))
+    fast.chat_template = value("tokenizer.chat_template")
+    return fast
 
 
 def _build_smollm2(out: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     gguf = smollm2_gguf_path()
-    tokenizer = _smollm2_tokenizer()
+    tokenizer = gguf_bpe_tokenizer(gguf)
     quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # A gguf-loaded model refuses save_pretrained; rebuild a plain one from its weights.
     del quantized.config.quantization_config
@@ -196,7 +231,7 @@ def _build_tiny_random_llama(out: Path) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokenizer = _smollm2_tokenizer()
+    tokenizer = gguf_bpe_tokenizer(smollm2_gguf_path())
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=64,
@@ -223,7 +258,7 @@ _BUILDERS: dict[str, Callable[[Path], None]] = {
 }
 
 #: bumped when a builder changes, so caches holding the old recipe rebuild
-_BUILD_VERSIONS = {SMOLLM2: 1, TINY_RANDOM_LLAMA: 2}
+_BUILD_VERSIONS = {SMOLLM2: 2, TINY_RANDOM_LLAMA: 3}  # 2, 3: the tokenizer built from the GGUF (gguf_bpe_tokenizer)
 
 #: models whose weights ship inside the package (read-only; returned as they are)
 _SHIPPED: dict[str, Path] = {name: Path(__file__).resolve().parent / "data" / "models" / name

@@ -8,11 +8,14 @@ error and the others go on), one after the other:
 - ``probe/<generation>``: the demo's probe (tiny-arith, one epoch over ``--probe-rows`` rows of
   the demo pool) with TRL's ``transformers`` generation and with ``vllm`` (skipped, with the
   reason, where vLLM does not import or the device is a CPU): steps/s, train reward, peak memory.
-- ``smollm2/<precision>``: SmolLM2-135M-Instruct's probe on the real-model harness's pool
-  (``recipes/data/real_smollm2``), 8 prompts x 8 rollouts of up to 256 tokens a step at learning
-  rate 1e-5 (the setting whose bf16 weights went NaN at step 3 on an H200), under ``auto``
-  (bf16-mixed on a GPU) and ``bf16``: each step's loss and gradient norm, and the guard's error
-  where a step went non-finite. Skipped, with the reason, where the model's GGUF is absent.
+- ``smollm2/<precision>`` (only with ``--parts ... smollm2``: it adds about 3 minutes on an
+  H200): SmolLM2-135M-Instruct's probe on the real-model harness's pool
+  (``recipes/data/real_smollm2``), ``--smollm2-steps`` steps of 8 prompts x 8 rollouts of up to
+  ``--smollm2-tokens`` tokens at learning rate 1e-5 (by default the setting whose bf16 weights
+  went NaN at step 3 on an H200: 6 steps, 256 tokens), under each of ``--precisions`` (default
+  ``auto``, bf16-mixed on a GPU, and ``bf16``): each step's loss, gradient norm and wall time,
+  and the guard's error where a step went non-finite. Skipped, with the reason, where the
+  model's GGUF is absent.
 - ``endpoint`` and ``endpoint/cpu_reference``: the demo's endpoint pass (tiny-arith, n = 16) through
   the endpoint mapper on the device and the same pass on CPU; per-family pass rates side by side
   with their difference in standard errors (the two passes sample differently: agreement means
@@ -27,10 +30,13 @@ error and the others go on), one after the other:
   dynamic sampling, held-out evaluation every 10 steps) on the device.
 
 It prints each figure with its ratio against its baseline and writes everything to ``--out``
-(JSON; rewritten as each part ends, so a run cut short by its caller keeps what it measured). ``--device cpu --quick`` runs every part at small sizes on CPU (the slow test suite
-does, so the script cannot rot without a GPU); ``--device cuda`` needs a GPU.
+(JSON; rewritten as each part ends, so a run cut short by its caller keeps what it measured).
+The default parts took 267 s on an NVIDIA H200 (docs/scale_out.md, "Measured on a GPU").
+``--device cpu --quick`` runs the parts at small sizes on CPU (the slow test suite runs every
+part so, so the script cannot rot without a GPU); ``--device cuda`` needs a GPU.
 
     python tools/bench/bench_gpu.py --out outputs/bench/bench_gpu.json           # on a GPU machine
+    python tools/bench/bench_gpu.py --parts smollm2 --precisions fp32 auto --smollm2-tokens 128
     python tools/bench/bench_gpu.py --device cpu --quick --out /tmp/bench_gpu.json
 """
 
@@ -114,10 +120,18 @@ def part_smollm2(options: dict) -> dict:
     logged: list[dict] = []
 
     class StepLog(TrainerCallback):
+        begun = 0.0
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            _sync(device)
+            self.begun = time.perf_counter()
+
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "grad_norm" in logs:
+                _sync(device)  # the step's wall time: its generation, scoring and update
                 logged.append({"step": state.global_step, "loss": _finite_or_text(logs.get("loss")),
-                               "grad_norm": _finite_or_text(logs["grad_norm"]), "reward": logs.get("reward")})
+                               "grad_norm": _finite_or_text(logs["grad_norm"]), "reward": logs.get("reward"),
+                               "step_s": round(time.perf_counter() - self.begun, 2)})
 
     record: dict = {"steps": steps, "prompts_per_step": prompts, "n": n, "tokens": options["tokens"],
                     "learning_rate": config.learning_rate, "stopped": None}
@@ -188,6 +202,18 @@ def _bare_loop(model_path: Path, prompts: list[str], n: int, max_new_tokens: int
             "tokens_per_s": round(tokens / seconds, 1)}
 
 
+def _tiny_arith_prompts(rows: list[dict]) -> tuple[Path, list[str]]:
+    """tiny-arith's folder and the rows' prompts as the mapper renders them."""
+    from transformers import AutoTokenizer
+
+    from trajval_ops.models import resolve_model
+    from trajval_ops.rollout.prompts import build_messages, render_prompt
+
+    path = resolve_model("tiny-arith")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return path, [render_prompt(tokenizer, build_messages(row, "auto")) for row in rows]
+
+
 def _sync(device: str) -> None:
     if device == "cuda":
         import torch
@@ -197,11 +223,15 @@ def _sync(device: str) -> None:
 
 def part_endpoint(options: dict) -> dict:
     """The endpoint mapper's pass over the rows (per-family pass rates), then the bare loop."""
-    from trajval_ops.models import resolve_model
     from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
 
     device = options["device"]
     rows = _rows(options["rows"])
+    if options.get("bare"):
+        # the process's first generate pays the device's warm-up (CUDA context, kernels): paid here,
+        # once, so neither the mapper nor the bare loop after it carries it (the shapes warm up alike)
+        path, prompts = _tiny_arith_prompts(rows[:options["chunk"]])
+        _bare_loop(path, prompts, options["n"], 8, options["chunk"], device, ignore_eos=False)
     with tempfile.TemporaryDirectory() as tmp:
         op = TrajvalEndpointRewardMapper(
             model="tiny-arith", output_key="acc", engine="transformers", n=options["n"], max_new_tokens=8,
@@ -225,12 +255,7 @@ def part_endpoint(options: dict) -> dict:
               "family_pass_rates": {f: [round(sum(v) / len(v), 4), len(v)] for f, v in sorted(by_family.items())},
               "peak_memory_gib": peak_memory_gib(device)}
     if options.get("bare"):
-        from trajval_ops.rollout.prompts import build_messages, render_prompt
-        from transformers import AutoTokenizer
-
-        path = resolve_model("tiny-arith")
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        prompts = [render_prompt(tokenizer, build_messages(row, "auto")) for row in rows]
+        path, prompts = _tiny_arith_prompts(rows)
         record["bare"] = _bare_loop(path, prompts, options["n"], 8, options["chunk"], device, ignore_eos=False)
     return record
 
@@ -327,6 +352,10 @@ def part_validate_unit(options: dict) -> dict:
             "peak_memory_gib": result["peak_memory_gib"]}
 
 
+#: the groups ``--parts`` chooses from, in the order they run
+PART_GROUPS = ("probe", "smollm2", "endpoint", "shape", "validate_unit")
+#: the issue's check, at most about 5 minutes on one GPU; SmolLM2's precision study is asked for
+DEFAULT_PARTS = tuple(part for part in PART_GROUPS if part != "smollm2")
 PARTS = {"probe": part_probe, "smollm2": part_smollm2, "endpoint": part_endpoint, "shape": part_shape,
          "validate_unit": part_validate_unit}
 
@@ -382,6 +411,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="*", default=None, help=f"of {sorted(SHAPES)} (default: llama-0.3b "
                         "qwen-1.5b on cuda, tiny on cpu)")
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench" / "bench_gpu.json")
+    parser.add_argument("--parts", nargs="+", choices=PART_GROUPS, default=list(DEFAULT_PARTS),
+                        help=f"which parts to run (default: {' '.join(DEFAULT_PARTS)})")
+    parser.add_argument("--precisions", nargs="+", choices=["auto", "bf16-mixed", "bf16", "fp32"],
+                        default=["auto", "bf16"], help="SmolLM2's probe, once under each (default: auto bf16)")
+    parser.add_argument("--smollm2-tokens", type=int, default=256, help="SmolLM2's probe: the completion length "
+                        "(default 256, the issue's H200 setting; real_smollm2.yaml trains at 128)")
+    parser.add_argument("--smollm2-steps", type=int, default=6, help="SmolLM2's probe: steps of 8 prompts x 8 "
+                        "(default 6)")
     parser.add_argument("--part", help=argparse.SUPPRESS)
     parser.add_argument("--options", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -418,30 +455,38 @@ def main(argv: list[str] | None = None) -> int:
         parts[name] = part
         write_json(args.out, report)
 
-    for generation in ("transformers", "vllm"):
-        reason = vllm_skip_reason(args.device) if generation == "vllm" else None
-        record(f"probe/{generation}", {"skipped": reason} if reason else run_part(
-            "probe", {"device": args.device, "generation": generation, "probe_rows": 64 if quick else 600}, budget))
-    # the issue's H200 setting (steps 6, 8 x 8, 256 tokens); quick: one step of 2 x 2, 16 tokens
-    smollm2 = {"steps": 1, "prompts": 2, "n": 2, "tokens": 16} if quick else {"steps": 6, "prompts": 8, "n": 8,
-                                                                              "tokens": 256}
-    reason = smollm2_skip_reason()
-    for precision in ("auto", "bf16"):
-        record(f"smollm2/{precision}", {"skipped": reason} if reason else run_part(
-            "smollm2", smollm2 | {"device": args.device, "precision": precision}, budget * 2))
-    endpoint = {"rows": 48 if quick else 600, "n": 16, "chunk": 64, "seed": 0}
-    # on CPU one torch thread per process (shared cores: measured ~8x faster than two under load)
-    record("endpoint", run_part("endpoint", endpoint | {"device": args.device, "bare": True,
-                                                        "threads": 1 if args.device == "cpu" else None}, budget))
-    # the same pass on CPU, another sampling seed: agreement within noise is the check
-    threads = 1 if quick else min(4, os.cpu_count() or 1)
-    record("endpoint/cpu_reference", run_part("endpoint", endpoint | {"device": "cpu", "seed": 1, "threads": threads},
-                                              budget * 2, cpu_only=True))
-    for shape in shapes:
-        sizes = {"rows": 8, "n": 4, "tokens": 16, "chunk": 8, "probe_steps": 2} if quick else \
-            {"rows": 64, "n": 16, "tokens": 128, "chunk": 64, "probe_steps": 3}
-        record(f"shape/{shape}", run_part("shape", sizes | {"device": args.device, "shape": shape}, budget))
-    record("validate_unit", run_part("validate_unit", {"device": args.device, "steps": 4 if quick else 30}, budget))
+    chosen = set(args.parts)
+    if "probe" in chosen:
+        for generation in ("transformers", "vllm"):
+            reason = vllm_skip_reason(args.device) if generation == "vllm" else None
+            record(f"probe/{generation}", {"skipped": reason} if reason else run_part(
+                "probe", {"device": args.device, "generation": generation, "probe_rows": 64 if quick else 600},
+                budget))
+    if "smollm2" in chosen:
+        # by default the issue's H200 setting (6 steps of 8 x 8, 256 tokens); quick: one step of 2 x 2, 16 tokens
+        smollm2 = {"steps": 1, "prompts": 2, "n": 2, "tokens": 16} if quick else {
+            "steps": args.smollm2_steps, "prompts": 8, "n": 8, "tokens": args.smollm2_tokens}
+        reason = smollm2_skip_reason()
+        for precision in args.precisions:
+            record(f"smollm2/{precision}", {"skipped": reason} if reason else run_part(
+                "smollm2", smollm2 | {"device": args.device, "precision": precision}, budget * 2))
+    if "endpoint" in chosen:
+        endpoint = {"rows": 48 if quick else 600, "n": 16, "chunk": 64, "seed": 0}
+        # on CPU one torch thread per process (shared cores: measured ~8x faster than two under load)
+        record("endpoint", run_part("endpoint", endpoint | {"device": args.device, "bare": True,
+                                                            "threads": 1 if args.device == "cpu" else None}, budget))
+        # the same pass on CPU, another sampling seed: agreement within noise is the check
+        threads = 1 if quick else min(4, os.cpu_count() or 1)
+        record("endpoint/cpu_reference", run_part(
+            "endpoint", endpoint | {"device": "cpu", "seed": 1, "threads": threads}, budget * 2, cpu_only=True))
+    if "shape" in chosen:
+        for shape in shapes:
+            sizes = {"rows": 8, "n": 4, "tokens": 16, "chunk": 8, "probe_steps": 2} if quick else \
+                {"rows": 64, "n": 16, "tokens": 128, "chunk": 64, "probe_steps": 3}
+            record(f"shape/{shape}", run_part("shape", sizes | {"device": args.device, "shape": shape}, budget))
+    if "validate_unit" in chosen:
+        record("validate_unit", run_part("validate_unit", {"device": args.device, "steps": 4 if quick else 30},
+                                         budget))
     report["wall_s"] = round(time.perf_counter() - started, 1)
     report["ratios"] = ratios(parts, args.device)
     write_json(args.out, report)

@@ -14,14 +14,14 @@ here runs Ray) and the repository into the device's Python once, keeps what the 
 against its sha256) where the model resolver finds it, then runs the stages in order while the call's
 ``--budget`` lasts, each recorded in ``$OUT/session.json`` with its exit status and wall time:
 
-- ``bench``: ``tools/bench/bench_gpu.py`` (SmolLM2's probe under bf16-mixed and bf16, the probe
-  per generation engine, the endpoint pass on the GPU against CPU and a bare loop, the 0.3B and
-  1.5B shapes, one validation unit) -> ``$OUT/bench_gpu.json``;
-- ``validate``: ``recipes/validation/real_smollm2.yaml`` (continued from the staged state when
-  there is one), starting no unit that the budget's end would cut (``--no-start-after``, the
+- ``bench``: ``tools/bench/bench_gpu.py`` (the probe per generation engine, the endpoint pass on
+  the GPU against CPU and a bare loop, the 0.3B and 1.5B shapes, one validation unit; more with
+  ``--bench-args``, e.g. SmolLM2's precision study) -> ``$OUT/bench_gpu.json``;
+- ``validate``: ``recipes/validation/real_smollm2.yaml`` or ``--config`` (continued from the
+  staged state when there is one), starting no unit that the budget's end would cut (``--no-start-after``, the
   longest unit taken as ``--unit-s``), ``--workers`` side by side on the GPU; its finished units
-  come back as ``$OUT/real_smollm2_state.tar.gz`` (no checkpoints or rollout caches) to commit
-  and carry next time, with ``results.json`` once every unit has run;
+  come back as ``$OUT/<config>_state.tar.gz`` (no checkpoints or rollout caches) to commit and
+  carry next time, with ``<config>_results.json`` once every unit has run;
 - ``gpu-tests``: the tests marked ``gpu``.
 
 ``--rehearsal`` runs the same steps on this machine's CPU at small sizes (the bench's
@@ -47,8 +47,7 @@ REPO = Path(__file__).resolve().parents[2]
 CARRIED = REPO / ".gpu"
 WORK = Path(os.environ.get("TRAJVAL_GPU_WORK", "/tmp/trajval-gpu"))
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"  # the name trajval_ops.models looks for
-STATE = "real_smollm2_state.tar.gz"
-RUN_NAME = "real_smollm2"
+STATE = "real_smollm2_state.tar.gz"  # the default config's (a run's state is named after its config)
 #: where the packages go when the interpreter's own environment takes none (``--into-target``,
 #: or its install failed): on PYTHONPATH, its scripts (dj-process) on PATH
 TARGET = WORK / "site-packages"
@@ -156,7 +155,7 @@ def keep_carried() -> None:
     """Copy what this call carried (GGUF parts, their sha256, a run state) to ``$WORK``: a later
     call carries other paths, and what this one carried is gone from the working tree then."""
     WORK.mkdir(parents=True, exist_ok=True)
-    for path in sorted(CARRIED.glob("gguf-*")) + [CARRIED / "gguf.sha256", CARRIED / STATE]:
+    for path in sorted(CARRIED.glob("gguf-*")) + [CARRIED / "gguf.sha256"] + sorted(CARRIED.glob("*_state.tar.gz")):
         if path.is_file():
             shutil.copy(path, WORK / path.name)
             log(f"kept {path.name} in {WORK}")
@@ -235,13 +234,15 @@ def join_gguf() -> str | None:
 def stage_bench(args, seconds: float) -> dict:
     command = [sys.executable, "tools/bench/bench_gpu.py", "--out", str(out_dir() / "bench_gpu.json")]
     command += ["--device", "cpu", "--quick"] if args.rehearsal else ["--device", "cuda"]
-    return run_logged("bench", command, seconds)
+    return run_logged("bench", command + args.bench_args.split(), seconds)
 
 
 def stage_validate(args, seconds: float) -> dict:
-    config = "recipes/validation/real_smollm2_smoke.yaml" if args.rehearsal else "recipes/validation/real_smollm2.yaml"
-    run = WORK / RUN_NAME
-    staged = WORK / STATE
+    config = args.config or ("recipes/validation/real_smollm2_smoke.yaml" if args.rehearsal else
+                             "recipes/validation/real_smollm2.yaml")
+    run_name = Path(config).stem
+    run = WORK / run_name
+    staged = WORK / f"{run_name}_state.tar.gz"
     if not run.exists() and staged.is_file():
         with tarfile.open(staged) as archive:
             archive.extractall(WORK, filter="data")
@@ -261,7 +262,7 @@ def stage_validate(args, seconds: float) -> dict:
     record["paused"] = record["exit"] == PAUSED_EXIT  # units left for the next call
     record["state"] = pack_state(run)
     if (run / "results.json").is_file():  # units.json is in the state; $OUT brings back 8 files at most
-        shutil.copy(run / "results.json", out_dir() / f"{RUN_NAME}_results.json")
+        shutil.copy(run / "results.json", out_dir() / f"{run_name}_results.json")
     return record
 
 
@@ -284,7 +285,7 @@ def pack_state(run: Path) -> dict:
             return None  # inside an unfinished unit's folder: it starts over
         return info
 
-    target = out_dir() / STATE
+    target = out_dir() / f"{run.name}_state.tar.gz"
     with tarfile.open(target, "w:gz") as archive:
         archive.add(run, arcname=run.name, filter=keep)
     units = sorted(str(p.relative_to(run)) for p in finished) + (["probe"] if probe_done else [])
@@ -338,6 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     running.add_argument("--unit-s", type=float, default=560, help="the longest validation unit, in seconds "
                          "(real_smollm2.yaml's sizing: the oracle, 9.2 min)")
     running.add_argument("--workers", type=int, default=None, help="validation units side by side on the GPU")
+    running.add_argument("--config", default=None, help="validate: the validation config (default "
+                         "recipes/validation/real_smollm2.yaml; --rehearsal: its smoke variant); its state and "
+                         "results come back named after the file")
+    running.add_argument("--bench-args", default="", help="bench: more arguments for tools/bench/bench_gpu.py, "
+                         "as one string (e.g. --bench-args='--parts smollm2 --precisions fp32 auto')")
     args = parser.parse_args(argv)
     return stage(args) if args.step == "stage" else run_stages(args)
 
