@@ -84,6 +84,20 @@ def test_recorded_cost_sums_each_pass_and_reads_the_probe_manifest(tmp_path):
     assert list(one_pass["stages"]) == ["early"] and one_pass["completions"] == 16
 
 
+def test_a_probe_manifest_is_read_where_it_is_now_and_a_missing_one_is_an_error(tmp_path):
+    """The rows name the manifest where the probe ran; a run that moved reads it where it is now,
+    and a manifest found nowhere stops the count rather than count the probe as free."""
+    from trajval_ops.prior_cost import probe_cost_from_manifests
+    from trajval_ops.probe.manifest import write_manifest
+
+    write_manifest(tmp_path / "now", {"cost": {"completions": 640, "generated_tokens": 3000, "wall_time_s": 12.5}})
+    late = [{"checkpoint": {"name": "epoch-2", "manifest": "/elsewhere/probe_run/manifest.json"}}]
+    with pytest.raises(FileNotFoundError, match="/elsewhere/probe_run/manifest.json, named by the rows'"):
+        probe_cost_from_manifests(late)
+    probe = probe_cost_from_manifests(late, locate=lambda named: tmp_path / "now" / "manifest.json")
+    assert probe["completions"] == 640 and probe["manifests"] == [str(tmp_path / "now" / "manifest.json")]
+
+
 def test_the_sampled_recipe_by_hand(capsys):
     """recipes/demo_sampled.yaml on the demo pool: 12 families of 50 rows, ceil(0.25 x 50) = 13
     measured per family in each window, a short pass of n = 4 on every row, the demo's probe (one

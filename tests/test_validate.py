@@ -236,6 +236,17 @@ def test_smoke_protocol_end_to_end_and_resume(tmp_path):
     for key in ("reproducibility", "probe_vs_oracle", "baselines", "training"):
         assert copied[key] == results[key]
 
+    # the run's folder moved (another machine): the probe's cost is still read from the run's own
+    # probe, named within the run, where the rows name the manifest at the folder it ran in
+    import shutil
+
+    from trajval_ops.experiment.results import compute_results
+
+    assert results["cost"]["prior_stages"]["probe"]["manifests"] == ["probe/probe_run/manifest.json"]
+    moved = tmp_path / "moved"
+    shutil.move(out, moved)
+    assert compute_results(load_config(SMOKE), moved)["cost"] == results["cost"]
+
 
 def test_break_even_charges_the_prior_its_own_rollouts():
     from trajval_ops.experiment.results import break_even

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from trajval_ops import fields
 from trajval_ops.recipe import ENDPOINT_OP, PROBE_OP, operator_entries
@@ -166,9 +166,14 @@ def _sum_costs(provenances: Iterable[Any]) -> dict:
     return {"completions": completions, "generated_tokens": tokens, "rows": rows, "rows_without_cost": unknown}
 
 
-def probe_cost_from_manifests(provenances: Iterable[Any]) -> dict | None:
+def probe_cost_from_manifests(provenances: Iterable[Any], locate: Callable[[str], Path] | None = None) -> dict | None:
     """The probe's recorded cost, from the manifest(s) the rows' checkpoints name (one probe:
-    each manifest counted once), or None when no row names a probe checkpoint."""
+    each manifest counted once), or None when no row names a probe checkpoint.
+
+    :param locate: where a manifest the rows name is now (the rows name it where the probe ran:
+        a validation run moved to another machine keeps its probe in its own folder); default: as
+        named. A manifest not found is an error, never a probe that cost nothing.
+    """
     from trajval_ops.probe.manifest import read_manifest
 
     manifests = set()
@@ -178,16 +183,21 @@ def probe_cost_from_manifests(provenances: Iterable[Any]) -> dict | None:
             manifests.add(checkpoint["manifest"])
     if not manifests:
         return None
-    total = {"completions": 0, "generated_tokens": 0, "wall_time_s": 0.0, "manifests": sorted(manifests)}
-    for path in sorted(manifests):
-        manifest = read_manifest(Path(path)) or {}
+    located = sorted(str(locate(name) if locate else Path(name)) for name in manifests)
+    total = {"completions": 0, "generated_tokens": 0, "wall_time_s": 0.0, "manifests": located}
+    for path in located:
+        manifest = read_manifest(Path(path))
+        if manifest is None:
+            raise FileNotFoundError(f"probe manifest {path}, named by the rows' checkpoint provenance, is not "
+                                    f"here: the probe's cost cannot be counted")
         cost = manifest.get("cost") or {}
         for key in ("completions", "generated_tokens", "wall_time_s"):
             total[key] += cost.get(key, 0)
     return total
 
 
-def recorded_cost(column, early_keys: list[str], late_keys: list[str] | None, extra_keys: list[str] = ()) -> dict:
+def recorded_cost(column, early_keys: list[str], late_keys: list[str] | None, extra_keys: list[str] = (),
+                  locate_manifest: Callable[[str], Path] | None = None) -> dict:
     """The recorded cost of a weighted pool's prior.
 
     :param column: ``column(name) -> list`` of a pool's values (None where a row lacks it).
@@ -195,13 +205,15 @@ def recorded_cost(column, early_keys: list[str], late_keys: list[str] | None, ex
     :param late_keys: the late window's; None for a one-pass prior (no probe, no late pass).
     :param extra_keys: further fields the prior read (a sampled prior's features); those written by
         an endpoint pass (with a ``_provenance``) are the stage ``extra``.
+    :param locate_manifest: where the probe manifest the late pass names is now
+        (:func:`probe_cost_from_manifests`).
     :return: ``{"stages": {"probe"?, "early", "late"?, "extra"?}, "completions", "generated_tokens"}``.
     """
     stages: dict[str, dict] = {}
     stages["early"] = _merge([_sum_costs(column(f"{key}_provenance") or []) for key in early_keys])
     if late_keys is not None:
         late_provenance = [p for key in late_keys for p in (column(f"{key}_provenance") or [])]
-        probe = probe_cost_from_manifests(late_provenance)
+        probe = probe_cost_from_manifests(late_provenance, locate_manifest)
         if probe is not None:
             stages = {"probe": probe, **stages}
         stages["late"] = _merge([_sum_costs(column(f"{key}_provenance") or []) for key in late_keys])
@@ -276,7 +288,10 @@ def _run_from_record(provenance: Mapping[str, Any], members: list[Mapping[str, A
 
         late = [get_path(row, f"{key}_provenance", None) for key in provenance.get("r_late_source") or []
                 for row in members]
-        probe = probe_cost_from_manifests(late)
+        try:
+            probe = probe_cost_from_manifests(late)
+        except FileNotFoundError:  # a pool read away from its probe: the record holds the rest
+            probe = None
         if probe is not None:
             stages["probe"]["wall_time_s"] = probe["wall_time_s"]
     return {"rows": len(members), "prior": provenance.get("score"), "source": "record",

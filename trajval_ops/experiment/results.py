@@ -224,6 +224,11 @@ def training(config: ValidationConfig, out: Path) -> tuple[dict, dict]:
     return table, {"steps": steps, "curves": curves_by_run, "completions": completions_by_run}
 
 
+def probe_manifest_path(out: Path) -> Path:
+    """The probe unit's manifest in a run folder (the probe recipe's output, protocol.probe_recipe)."""
+    return out / "probe" / "probe_run" / "manifest.json"
+
+
 def prior_costs(config: ValidationConfig, out: Path) -> dict:
     """What each arm's static prior cost, recorded by the probe unit's run (its endpoint passes'
     provenance and the probe manifest): probe and both passes for TrajVal, the early pass alone
@@ -244,13 +249,22 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
     def column(name):
         return [get_path(row, name, None) for row in rows]
 
-    full, one_pass = recorded_cost(column, early, late), recorded_cost(column, early, None)
+    def probe_manifest(named: str) -> Path:
+        # the rows name the manifest where the probe ran; the run's folder may have moved since
+        return probe_manifest_path(out)
+
+    full = recorded_cost(column, early, late, locate_manifest=probe_manifest)
+    one_pass = recorded_cost(column, early, None)
+    if "probe" in full["stages"]:  # named within the run, wherever it sits
+        full["stages"]["probe"]["manifests"] = [str(Path(p).relative_to(out)) for p in full["stages"]["probe"]["manifests"]]
     by_prior = {None: 0, **{prior: full["completions"] for prior in TRAJVAL_PRIORS}}
     if config.probe.adaptive_late:
-        by_prior["trajval_adaptive"] = recorded_cost(column, early, [ADAPTIVE_LATE])["completions"]
+        by_prior["trajval_adaptive"] = recorded_cost(column, early, [ADAPTIVE_LATE],
+                                                     locate_manifest=probe_manifest)["completions"]
     if "trajval_sampled" in config.training.arms:  # the probe, the sample's passes, the short pass
         measured = sampled_rows(rows, config.group_key)
-        sample = recorded_cost(lambda name: list(compress(column(name), measured)), early, late)
+        sample = recorded_cost(lambda name: list(compress(column(name), measured)), early, late,
+                               locate_manifest=probe_manifest)
         short = recorded_cost(column, [SAMPLED_SHORT], None)
         by_prior["trajval_sampled"] = sample["completions"] + short["completions"]
     by_prior.update({kind: one_pass["completions"] for kind in ONE_PASS_PRIORS})
@@ -484,7 +498,7 @@ def unit_records(out: Path) -> dict[str, dict]:
         records.setdefault(name, {}).update(
             {key: unit[key] for key in ("device", "precision", "peak_memory_gib") if key in unit},
             unit_wall_time_s=unit.get("wall_time_s"))
-    manifest = out / "probe" / "probe_run" / "manifest.json"
+    manifest = probe_manifest_path(out)
     if manifest.is_file():
         probe = json.loads(manifest.read_text())
         records.setdefault("probe", {}).update(device=probe.get("device"),
