@@ -91,8 +91,9 @@ def test_a_probe_manifest_is_read_where_it_is_now_and_a_missing_one_is_an_error(
     from trajval_ops.probe.manifest import write_manifest
 
     write_manifest(tmp_path / "now", {"cost": {"completions": 640, "generated_tokens": 3000, "wall_time_s": 12.5}})
-    late = [{"checkpoint": {"name": "epoch-2", "manifest": "/elsewhere/probe_run/manifest.json"}}]
-    with pytest.raises(FileNotFoundError, match="/elsewhere/probe_run/manifest.json, named by the rows'"):
+    late = [{"checkpoint": {"name": "epoch-2", "manifest": "/elsewhere/probe_run/manifest.json"}},
+            {"checkpoint": {"name": "epoch-2", "manifest": "elsewhere/probe_run/manifest.json"}}]  # one probe
+    with pytest.raises(FileNotFoundError, match="elsewhere/probe_run/manifest.json, named by the rows'"):
         probe_cost_from_manifests(late)
     probe = probe_cost_from_manifests(late, locate=lambda named: tmp_path / "now" / "manifest.json")
     assert probe["completions"] == 640 and probe["manifests"] == [str(tmp_path / "now" / "manifest.json")]

@@ -183,7 +183,7 @@ def probe_cost_from_manifests(provenances: Iterable[Any], locate: Callable[[str]
             manifests.add(checkpoint["manifest"])
     if not manifests:
         return None
-    located = sorted(str(locate(name) if locate else Path(name)) for name in manifests)
+    located = sorted({str(locate(name) if locate else Path(name)) for name in manifests})  # each file once
     total = {"completions": 0, "generated_tokens": 0, "wall_time_s": 0.0, "manifests": located}
     for path in located:
         manifest = read_manifest(Path(path))
