@@ -51,12 +51,12 @@ def _check_report(report: dict, device: str) -> None:
 def _check_smollm2(parts: dict, device: str) -> None:
     """SmolLM2's probe per precision, where it ran: every step logged with its wall time, or
     the guard's stop (bf16 on a GPU may)."""
-    resolved_as = {"auto": "bf16-mixed" if device == "cuda" else "fp32", "bf16-mixed": "bf16-mixed",
-                   "bf16": "bf16", "fp32": "fp32"}
+    from trajval_ops.probe.config import resolve_precision
+
     for name, part in parts.items():
         if not name.startswith("smollm2/"):
             continue
-        resolved = resolved_as[name.split("/")[1]]
+        resolved = resolve_precision(name.split("/")[1], device)
         if "skipped" in part:
             assert "SmolLM2-135M-Instruct is neither built nor buildable" in part["skipped"]
             continue

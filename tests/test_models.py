@@ -30,19 +30,17 @@ def empty_cache(tmp_path_factory):
     yield from _private_cache(tmp_path_factory)
 
 
-#: the canonical content of the SmolLM2 tokenizer's files as gguf_bpe_tokenizer saves them,
-#: measured equal under transformers 5.17.0 (tokenizers 0.23.2, the GPU machine's) and 5.19.0
+#: the content digest (the model identity's) of the SmolLM2 tokenizer's files as gguf_bpe_tokenizer
+#: saves them, measured equal under transformers 5.17.0 (tokenizers 0.23.2, the GPU machine's) and 5.19.0
 #: (0.23.3): a change means machines with other releases would build another model
-SMOLLM2_TOKENIZER_DIGEST = "e77bec6bbbe7332196bd78d17c5a5793730ee728ca2bd18bdba5c4d91bfcbc2b"
+SMOLLM2_TOKENIZER_DIGEST = "2fa2320d6413cdd0ae92ef9b44dd68e67c1bfc2f798448d4c379b3ef62a59f33"
 
 
 def test_the_smollm2_tokenizer_is_built_from_the_gguf_alone(tmp_path):
     """transformers 5.17's GGUF converter made <|im_start|> the end of sequence and left no pad
     token (so the model built on the GPU machine differed from this one's); the build reads the
     GGUF's own special ids and does not depend on the converter's release."""
-    import json
-
-    from trajval_ops.rollout.cache import stable_hash
+    from trajval_ops.rollout.cache import folder_content_digest
 
     tokenizer = models.gguf_bpe_tokenizer(models.smollm2_gguf_path())
     assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token, tokenizer.unk_token) == (
@@ -56,9 +54,7 @@ def test_the_smollm2_tokenizer_is_built_from_the_gguf_alone(tmp_path):
     assert chat.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     assert tokenizer("<|im_end|>")["input_ids"] == [2]  # a control token stays one token
     tokenizer.save_pretrained(tmp_path)
-    saved = {p.name: stable_hash(json.loads(p.read_text())) if p.suffix == ".json" else p.read_text()
-             for p in sorted(tmp_path.iterdir())}
-    assert stable_hash(saved) == SMOLLM2_TOKENIZER_DIGEST
+    assert folder_content_digest(tmp_path) == SMOLLM2_TOKENIZER_DIGEST  # what a run's model identity reads
 
 
 def test_a_gguf_without_a_bpe_tokenizer_is_refused_with_the_field(tmp_path):

@@ -56,6 +56,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from trajval_ops.hardware import peak_memory_gib  # noqa: E402 (imports nothing heavy)
+from trajval_ops.probe.config import PRECISIONS  # noqa: E402 (imports nothing heavy)
 DEMO_POOL = REPO / "trajval_ops" / "data" / "demo_arith_pool.jsonl"
 REAL_POOL = REPO / "recipes" / "data" / "real_smollm2" / "pool.jsonl"  # the real-model harness's pool
 VERIFIER_OPTIONS = {"fallback_last_number": True}
@@ -413,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench" / "bench_gpu.json")
     parser.add_argument("--parts", nargs="+", choices=PART_GROUPS, default=list(DEFAULT_PARTS),
                         help=f"which parts to run (default: {' '.join(DEFAULT_PARTS)})")
-    parser.add_argument("--precisions", nargs="+", choices=["auto", "bf16-mixed", "bf16", "fp32"],
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS,
                         default=["auto", "bf16"], help="SmolLM2's probe, once under each (default: auto bf16)")
     parser.add_argument("--smollm2-tokens", type=int, default=256, help="SmolLM2's probe: the completion length "
                         "(default 256, the issue's H200 setting; real_smollm2.yaml trains at 128)")

@@ -47,7 +47,14 @@ REPO = Path(__file__).resolve().parents[2]
 CARRIED = REPO / ".gpu"
 WORK = Path(os.environ.get("TRAJVAL_GPU_WORK", "/tmp/trajval-gpu"))
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"  # the name trajval_ops.models looks for
-STATE = "real_smollm2_state.tar.gz"  # the default config's (a run's state is named after its config)
+
+
+def state_file(run_name: str) -> str:
+    """The archive a run's finished units travel in, named after its config."""
+    return f"{run_name}_state.tar.gz"
+
+
+STATE = state_file("real_smollm2")  # the default config's
 #: where the packages go when the interpreter's own environment takes none (``--into-target``,
 #: or its install failed): on PYTHONPATH, its scripts (dj-process) on PATH
 TARGET = WORK / "site-packages"
@@ -155,7 +162,7 @@ def keep_carried() -> None:
     """Copy what this call carried (GGUF parts, their sha256, a run state) to ``$WORK``: a later
     call carries other paths, and what this one carried is gone from the working tree then."""
     WORK.mkdir(parents=True, exist_ok=True)
-    for path in sorted(CARRIED.glob("gguf-*")) + [CARRIED / "gguf.sha256"] + sorted(CARRIED.glob("*_state.tar.gz")):
+    for path in sorted(CARRIED.glob("gguf-*")) + [CARRIED / "gguf.sha256"] + sorted(CARRIED.glob(state_file("*"))):
         if path.is_file():
             shutil.copy(path, WORK / path.name)
             log(f"kept {path.name} in {WORK}")
@@ -242,7 +249,7 @@ def stage_validate(args, seconds: float) -> dict:
                              "recipes/validation/real_smollm2.yaml")
     run_name = Path(config).stem
     run = WORK / run_name
-    staged = WORK / f"{run_name}_state.tar.gz"
+    staged = WORK / state_file(run_name)
     if not run.exists() and staged.is_file():
         with tarfile.open(staged) as archive:
             archive.extractall(WORK, filter="data")
@@ -268,7 +275,7 @@ def stage_validate(args, seconds: float) -> dict:
 
 def pack_state(run: Path) -> dict:
     """The run's finished units, without what only a unit in progress needs (checkpoints, rollout
-    caches), as ``$OUT/real_smollm2_state.tar.gz``: what the next session carries to go on."""
+    caches), as ``$OUT/<run>_state.tar.gz``: what the next session carries to go on."""
     if not (run / "protocol.json").is_file():
         return {"packed": False}
     finished = [p.parent for p in run.glob(f"**/{RESULT_FILE}")]
@@ -285,7 +292,7 @@ def pack_state(run: Path) -> dict:
             return None  # inside an unfinished unit's folder: it starts over
         return info
 
-    target = out_dir() / f"{run.name}_state.tar.gz"
+    target = out_dir() / state_file(run.name)
     with tarfile.open(target, "w:gz") as archive:
         archive.add(run, arcname=run.name, filter=keep)
     units = sorted(str(p.relative_to(run)) for p in finished) + (["probe"] if probe_done else [])

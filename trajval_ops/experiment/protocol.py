@@ -236,9 +236,9 @@ def oracle_units(config: ValidationConfig, out: Path, data: dict) -> list[Unit]:
 
 def probe_recipe(config: ValidationConfig, out: Path) -> dict:
     """The ``dj-process`` recipe of the probe unit: probe -> endpoint passes -> weights."""
-    verifier, options = regime_verifier(config)
     from trajval_ops.experiment.results import probe_manifest_path
 
+    verifier, options = regime_verifier(config)
     folder = out / "probe"
     probe_dir = probe_manifest_path(out).parent  # where results read the probe's cost
     g = config.grpo

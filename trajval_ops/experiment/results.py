@@ -249,8 +249,7 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
     def column(name):
         return [get_path(row, name, None) for row in rows]
 
-    def probe_manifest(named: str) -> Path:
-        # the rows name the manifest where the probe ran; the run's folder may have moved since
+    def probe_manifest(named: str) -> Path:  # the rows name it where the probe ran: the run may have moved since
         return probe_manifest_path(out)
 
     full = recorded_cost(column, early, late, locate_manifest=probe_manifest)

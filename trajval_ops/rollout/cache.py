@@ -40,6 +40,23 @@ def model_fingerprint(model_path: Path) -> dict:
 _WRITER_KEYS = ("transformers_version",)
 
 
+def folder_content_digest(folder: Path) -> str:
+    """:func:`model_content_digest` computed afresh (no cache): the sha256 of every file's bytes,
+    JSON files as canonical JSON without the writer's release."""
+    from trajval_ops.canonical import file_sha256
+
+    files = {}
+    for path in sorted(p for p in Path(folder).iterdir() if p.is_file()):
+        if path.suffix == ".json":
+            content = json.loads(path.read_text())
+            if isinstance(content, dict):
+                content = {k: v for k, v in content.items() if k not in _WRITER_KEYS}
+            files[path.name] = stable_hash(content)
+        else:
+            files[path.name] = file_sha256(path)
+    return stable_hash(files)
+
+
 def model_content_digest(model_path: Path) -> str:
     """Identity of a model folder by what it holds, wherever it is: the sha256 of every file's
     bytes (JSON files as canonical JSON without the writer's release, so one model saved by two
@@ -48,7 +65,6 @@ def model_content_digest(model_path: Path) -> str:
     kept beside the cache (``model_digests.json``, keyed by path, size and mtime), so a model is
     read once while its files are unchanged."""
     from trajval_ops.atomic import write_json
-    from trajval_ops.canonical import file_sha256
     from trajval_ops.models import cache_dir
 
     model_path = Path(model_path).resolve()
@@ -60,16 +76,7 @@ def model_content_digest(model_path: Path) -> str:
         known = {}
     if key in known:
         return known[key]
-    files = {}
-    for path in sorted(p for p in model_path.iterdir() if p.is_file()):
-        if path.suffix == ".json":
-            content = json.loads(path.read_text())
-            if isinstance(content, dict):
-                content = {k: v for k, v in content.items() if k not in _WRITER_KEYS}
-            files[path.name] = stable_hash(content)
-        else:
-            files[path.name] = file_sha256(path)
-    digest = stable_hash(files)
+    digest = folder_content_digest(model_path)
     try:
         write_json(record, known | {key: digest})
     except OSError:  # a read-only cache: the digest is recomputed next time
