@@ -61,6 +61,7 @@ def test_a_cpu_unit_gives_the_committed_result(tmp_path):
     assert _unit_figures(tmp_path) == json.loads(COMMITTED.read_text())
     result = json.loads((tmp_path / "unit" / "result.json").read_text())
     assert result["device"] == "cpu" and result["precision"] == "fp32" and result["peak_memory_gib"] > 0
+    assert result["generation"] == "transformers"  # training and the held-out evaluations
 
 
 if __name__ == "__main__":

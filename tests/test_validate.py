@@ -162,7 +162,8 @@ def test_smoke_protocol_end_to_end_and_resume(tmp_path):
     units = results["protocol"]["units"]
     assert units["probe"]["device"] == "cpu" and units["probe"]["gpu"] is None and units["probe"]["wall_time_s"] > 0
     arm = units["arms/uniform/seed-0"]
-    assert (arm["device"], arm["precision"], arm["gpu"]) == ("cpu", "fp32", None) and arm["peak_memory_gib"] > 0
+    assert (arm["device"], arm["precision"], arm["generation"], arm["gpu"]) == ("cpu", "fp32", "transformers", None)
+    assert arm["peak_memory_gib"] > 0
     assert len(units) == 2 + 1 + 2 * len(results["training"])  # the oracle contexts, the probe, each arm x seed
     cost = results["cost"]
     assert list(cost["prior_stages"]) == ["probe", "early", "late"]

@@ -15,8 +15,11 @@ The spec (written by :mod:`trajval_ops.experiment.protocol`):
 "seed", "grpo": {...}, "template", "verifier", "verifier_options", "threads",
 "device", "precision", "generation" (the validation config's; resolved here, on the one GPU the
 protocol lets this process see, or on CPU), "evaluations": [{"tasks", "output", "every_steps",
-"n", "batch_size"}], "output_dir"}``. The result records the device, the wall time and the
-peak memory (GPU allocation, or the CPU process's resident set).
+"n", "batch_size"}], "output_dir"}``. Where TRL generates with vLLM, the evaluations sample from
+its colocated engine as well (:class:`~trajval_ops.rollout.trl_vllm_engine.TrainerVllmEngine`),
+else with transformers ``generate`` over the live model. The result records the device, the
+precision, the generation engine, the wall time and the peak memory (GPU allocation, or the
+CPU process's resident set).
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ def run(spec: dict[str, Any]) -> dict:
     from trajval_ops.pools.io import read_rows
     from trajval_ops.models import resolve_model
     from trajval_ops.hardware import device_name, peak_memory_gib
-    from trajval_ops.probe.config import ProbeConfig, grpo_arguments, resolve_device, resolve_precision
+    from trajval_ops.probe.config import (ProbeConfig, grpo_arguments, resolve_device, resolve_generation,
+                                          resolve_precision)
+    from trajval_ops.probe.progress import NonFiniteGuard
     from trajval_ops.probe.rewards import verifier_reward
     from trajval_ops.probe.run import load_policy, load_tokenizer, max_context_of, probe_examples, training_dataset
     from trajval_ops.rollout.verifiers import build_verifier
@@ -77,10 +82,9 @@ def run(spec: dict[str, Any]) -> dict:
         weights = [float(row[weight_column]) for row in rows]
     dataset = dataset.add_column(weight_column, weights)
     online = _online_scheduler(spec, rows)
-    from trajval_ops.probe.progress import NonFiniteGuard
-
     guard = NonFiniteGuard(f"grpo_run {spec.get('name', out.name)}", precision, config.learning_rate)
-    callbacks = [guard, *_evaluation_callbacks(spec)]
+    evaluations = _evaluation_callbacks(spec)
+    callbacks = [guard, *evaluations]
     args = grpo_arguments(config, str(out / "trainer"), device, show_progress=False)
     args.update(max_steps=int(spec["steps"]), num_train_epochs=1, save_strategy="no", logging_steps=1)
     verifier = build_verifier(spec["verifier"], **spec["verifier_options"])
@@ -96,18 +100,22 @@ def run(spec: dict[str, Any]) -> dict:
         dynamic_sampling=bool(spec.get("dynamic_sampling")),
         max_generation_rounds=int(spec.get("max_generation_rounds", 8)),
     )
+    generation, why = resolve_generation(config.generation, device)
+    if generation == "vllm":
+        _evaluate_with_trainers_vllm(trainer, evaluations)
     start = time.monotonic()
     logger.info(f"grpo_run: {spec.get('name', out.name)}: {spec['steps']} steps on {len(rows)} tasks "
                 f"(prior {spec.get('weight_column') or 'uniform'}, online {spec.get('online') or 'none'}, "
                 f"dynamic sampling {'on' if spec.get('dynamic_sampling') else 'off'}, seed {spec['seed']}) on "
-                f"{device_name(device)}, precision {precision}")
+                f"{device_name(device)}, precision {precision}; training and evaluations generate with "
+                f"{generation} ({why})")
     trainer.train()
     verifier.close()
     result = {"name": spec.get("name", out.name), "steps": trainer.state.global_step,
               "wall_time_s": round(time.monotonic() - start, 2),
               **step_record(trainer.state.log_history, grpo["prompts_per_batch"] * grpo["num_generations"]),
               "evaluations": [e["output"] for e in spec["evaluations"]],
-              "device": device_name(device), "precision": precision,
+              "device": device_name(device), "precision": precision, "generation": generation,
               "peak_memory_gib": peak_memory_gib(device)}
     from trajval_ops.atomic import write_json
 
@@ -140,6 +148,16 @@ def _online_scheduler(spec: dict[str, Any], rows: list[dict]):
                              reference_pass_rates=None if not references else
                              tuple([float(row[key]) for row in rows] for key in references))
     return None
+
+
+def _evaluate_with_trainers_vllm(trainer, evaluations: list) -> None:
+    """The held-out evaluations sample from the trainer's own colocated vLLM engine, as its
+    training does (no second engine on the GPU)."""
+    from trajval_ops.rollout.trl_vllm_engine import TrainerVllmEngine
+
+    engine = TrainerVllmEngine(trainer)
+    for evaluation in evaluations:
+        evaluation.use_engine(engine)
 
 
 def _evaluation_callbacks(spec: dict[str, Any]) -> list:

@@ -484,8 +484,8 @@ def other_model_figures(config: ValidationConfig, out: Path, probe_rows: list[di
 def unit_records(out: Path) -> dict[str, dict]:
     """Per unit: where it ran and what it took, from the protocol's ``units.json`` (the GPU it
     was pinned to, its wall time as the protocol saw it) and what the unit recorded of itself
-    (a training unit: its device with the GPU's name, precision, peak memory; the probe: its
-    manifest's device and wall time). Units copied by ``--reuse-from`` carry their own record."""
+    (a training unit: its device with the GPU's name, precision, generation engine and peak
+    memory; the probe: its manifest's device and wall time). Units copied by ``--reuse-from`` carry their own record."""
     from trajval_ops.experiment.devices import UNITS_RECORD
     from trajval_ops.experiment.grpo_run import RESULT_FILE
 
@@ -495,7 +495,7 @@ def unit_records(out: Path) -> dict[str, dict]:
         name = str(result.parent.relative_to(out))
         unit = json.loads(result.read_text())
         records.setdefault(name, {}).update(
-            {key: unit[key] for key in ("device", "precision", "peak_memory_gib") if key in unit},
+            {key: unit[key] for key in ("device", "precision", "generation", "peak_memory_gib") if key in unit},
             unit_wall_time_s=unit.get("wall_time_s"))
     manifest = probe_manifest_path(out)
     if manifest.is_file():

@@ -20,7 +20,10 @@ Each evaluation is one rollout pass (:class:`~trajval_ops.rollout.pass_rates.Rol
 endpoint mapper's own: prompts built, rendered with the model's chat template and fitted to its
 context, sampled in calls of ``batch_size`` prompts, scored by the project's verifiers) over the
 trainer's live model through :class:`~trajval_ops.rollout.engines.TransformersEngine` (transformers
-``generate``, also on GPUs where TRL itself generates with vLLM).
+``generate``), or, after :meth:`TrajectoryCallback.use_engine`, through another engine: the
+trainer's own colocated vLLM (:class:`~trajval_ops.rollout.trl_vllm_engine.TrainerVllmEngine`,
+which copies the live weights into it first), as ``trajval validate`` does where TRL generates
+with vLLM.
 
 Determinism: the samples of step ``s`` are seeded from ``(seed, s)`` (and, as in the engine, the
 prompts of each generate call), so the same run writes the same file; the evaluation runs
@@ -145,6 +148,14 @@ class TrajectoryCallback(TrainerCallback):
             raise
         self.steps: list[int] = []
         self.accuracies: list[list[float]] = [[] for _ in self.ids]
+        self.engine = None  # None: transformers generate over the live model, built per evaluation
+
+    def use_engine(self, engine) -> None:
+        """Evaluate with ``engine`` (a :class:`~trajval_ops.rollout.engines.RolloutEngine` that
+        generates with the live policy, e.g. ``TrainerVllmEngine(trainer)``) instead of
+        transformers ``generate``. Its samples differ from transformers' (another sampler and
+        seeding), so one trajectory file should be written by one engine throughout."""
+        self.engine = engine
 
     # ------------------------------------------------------------------ TrainerCallback events
 
@@ -182,7 +193,7 @@ class TrajectoryCallback(TrainerCallback):
         if model is None or tokenizer is None:
             raise ValueError("trajectories: the trainer passed no model or processing_class to the callback")
         device = _model_device(model)
-        engine = TransformersEngine.from_loaded(model, tokenizer, device)
+        engine = self.engine or TransformersEngine.from_loaded(model, tokenizer, device)
         decoding = dataclasses.replace(self.decoding, seed=derive_seed(self.seed, "trajectory-step", str(step)))
         rollout = RolloutPass(engine, decoding, self.verifier, self.settings, prompts_per_generate=self.batch_size,
                               overlong_prompt=self.overlong_prompt, id_key=self.id_key, what="trajectories")
@@ -203,8 +214,9 @@ class TrajectoryCallback(TrainerCallback):
         return [pass_rate(result) for result in results]
 
     def _evaluate_and_write(self, model, processing_class, step: int) -> None:
-        logger.info(f"trajectories: step {step}: evaluating {len(self.ids)} tasks x {self.decoding.n} samples "
-                    f"(temperature {self.decoding.temperature:g}, max {self.decoding.max_new_tokens} new tokens)")
+        engine = self.engine.name if self.engine is not None else "transformers"
+        logger.info(f"trajectories: step {step}: evaluating {len(self.ids)} tasks x {self.decoding.n} samples with "
+                    f"{engine} (temperature {self.decoding.temperature:g}, max {self.decoding.max_new_tokens} new tokens)")
         start = time.perf_counter()
         rates = self.evaluate(model, processing_class, step)
         self.steps.append(int(step))

@@ -251,19 +251,24 @@ class VllmEngine:
     def generate_counted(self, prompts: list[str], decoding: DecodingConfig) -> tuple[list[list[str]], list[int]]:
         if not prompts:
             return [], []
-        params = [
-            dict(n=decoding.n, temperature=decoding.temperature, top_p=decoding.top_p,
-                 top_k=decoding.top_k if decoding.top_k > 0 else -1,
-                 max_tokens=decoding.max_new_tokens, seed=derive_seed(decoding.seed, prompt))
-            for prompt in prompts
-        ]
-        texts, tokens = self._process.generate(prompts, params)
+        texts, tokens = self._process.generate(prompts, vllm_sampling_params(prompts, decoding))
         self.generated_tokens += sum(tokens)
         return texts, tokens
 
     def shutdown(self) -> None:
         """Stop vLLM and every process it started."""
         self._process.stop()
+
+
+def vllm_sampling_params(prompts: list[str], decoding: DecodingConfig) -> list[dict]:
+    """One ``vllm.SamplingParams`` keyword dict per prompt, each seeded from (seed, prompt): a
+    prompt's samples do not depend on the other prompts of the call (every vLLM engine here)."""
+    return [
+        dict(n=decoding.n, temperature=decoding.temperature, top_p=decoding.top_p,
+             top_k=decoding.top_k if decoding.top_k > 0 else -1,
+             max_tokens=decoding.max_new_tokens, seed=derive_seed(decoding.seed, prompt))
+        for prompt in prompts
+    ]
 
 
 def build_engine(kind: str, model_path: str | Path, **options) -> RolloutEngine:

@@ -73,8 +73,7 @@ def _serve(conn) -> None:
         _, prompts, params = message
         try:
             outputs = llm.generate(prompts, [SamplingParams(**p) for p in params], use_tqdm=False)
-            texts = [[c.text for c in out.outputs] for out in outputs]
-            tokens = [sum(len(c.token_ids) for c in out.outputs) for out in outputs]
+            texts, tokens = completions_of(outputs)
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
             _send_error(conn, exc)
             continue
@@ -82,6 +81,13 @@ def _serve(conn) -> None:
             conn.send(("ok", texts, tokens))
         except OSError:
             return  # the parent is gone
+
+
+def completions_of(outputs) -> tuple[list[list[str]], list[int]]:
+    """vLLM ``RequestOutput``s as completion texts per prompt and completion tokens per prompt."""
+    texts = [[c.text for c in out.outputs] for out in outputs]
+    tokens = [sum(len(c.token_ids) for c in out.outputs) for out in outputs]
+    return texts, tokens
 
 
 def _send_error(conn, exc: BaseException) -> None:
