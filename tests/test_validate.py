@@ -161,6 +161,7 @@ def test_smoke_protocol_end_to_end_and_resume(tmp_path):
     # issue 37, item 3: every unit's device and wall time; a training unit's precision and peak memory
     units = results["protocol"]["units"]
     assert units["probe"]["device"] == "cpu" and units["probe"]["gpu"] is None and units["probe"]["wall_time_s"] > 0
+    assert units["probe"]["generation"] == "transformers"
     arm = units["arms/uniform/seed-0"]
     assert (arm["device"], arm["precision"], arm["generation"], arm["gpu"]) == ("cpu", "fp32", "transformers", None)
     assert arm["peak_memory_gib"] > 0
@@ -212,6 +213,24 @@ def test_smoke_protocol_end_to_end_and_resume(tmp_path):
     # probe rows carry the pipeline's fields (the real operators ran)
     probe_row = json.loads((out / "probe" / "weighted.jsonl").read_text().splitlines()[0])
     assert {"trajval_r_early", "trajval_r_late", "trajval_weight", "trajval_acc_epoch_1"} <= set(probe_row)
+
+    # uniform (and GRESO) train on the pool's own rows from the start, not waiting for the probe:
+    # the priors' pool holds the same rows in the same order, so on it the arm trains the same
+    spec_path = out / "arms" / "uniform" / "seed-0.spec.json"
+    spec = json.loads(spec_path.read_text())
+    assert spec["pool"] == str(out / "data" / "context-a.jsonl")
+    on_priors_pool = tmp_path / "uniform-on-the-priors-pool"
+    spec |= {"pool": str(out / "priors" / "train_pool.jsonl"), "output_dir": str(on_priors_pool),
+             "evaluations": [e | {"output": str(on_priors_pool / "heldout.jsonl")} for e in spec["evaluations"]]}
+    (tmp_path / "uniform-on-the-priors-pool.json").write_text(json.dumps(spec))
+    subprocess.run([sys.executable, "-m", "trajval_ops.experiment.grpo_run", str(tmp_path / "uniform-on-the-priors-pool.json")],
+                   check=True, cwd=REPO, capture_output=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    figures = ("steps", "train_reward", "completions_per_step", "zero_variance_share")
+    trained = [json.loads((folder / "result.json").read_text()) for folder in (out / "arms" / "uniform" / "seed-0",
+                                                                                on_priors_pool)]
+    assert [{key: run[key] for key in figures} for run in trained] == [{key: trained[0][key] for key in figures}] * 2
+    assert (on_priors_pool / "heldout.jsonl").read_text() == (out / "arms" / "uniform" / "seed-0" /
+                                                             "heldout.jsonl").read_text()
 
     # a rerun skips every finished unit and gives the same results
     second = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
@@ -515,6 +534,11 @@ def test_a_dry_run_prices_every_unit_by_hand_and_writes_nothing(tmp_path, capsys
     assert units["arms/uniform/seed-0"]["training_completions"] == 4 * batch
     assert units["arms/uniform/seed-0"]["evaluation_completions"] == 3 * 2 * 64
     assert units["arms/uniform+dynamic/seed-1"]["training_completions"] == 3 * 4 * batch
+    # what each waits for: the arms that read a prior wait for the probe and, with a ceiling arm
+    # in the config, oracle A; uniform (in either sampling mode) for nothing
+    assert units["arms/uniform/seed-0"]["after"] == units["arms/uniform+dynamic/seed-1"]["after"] == ()
+    for arm in ("variance", "bots", "greso_trajval"):
+        assert units[f"arms/{arm}/seed-0"]["after"] == ("probe", "oracle/context-a")
     assert len(units) == 2 + 1 + 12 * 2 * 2 and report["max_new_tokens"] == report["completions"] * 8
     # two workers: the oracles and the probe first, the arms once the probe's priors exist
     assert report["workers"] == 2 and report["generation_wall_time_s"] >= report["completions"] / 100 / 2
@@ -536,20 +560,44 @@ def test_a_dry_run_prices_every_unit_by_hand_and_writes_nothing(tmp_path, capsys
     assert protocol.main(["--config", str(SMOKE), "--out", str(out), "--workers", "0"]) == 2 and not out.exists()
 
 
+def test_only_the_arms_that_read_a_prior_wait_for_the_priors(tmp_path):
+    """Uniform trains on the pool's own rows from the start of a run; an arm with a prior (or
+    BOTS's reference pass rates) on the priors' pool, once it is written."""
+    from trajval_ops.experiment.protocol import arm_units
+
+    units = {unit.name: unit for unit in arm_units(load_config(SMOKE), tmp_path)}
+    for name in ("arms/uniform/seed-0", "arms/uniform+dynamic/seed-1"):
+        units[name].prepare()
+        spec = json.loads((tmp_path / f"{name}.spec.json").read_text())
+        assert units[name].after == () and spec["pool"] == str(tmp_path / "data" / "context-a.jsonl")
+    for name in ("arms/variance/seed-0", "arms/bots/seed-1", "arms/oracle/seed-0"):
+        units[name].prepare()
+        spec = json.loads((tmp_path / f"{name}.spec.json").read_text())
+        assert units[name].after == ("priors",) and spec["pool"] == str(tmp_path / "priors" / "train_pool.jsonl")
+
+
 def test_the_dry_run_schedules_units_as_the_protocol_runs_them():
-    """The wall time is the schedule's: ``workers`` side by side in the protocol's order, each arm
-    after the probe, and after oracle A too when a ceiling arm needs its gain."""
+    """The wall time is the schedule's: ``workers`` side by side in the protocol's order, an arm
+    that reads a prior after the probe, and after oracle A too when a ceiling arm needs its gain;
+    uniform and GRESO from the start."""
     from trajval_ops.experiment.dry_run import schedule
 
-    units = [{"unit": name} for name in ("oracle/context-a", "probe", "arms/a/seed-0", "arms/b/seed-0",
-                                         "arms/c/seed-0")]
+    def units(after, first_arm_after=None):
+        return [{"unit": "oracle/context-a"}, {"unit": "probe"}] + [
+            {"unit": f"arms/{arm}/seed-0", "after": first_arm_after if arm == "a" and first_arm_after is not None
+             else after} for arm in "abc"]
+
     seconds = [10.0, 4.0, 5.0, 5.0, 5.0]
     # t = 0: oracle (to 10) and probe (to 4); 4: arm a (to 9); 9: arm b (to 14); 10: arm c (to 15)
-    assert schedule(units, seconds, 2, {"arms": ("probe",)}) == 15.0
+    assert schedule(units(("probe",)), seconds, 2) == 15.0
     # the arms wait for the oracle too: a and b 10-15, c 15-20
-    assert schedule(units, seconds, 2, {"arms": ("probe", "oracle/context-a")}) == 20.0
-    assert schedule(units, seconds, 1, {"arms": ("probe",)}) == sum(seconds)
-    assert schedule(units, seconds, 5, {"arms": ("probe",)}) == 10.0
+    assert schedule(units(("probe", "oracle/context-a")), seconds, 2) == 20.0
+    assert schedule(units(("probe",)), seconds, 1) == sum(seconds)
+    assert schedule(units(("probe",)), seconds, 5) == 10.0
+    # three workers: a uniform arm waits for nothing and starts at once (0-5), b at 4, c at 5 (to 10);
+    # were it to wait, a and b would run 4-9 and c 9-14
+    assert schedule(units(("probe",), first_arm_after=()), seconds, 3) == 10.0
+    assert schedule(units(("probe",)), seconds, 3) == 14.0
 
 
 def test_no_start_after_pauses_a_run_that_the_same_command_resumes(tmp_path):

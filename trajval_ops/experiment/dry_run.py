@@ -2,8 +2,8 @@
 the protocol would start, the completions it generates (training rollouts and evaluation
 samples) and their bound of generated tokens (every completion at its length limit), and the
 wall time those completions take at a generation rate (measured here on the config's model, or
-given), scheduled as the run schedules its units: ``workers`` side by side, the arms after the
-probe (and oracle A, for the ceiling arms). ``--gpus N`` plans a run on another machine. Nothing
+given), scheduled as the run schedules its units: ``workers`` side by side, the arms that read a
+prior after the probe (and oracle A, for the ceiling arms), uniform and GRESO from the start. ``--gpus N`` plans a run on another machine. Nothing
 is written.
 
 The counts follow the protocol's units (:mod:`trajval_ops.experiment.protocol`): an oracle run
@@ -19,8 +19,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trajval_ops.experiment.priors import SAMPLED_SHORT_N
-from trajval_ops.experiment.validation_config import ValidationConfig
+from trajval_ops.experiment.priors import SAMPLED_SHORT_N, units_the_priors_wait_for
+from trajval_ops.experiment.validation_config import ValidationConfig, arm_reads_priors
 
 
 def data_sizes(config: ValidationConfig) -> dict[str, int]:
@@ -48,11 +48,11 @@ def unit_costs(config: ValidationConfig) -> list[dict[str, Any]]:
     batch, tokens = g.prompts_per_batch * g.num_generations, g.max_completion_length
     units = []
 
-    def add(name: str, training: int, evaluation: int, bound: bool = False) -> None:
+    def add(name: str, training: int, evaluation: int, bound: bool = False, after: tuple[str, ...] = ()) -> None:
         completions = training + evaluation
         units.append({"unit": name, "training_completions": training, "evaluation_completions": evaluation,
                       "completions": completions, "max_new_tokens": completions * tokens,
-                      "completions_are_a_bound": bound})
+                      "completions_are_a_bound": bound, "after": after})
 
     oracle = config.oracle
     for context in ("context-a", "context-b"):
@@ -67,11 +67,12 @@ def unit_costs(config: ValidationConfig) -> list[dict[str, Any]]:
     add("probe", probe.epochs * (probe_rows // g.prompts_per_batch) * batch, passes * probe.n * pool + short,
         bound=probe.adaptive_late)
     evaluation = _evaluations(config.training.steps, config.evaluation.every_steps) * config.evaluation.n
-    for name, _, mode in config.training_runs():
+    priors_wait_for = units_the_priors_wait_for(config.training.arms)
+    for name, arm, mode in config.training_runs():
         rounds = config.training.max_generation_rounds if mode == "dynamic" else 1
         for seed in config.training_seeds():
             add(f"arms/{name}/seed-{seed}", config.training.steps * batch * rounds, evaluation * sizes["heldout"],
-                bound=mode == "dynamic")
+                bound=mode == "dynamic", after=priors_wait_for if arm_reads_priors(arm) else ())
     return units
 
 
@@ -94,21 +95,12 @@ def measured_rate(config: ValidationConfig, prompts: int = 64, seconds: float = 
         return done / (time.perf_counter() - start)
 
 
-def unit_dependencies(config: ValidationConfig) -> dict[str, tuple[str, ...]]:
-    """The units an arm waits for: the probe (its priors), and oracle A for the ceiling arms."""
-    from trajval_ops.experiment.priors import ORACLE_PRIORS
-    from trajval_ops.experiment.validation_config import ARMS
-
-    needs_oracle = {ARMS[arm][0] for arm in config.training.arms} & ORACLE_PRIORS
-    return {"arms": ("probe",) + (("oracle/context-a",) if needs_oracle else ())}
-
-
-def schedule(units: list[dict[str, Any]], seconds: list[float], workers: int,
-             after: dict[str, tuple[str, ...]]) -> float:
+def schedule(units: list[dict[str, Any]], seconds: list[float], workers: int) -> float:
     """The wall time of ``units`` (``seconds`` each) run as the protocol runs them: in order,
-    ``workers`` at a time, each arm once the units it waits for have finished."""
+    ``workers`` at a time, each once the units it waits for (its ``after``) have finished."""
     import heapq
 
+    waits = {unit["unit"]: unit.get("after", ()) for unit in units}
     waiting = list(zip((unit["unit"] for unit in units), seconds))
     present = {name for name, _ in waiting}
     running: list[tuple[float, str]] = []
@@ -118,7 +110,7 @@ def schedule(units: list[dict[str, Any]], seconds: list[float], workers: int,
         for name, duration in list(waiting):
             if len(running) >= workers:
                 break
-            needs = [dep for dep in after.get(name.split("/")[0], ()) if dep in present]
+            needs = [dep for dep in waits[name] if dep in present]
             if all(dep in finished for dep in needs):
                 waiting.remove((name, duration))
                 heapq.heappush(running, (now + duration, name))
@@ -152,7 +144,7 @@ def dry_run(config: ValidationConfig, rate: float | None = None, gpus: int | Non
             "max_new_tokens": sum(unit["max_new_tokens"] for unit in units),
             "rate_completions_per_s": rate, "rate_source": "measured on this machine" if measured else "given",
             "workers": workers, "gpus": gpus, "longest_unit_generation_s": max(seconds),
-            "generation_wall_time_s": schedule(units, seconds, workers, unit_dependencies(config))}
+            "generation_wall_time_s": schedule(units, seconds, workers)}
 
 
 def print_dry_run(report: dict[str, Any]) -> None:

@@ -70,6 +70,15 @@ OTHER_MODEL_PASS = "trajval_r_early_other_model"
 OTHER_MODEL_PRIORS = {"variance_other_model": "variance", "bandpass_other_model": "bandpass"}
 #: priors that read oracle A's trajectories (its unit must finish before the pool is written)
 ORACLE_PRIORS = frozenset({"oracle", "oracle_subset", "oracle_group", "oracle_subset_group"})
+def units_the_priors_wait_for(arms) -> tuple[str, ...]:
+    """The units whose results the training pool's priors are computed from: the probe, and
+    oracle A when a ceiling arm is among ``arms``."""
+    from trajval_ops.experiment.validation_config import ARMS
+
+    ceilings = {ARMS[arm][0] for arm in arms} & ORACLE_PRIORS
+    return ("probe",) + (("oracle/context-a",) if ceilings else ())
+
+
 #: priors that are TrajVal's score from the same probe and passes (they cost what TrajVal costs)
 TRAJVAL_PRIORS = frozenset({"trajval", "trajval_group", "trajval_posterior", "trajval_pooled", "trajval_floor",
                             "trajval_mix"})

@@ -43,12 +43,13 @@ from loguru import logger
 from trajval_ops import fields
 from trajval_ops.atomic import write_json
 from trajval_ops.pools.io import write_rows
-from trajval_ops.experiment.validation_config import (ARMS, ConfigError, ValidationConfig, load_config, protocol_hash,
-                                           recorded_settings)
+from trajval_ops.experiment.validation_config import (ARMS, ConfigError, ValidationConfig, arm_reads_priors,
+                                                     load_config, protocol_hash, recorded_settings)
 from trajval_ops.experiment.devices import UNITS_RECORD, record_unit
 from trajval_ops.experiment.grpo_run import RESULT_FILE, unit_file
 from trajval_ops.experiment.priors import (
-    ADAPTIVE_LATE, ORACLE_PRIORS, OTHER_MODEL_PASS, PRIOR_COLUMNS, SAMPLED_SHORT, SAMPLED_SHORT_N, write_priors,
+    ADAPTIVE_LATE, ORACLE_PRIORS, OTHER_MODEL_PASS, PRIOR_COLUMNS, SAMPLED_SHORT, SAMPLED_SHORT_N,
+    units_the_priors_wait_for, write_priors,
 )
 from trajval_ops.pools.io import read_rows
 from trajval_ops.priors import ONE_PASS_PRIORS
@@ -311,10 +312,14 @@ def probe_unit(config: ValidationConfig, out: Path) -> Unit:
 
 
 def arm_units(config: ValidationConfig, out: Path) -> list[Unit]:
+    """An arm run per arm, sampling mode and seed. Those that read a prior train on the priors'
+    pool once it exists; the others (uniform, GRESO) on the pool's own rows, whose order and
+    content the priors' pool keeps, from the start."""
     units = []
-    pool = out / "priors" / "train_pool.jsonl"
     for name, arm, mode in config.training_runs():
         prior, online = ARMS[arm]
+        reads_priors = arm_reads_priors(arm)
+        pool = out / "priors" / "train_pool.jsonl" if reads_priors else out / "data" / "context-a.jsonl"
         for seed in config.training_seeds():
             folder = out / "arms" / name / f"seed-{seed}"
             spec = _base_spec(config, folder, pool, seed=seed) | {
@@ -325,7 +330,8 @@ def arm_units(config: ValidationConfig, out: Path) -> list[Unit]:
                 "evaluations": [{"tasks": str(out / "data" / "heldout.jsonl"), "output": str(folder / "heldout.jsonl"),
                                  "every_steps": config.evaluation.every_steps, "n": config.evaluation.n,
                                  "batch_size": config.evaluation.batch_size}]}
-            units.append(_grpo_unit(f"arms/{name}/seed-{seed}", folder, spec, after=("priors",)))
+            units.append(_grpo_unit(f"arms/{name}/seed-{seed}", folder, spec,
+                                    after=("priors",) if reads_priors else ()))
     return units
 
 
@@ -496,7 +502,7 @@ def _priors_when_ready(config: ValidationConfig, out: Path, finished: set[str],
     probe (and, for the ceiling arms, oracle A) has finished; the arms wait for it. ``then`` runs
     once the pool is written (reusing another run's arms)."""
     priors = {ARMS[arm][0] for arm in config.training.arms} - {None}
-    needs = {"probe"} | ({"oracle/context-a"} if priors & ORACLE_PRIORS else set())
+    needs = set(units_the_priors_wait_for(config.training.arms))
 
     def when_done():
         if "priors" in finished or not needs <= finished:
