@@ -3,8 +3,8 @@ the protocol would start, the completions it generates (training rollouts and ev
 samples) and their bound of generated tokens (every completion at its length limit), and the
 wall time those completions take at a generation rate (measured here on the config's model, or
 given), scheduled as the run schedules its units: ``workers`` side by side, the arms that read a
-prior after the probe (and oracle A, for the ceiling arms), uniform and GRESO from the start. ``--gpus N`` plans a run on another machine. Nothing
-is written.
+prior after the probe (and oracle A, for the ceiling arms), uniform and GRESO from the start.
+``--gpus N`` plans a run on another machine. Nothing is written.
 
 The counts follow the protocol's units (:mod:`trajval_ops.experiment.protocol`): an oracle run
 per context (``oracle.steps`` GRPO steps, an evaluation of every pool task at step 0 and every

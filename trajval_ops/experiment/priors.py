@@ -70,13 +70,6 @@ OTHER_MODEL_PASS = "trajval_r_early_other_model"
 OTHER_MODEL_PRIORS = {"variance_other_model": "variance", "bandpass_other_model": "bandpass"}
 #: priors that read oracle A's trajectories (its unit must finish before the pool is written)
 ORACLE_PRIORS = frozenset({"oracle", "oracle_subset", "oracle_group", "oracle_subset_group"})
-def units_the_priors_wait_for(arms) -> tuple[str, ...]:
-    """The units whose results the training pool's priors are computed from: the probe, and
-    oracle A when a ceiling arm is among ``arms``."""
-    from trajval_ops.experiment.validation_config import ARMS
-
-    ceilings = {ARMS[arm][0] for arm in arms} & ORACLE_PRIORS
-    return ("probe",) + (("oracle/context-a",) if ceilings else ())
 
 
 #: priors that are TrajVal's score from the same probe and passes (they cost what TrajVal costs)
@@ -84,6 +77,15 @@ TRAJVAL_PRIORS = frozenset({"trajval", "trajval_group", "trajval_posterior", "tr
                             "trajval_mix"})
 #: the ceiling priors, whose best arm is the regime's headroom
 CEILING_PRIORS = ORACLE_PRIORS
+
+
+def units_the_priors_wait_for(arms) -> tuple[str, ...]:
+    """The units whose results the training pool's priors are computed from: the probe, and
+    oracle A when a ceiling arm is among ``arms``."""
+    from trajval_ops.experiment.validation_config import ARMS
+
+    ceilings = {ARMS[arm][0] for arm in arms} & ORACLE_PRIORS
+    return ("probe",) + (("oracle/context-a",) if ceilings else ())
 
 
 def sampled_rows(rows: list[dict], group_key: str | None) -> np.ndarray:

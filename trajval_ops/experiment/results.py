@@ -485,7 +485,8 @@ def unit_records(out: Path) -> dict[str, dict]:
     """Per unit: where it ran and what it took, from the protocol's ``units.json`` (the GPU it
     was pinned to, its wall time as the protocol saw it) and what the unit recorded of itself
     (a training unit: its device with the GPU's name, precision, generation engine and peak
-    memory; the probe: its manifest's device, generation engine and wall time). Units copied by ``--reuse-from`` carry their own record."""
+    memory; the probe: its manifest's device, generation engine and wall time). Units copied by
+    ``--reuse-from`` carry their own record."""
     from trajval_ops.experiment.devices import UNITS_RECORD
     from trajval_ops.experiment.grpo_run import RESULT_FILE
 

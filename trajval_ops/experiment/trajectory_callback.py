@@ -193,7 +193,7 @@ class TrajectoryCallback(TrainerCallback):
         if model is None or tokenizer is None:
             raise ValueError("trajectories: the trainer passed no model or processing_class to the callback")
         device = _model_device(model)
-        engine = self.engine or TransformersEngine.from_loaded(model, tokenizer, device)
+        engine = self.engine if self.engine is not None else TransformersEngine.from_loaded(model, tokenizer, device)
         decoding = dataclasses.replace(self.decoding, seed=derive_seed(self.seed, "trajectory-step", str(step)))
         rollout = RolloutPass(engine, decoding, self.verifier, self.settings, prompts_per_generate=self.batch_size,
                               overlong_prompt=self.overlong_prompt, id_key=self.id_key, what="trajectories")

@@ -49,12 +49,6 @@ ARMS: dict[str, tuple[str | None, str | None]] = {
     "variance_other_model": ("variance_other_model", None),
     "bandpass_other_model": ("bandpass_other_model", None),
 }
-def arm_reads_priors(arm: str) -> bool:
-    """Whether an arm trains on the priors' training pool (a prior's weight column, BOTS's
-    reference pass rates) and so waits for the probe; uniform and GRESO alone train on the pool as
-    it is, from the start of a run."""
-    prior, online = ARMS[arm]
-    return prior is not None or online == "bots"
 
 
 #: arms whose prior averages per group (they need the config's group_key; checked before anything trains)
@@ -69,6 +63,14 @@ MODE_SUFFIX = {"standard": "", "dynamic": "+dynamic"}
 
 class ConfigError(ValueError):
     """A validation config that cannot run (raised before any training starts)."""
+
+
+def arm_reads_priors(arm: str) -> bool:
+    """Whether an arm trains on the priors' training pool (a prior's weight column, BOTS's
+    reference pass rates) and so waits for the probe; uniform and GRESO alone train on the pool as
+    it is, from the start of a run."""
+    prior, online = ARMS[arm]
+    return prior is not None or online == "bots"
 
 
 @dataclass(frozen=True)
