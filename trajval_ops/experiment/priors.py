@@ -70,8 +70,6 @@ OTHER_MODEL_PASS = "trajval_r_early_other_model"
 OTHER_MODEL_PRIORS = {"variance_other_model": "variance", "bandpass_other_model": "bandpass"}
 #: priors that read oracle A's trajectories (its unit must finish before the pool is written)
 ORACLE_PRIORS = frozenset({"oracle", "oracle_subset", "oracle_group", "oracle_subset_group"})
-
-
 #: priors that are TrajVal's score from the same probe and passes (they cost what TrajVal costs)
 TRAJVAL_PRIORS = frozenset({"trajval", "trajval_group", "trajval_posterior", "trajval_pooled", "trajval_floor",
                             "trajval_mix"})

@@ -49,8 +49,6 @@ ARMS: dict[str, tuple[str | None, str | None]] = {
     "variance_other_model": ("variance_other_model", None),
     "bandpass_other_model": ("bandpass_other_model", None),
 }
-
-
 #: arms whose prior averages per group (they need the config's group_key; checked before anything trains)
 GROUP_ARMS = frozenset({"oracle_group", "oracle_subset_group", "trajval_group", "trajval_pooled", "trajval_sampled"})
 #: the arm every other arm's S2B is measured against
