@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -137,6 +138,36 @@ def test_killed_probe_run_leaves_no_process(tmp_path):
         wait_for(lambda: any(probe_dir.rglob("checkpoint-*")), process, tmp_path / "dj.log")
         assert len(live_processes_tagged(tag)) >= 3  # dj-process, its guardian, the training child
         kill_and_check(process, signal.SIGKILL, tag, lambda: files_under(probe_dir))
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def test_killed_validate_run_leaves_no_process(tmp_path):
+    """``trajval validate`` on CPU: its training units are forks of a fork server, grandchildren
+    of the run; a kill -9 of the run mid-unit ends them, the server and the probe alike."""
+    from trajval_ops.lifetime import GUARD_REPORT_ENV
+
+    tag = uuid.uuid4().hex
+    out = tmp_path / "run"
+    log, guarded = tmp_path / "validate.log", tmp_path / "guarded.txt"
+    with open(log, "w") as output:
+        process = subprocess.Popen([sys.executable, str(REPO / "tools" / "validate.py"), "--config",
+                                    str(REPO / "recipes" / "validation" / "smoke.yaml"), "--out", str(out)],
+                                   cwd=REPO, stdout=output, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "TRAJVAL_TEST_TAG": tag, GUARD_REPORT_ENV: str(guarded)})
+
+    def seen_by_the_guardian() -> bool:  # it looks every half second; the probe has no watch of its own
+        report = set(map(int, guarded.read_text().split())) if guarded.is_file() else set()
+        below = {pid for pid in live_processes_tagged(tag)
+                 if pid != process.pid and f"trajval_ops.lifetime {process.pid} " not in command_line(pid)}
+        return below <= report
+
+    try:
+        # the probe (dj-process) and a forked arm running side by side
+        wait_for(lambda: "arms/uniform/seed-0: started" in log.read_text() and seen_by_the_guardian(), process, log)
+        assert len(live_processes_tagged(tag)) >= 5  # validate, its guardian, the fork server, a unit, the probe
+        kill_and_check(process, signal.SIGKILL, tag, lambda: files_under(out))
     finally:
         if process.poll() is None:
             process.kill()

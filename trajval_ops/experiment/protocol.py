@@ -28,9 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -47,6 +45,7 @@ from trajval_ops.experiment.validation_config import (ARMS, ConfigError, Validat
                                                      load_config, protocol_hash, recorded_settings)
 from trajval_ops.experiment.devices import UNITS_RECORD, record_unit
 from trajval_ops.experiment.grpo_run import RESULT_FILE, unit_file
+from trajval_ops.experiment import unit_process
 from trajval_ops.experiment.priors import (
     ADAPTIVE_LATE, ORACLE_PRIORS, OTHER_MODEL_PASS, PRIOR_COLUMNS, SAMPLED_SHORT, SAMPLED_SHORT_N,
     units_the_priors_wait_for, write_priors,
@@ -193,6 +192,9 @@ class Unit:
     after: tuple[str, ...] = ()
     restart: bool = True           #: remove the folder of an unfinished unit before rerunning it
     prepare: Callable[[], None] | None = None
+    #: (module, args) of a command ``python -m module args``: on CPU the unit runs ``module.main(args)``
+    #: in a fork of the process that imported the training stack once (:mod:`.unit_process`)
+    entry: tuple[str, tuple[str, ...]] | None = None
     log: Path = field(init=False)
 
     def __post_init__(self):
@@ -206,8 +208,9 @@ def _grpo_unit(name: str, folder: Path, spec: dict, after=()) -> Unit:
         folder.parent.mkdir(parents=True, exist_ok=True)
         spec_path.write_text(json.dumps(spec, indent=1))
 
-    return Unit(name, folder, [sys.executable, "-m", "trajval_ops.experiment.grpo_run", str(spec_path)],
-                done=lambda: (folder / RESULT_FILE).is_file(), after=tuple(after), prepare=prepare)
+    entry = ("trajval_ops.experiment.grpo_run", (str(spec_path),))
+    return Unit(name, folder, unit_process.python_command(*entry), done=lambda: (folder / RESULT_FILE).is_file(),
+                after=tuple(after), prepare=prepare, entry=entry)
 
 
 def _base_spec(config: ValidationConfig, folder: Path, pool: Path, seed: int) -> dict:
@@ -341,7 +344,8 @@ def arm_units(config: ValidationConfig, out: Path) -> list[Unit]:
 def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict[str, Callable[[], None]],
               gpus: list[str] | None = None, records: Path | None = None,
               no_start_after: float | None = None) -> list[str]:
-    """Run every unfinished unit, ``workers`` at a time, in dependency order.
+    """Run every unfinished unit, ``workers`` at a time, in dependency order. On CPU a unit with
+    an ``entry`` starts as a fork of the preloaded training process (:mod:`.unit_process`).
 
     :param finished: names done already (also extra names, e.g. ``priors``, that gate others).
     :param on_done: work done in this process after a unit finishes (keyed by unit name).
@@ -352,21 +356,29 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
         running then finish (a job's time limit: a unit is restarted from its beginning).
     :return: the units left unstarted at that instant (empty when every unit finished).
     """
-    from trajval_ops.experiment.devices import GpuSlots
-
-    slots = GpuSlots(gpus or [])
-    pending = [u for u in units if u.name not in finished]
     for unit in units:
         if unit.done() and unit.name not in finished:
             finished.add(unit.name)
             logger.info(f"validate: {unit.name}: finished already (an earlier run, or copied by --reuse-from), skipped")
             if unit.name in on_done:
                 on_done[unit.name]()
-    pending = [u for u in pending if u.name not in finished]
-    running: dict[str, tuple[Unit, subprocess.Popen, float, str | None]] = {}
+    pending = [u for u in units if u.name not in finished]
+    running: dict[str, tuple[Unit, Any, float, str | None]] = {}
+    try:
+        return _run_pending(pending, running, workers, finished, on_done, gpus or [], records, no_start_after)
+    finally:
+        for _, process, _, _ in running.values():  # stopped by an error: no unit outlives the run
+            process.kill()
+
+
+def _run_pending(pending: list[Unit], running: dict, workers: int, finished: set[str],
+                 on_done: dict[str, Callable[[], None]], gpus: list[str], records: Path | None,
+                 no_start_after: float | None) -> list[str]:
+    from trajval_ops.experiment.devices import GpuSlots
+
+    slots = GpuSlots(gpus)
     total = len(pending)
-    env = {**os.environ, "TRAJVAL_PARENT_PID": str(os.getpid()), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+    env = unit_process.environment()
     while pending or running:
         copied_meanwhile = False
         starting = no_start_after is None or time.monotonic() < no_start_after
@@ -383,7 +395,8 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
                     on_done[unit.name]()
                 continue
             gpu = slots.take()
-            running[unit.name] = (unit, _start_unit(unit, env | slots.environment(gpu)), time.monotonic(), gpu)
+            running[unit.name] = (unit, _start_unit(unit, env | slots.environment(gpu), fork=not gpus),
+                                  time.monotonic(), gpu)
             logger.info(f"validate: {unit.name}: started{'' if gpu is None else f' on GPU {gpu}'} "
                         f"({total - len(pending) - len(running) + 1}/{total} queued so far; log {unit.log})")
         if not running and not starting:
@@ -400,8 +413,6 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
             del running[name]
             slots.give_back(gpu)
             if process.returncode != 0 or not unit.done():
-                for _, (_, other, _, _) in running.items():
-                    other.kill()
                 tail = unit.log.read_text(errors="replace")[-4000:] if unit.log.is_file() else ""
                 raise RuntimeError(f"validation unit {name} failed (exit {process.returncode}); log {unit.log}:\n{tail}")
             finished.add(name)
@@ -414,7 +425,7 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
     return []
 
 
-def _start_unit(unit: Unit, env: dict[str, str]) -> subprocess.Popen:
+def _start_unit(unit: Unit, env: dict[str, str], fork: bool):
     """A unit's child process, its output in the unit's log; an unfinished earlier attempt of a
     restartable unit is removed first."""
     if unit.restart and unit.folder.exists():
@@ -423,9 +434,7 @@ def _start_unit(unit: Unit, env: dict[str, str]) -> subprocess.Popen:
     if unit.prepare:
         unit.prepare()
     unit.log.parent.mkdir(parents=True, exist_ok=True)
-    with open(unit.log, "w") as log:
-        return subprocess.Popen(unit.command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                cwd=Path(__file__).resolve().parents[2])
+    return unit_process.start(unit.command, unit.entry, env, unit.log, Path(__file__).resolve().parents[2], fork)
 
 
 def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = None,
@@ -464,7 +473,8 @@ def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = 
         finished.add("priors")
     workers = unit_workers(config, gpus)
     logger.info(f"validate: {workers} unit(s) side by side on "
-                + (f"GPU(s) {', '.join(gpus)}, one per unit" if gpus else "CPU"))
+                + (f"GPU(s) {', '.join(gpus)}, one per unit, each a fresh process" if gpus else
+                   "CPU; training units fork from one process that imports torch, transformers and TRL once"))
     deadline = None if no_start_after_s is None else started + no_start_after_s
     left = run_units(units, workers, finished, _priors_when_ready(config, out, finished, reuse), gpus=gpus,
                      records=out / UNITS_RECORD, no_start_after=deadline)
