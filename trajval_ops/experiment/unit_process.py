@@ -52,7 +52,6 @@ class ForkedProcess:
     def __init__(self, process):
         self._process = process
         self.returncode: int | None = None
-        self.pid = process.pid
 
     def poll(self) -> int | None:
         if self.returncode is None and self._process.exitcode is not None:
