@@ -13,7 +13,6 @@ ways (exit 1 if not).
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 import tempfile
@@ -24,17 +23,15 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from trajval_ops.experiment import unit_process  # noqa: E402
-from trajval_ops.experiment.protocol import arm_units, prepare_data  # noqa: E402
+from trajval_ops.experiment.protocol import _start_unit, arm_units, prepare_data  # noqa: E402
 from trajval_ops.experiment.validation_config import load_config  # noqa: E402
 
 
 def run_once(unit, fork: bool) -> tuple[float, bytes]:
-    """Start to exit of one unit; its held-out trajectories."""
-    if unit.folder.exists():
-        shutil.rmtree(unit.folder)
-    unit.prepare()
+    """Start to exit of one unit (its earlier folder removed and its spec written first, as the
+    protocol restarts a unit); its held-out trajectories."""
     started = time.perf_counter()
-    process = unit_process.start(unit.command, unit.entry, unit_process.environment(), unit.log, REPO, fork)
+    process = _start_unit(unit, unit_process.environment(), fork)
     while process.poll() is None:
         time.sleep(0.02)
     seconds = time.perf_counter() - started
