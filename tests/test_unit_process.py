@@ -21,6 +21,7 @@ pytest.importorskip("trl")  # the training stack the fork server imports
 from tests.conftest import REPO  # noqa: E402
 from trajval_ops.experiment.protocol import Unit, run_units  # noqa: E402
 from trajval_ops.experiment.unit_process import TRAINING_STACK, python_command  # noqa: E402
+from trajval_ops.lifetime import process_info  # noqa: E402
 
 
 def entry_unit(tmp_path: Path, name: str, exit_code: str = "0", sleep_s: float = 0.0) -> Unit:
@@ -39,7 +40,7 @@ def test_cpu_units_with_an_entry_fork_from_one_preloaded_process(tmp_path):
     a, b = seen(tmp_path, "a"), seen(tmp_path, "b")
     assert a["parent"] != os.getpid() and a["parent"] == b["parent"] and a["pid"] != b["pid"]  # the fork server's
     assert all(a["preloaded"].values()), a["preloaded"]  # the training stack was imported before main ran
-    assert a["env"] == {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TRAJVAL_PARENT_PID": str(a["parent"])}
+    assert a["env"] == {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     assert a["argv"] == ["tests.unit_entry", str(tmp_path / "a.json"), "0", "0.0"] and a["cwd"] == str(REPO)
     log = (tmp_path / "a.log").read_text()
     assert "unit_entry: to stdout" in log and "unit_entry: to stderr" in log
@@ -49,7 +50,8 @@ def test_a_unit_on_a_gpu_is_a_fresh_interpreter(tmp_path):
     run_units([entry_unit(tmp_path, "a")], 1, set(), {}, gpus=["4"])
     a = seen(tmp_path, "a")
     assert a["parent"] == os.getpid() and not a["preloaded"]["torch"]
-    assert a["env"] == {"CUDA_VISIBLE_DEVICES": "4", "OMP_NUM_THREADS": "1", "TRAJVAL_PARENT_PID": str(os.getpid())}
+    assert a["parent"] == os.getpid()  # the command itself, not a wrapper around it
+    assert a["env"] == {"CUDA_VISIBLE_DEVICES": "4", "OMP_NUM_THREADS": "1"}
     assert "unit_entry: to stderr" in (tmp_path / "a.log").read_text()
 
 
@@ -61,9 +63,14 @@ def test_a_forked_units_exit_code_and_log_reach_the_error(tmp_path, exit_code, e
 
 
 def alive(pid: int) -> bool:
-    from trajval_ops.lifetime import process_info
-
     return process_info(pid) is not None
+
+
+def wait_gone(pid: int, within_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not alive(pid)
 
 
 @pytest.mark.parametrize("stop", ["a unit fails", "work after a unit fails"])
@@ -76,11 +83,49 @@ def test_a_run_stopped_by_an_error_leaves_no_unit_running(tmp_path, stop):
 
     with pytest.raises((RuntimeError, OSError)):
         run_units([slow, quick], 2, set(), {} if stop == "a unit fails" else {"quick": fail})
-    pid = seen(tmp_path, "slow")["pid"]
-    deadline = time.monotonic() + 5
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive(pid)
+    assert wait_gone(seen(tmp_path, "slow")["pid"])
+
+
+#: A stand-in for ``trajval validate``: starts one fresh unit that sleeps, says its pid, sleeps.
+RUN_WITH_A_FRESH_UNIT = """
+import os, sys, time
+from pathlib import Path
+from trajval_ops.experiment.unit_process import environment, start
+unit = start([sys.executable, "-c", "import time; time.sleep(120)"], None, environment(), Path(sys.argv[1]),
+             Path.cwd(), fork=False)
+print(unit.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_fresh_unit_dies_with_the_run_that_started_it(tmp_path):
+    """The run is SIGKILLed right after the unit started: nobody cleans up, the kernel does (no
+    guardian runs here; in ``trajval validate`` it sees a new unit only after up to 0.5 s)."""
+    import subprocess
+
+    run = subprocess.Popen([sys.executable, "-c", RUN_WITH_A_FRESH_UNIT, str(tmp_path / "unit.log")],
+                           stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        unit_pid = int(run.stdout.readline())
+        assert alive(unit_pid)
+    finally:
+        run.kill()
+        run.wait()
+    assert wait_gone(unit_pid)
+
+
+def test_a_fresh_unit_whose_run_is_already_gone_never_starts(tmp_path):
+    """The run died between starting the unit and the unit's request to die with it (the unit's
+    parent is then another process than the one named)."""
+    import subprocess
+
+    marker = tmp_path / "ran"
+    done = subprocess.run([sys.executable, "-m", "trajval_ops.experiment.unit_process", "1", "touch", str(marker)],
+                          cwd=REPO)
+    assert done.returncode == 1 and not marker.exists()
+    subprocess.run([sys.executable, "-m", "trajval_ops.experiment.unit_process", str(os.getpid()), "touch",
+                    str(marker)], cwd=REPO, check=True)
+    assert marker.exists()  # named rightly, the command runs
 
 
 def test_the_training_stack_names_importable_modules():

@@ -19,7 +19,7 @@ def main(args: list[str]) -> int:
         "pid": os.getpid(), "parent": os.getppid(), "argv": sys.argv, "cwd": os.getcwd(),
         "preloaded": {module: module in sys.modules for module in TRAINING_STACK},
         "env": {key: os.environ.get(key)
-                for key in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "TRAJVAL_PARENT_PID")}}))
+                for key in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")}}))
     print("unit_entry: to stdout")
     print("unit_entry: to stderr", file=sys.stderr)
     time.sleep(float(sleep_s))

@@ -25,7 +25,6 @@ CPU process's resident set).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -182,11 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m trajval_ops.experiment.grpo_run SPEC.json", file=sys.stderr)
         return 2
-    parent = os.environ.get("TRAJVAL_PARENT_PID")
-    if parent:
-        from trajval_ops.lifetime import die_with_parent
-
-        die_with_parent(expected_parent=int(parent))
     run(json.loads(Path(argv[0]).read_text()))
     return 0
 

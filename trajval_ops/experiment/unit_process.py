@@ -12,7 +12,13 @@ process that has initialised it, and a GPU unit's minutes dwarf the import.
 
 A forked unit gets what a fresh one gets: the environment it is given, the working folder, the
 log on its stdout and stderr, a ``sys.argv`` of the module and its arguments, and death with its
-parent (the fork server, which exits when the process that started it does).
+parent. A fresh unit dies with the process that started it (``trajval validate``): it starts as
+``python -m trajval_ops.experiment.unit_process PARENT COMMAND...``, which asks the kernel for
+that, exits at once if the parent is already gone, then executes ``COMMAND`` (the request
+survives the exec). So ``dj-process`` (the probe) needs no knowledge of it, and a kill of the
+run in the instant after a unit started, before the run's guardian has seen the unit, leaves
+nothing behind. A forked unit dies with the fork server, which exits when the process that
+started it does.
 """
 
 from __future__ import annotations
@@ -34,11 +40,9 @@ TRAINING_STACK = (
 
 
 def environment() -> dict[str, str]:
-    """A unit's environment: this process's, one thread per math library (the units run side by
-    side on the cores; ``threads_per_worker`` sets torch's own), and this process as the parent a
-    unit must not outlive."""
-    return {**os.environ, "TRAJVAL_PARENT_PID": str(os.getpid()), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-            "TOKENIZERS_PARALLELISM": "false"}
+    """A unit's environment: this process's, with one thread per math library (the units run side
+    by side on the cores; ``threads_per_worker`` sets torch's own)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def python_command(module: str, args: tuple[str, ...]) -> list[str]:
@@ -74,7 +78,8 @@ def start(command: list[str], entry: tuple[str, tuple[str, ...]] | None, env: di
         process.start()
         return ForkedProcess(process)
     with open(log, "w") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        return subprocess.Popen([sys.executable, "-m", __name__, str(os.getpid()), *command],
+                                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
 
 
 def _fork_server(env: dict[str, str]):
@@ -106,10 +111,9 @@ def _run_forked(entry: tuple[str, tuple[str, ...]], env: dict[str, str], log: st
     """In the forked child: become the unit's process, then run the entry's ``main``."""
     from trajval_ops.lifetime import die_with_parent
 
-    parent = os.getppid()  # the fork server
-    die_with_parent(expected_parent=parent)
+    die_with_parent(expected_parent=os.getppid())  # the fork server's death
     os.environ.clear()
-    os.environ.update(env | {"TRAJVAL_PARENT_PID": str(parent)})
+    os.environ.update(env)
     os.chdir(cwd)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -120,3 +124,16 @@ def _run_forked(entry: tuple[str, tuple[str, ...]], env: dict[str, str], log: st
     module, args = entry
     sys.argv = [module, *args]
     sys.exit(importlib.import_module(module).main(list(args)))
+
+
+def main(argv: list[str]) -> None:
+    """``PARENT COMMAND...``: die with process ``PARENT`` (this process's parent), then become
+    ``COMMAND``."""
+    from trajval_ops.lifetime import die_with_parent
+
+    die_with_parent(expected_parent=int(argv[0]))
+    os.execvp(argv[1], argv[1:])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
