@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import REPO, dj_process, read_jsonl, tagged_processes_after, write_jsonl
 from tests.test_probe_training import pool, tiny_config
 from trajval_ops.probe.checkpoints import list_checkpoints
-from trajval_ops.probe.config import ProbeConfig, grpo_arguments
+from trajval_ops.probe.config import ProbeConfig, grpo_arguments, strategy_mismatch
 from trajval_ops.probe.launch import (
     PARENT_PID_ENV,
     ProbeLaunchError,
@@ -153,7 +153,7 @@ def test_two_processes_under_dj_process_match_a_one_process_run(tmp_path):
     result = dj_process(recipe, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
-    assert "launching 2 training processes" in log and "2 processes)" in log
+    assert "launching 2 training processes" in log and "2 processes, MULTI_CPU)" in log  # DDP over gloo
 
     double = load_manifest(probe_dir)
     assert double["status"] == "complete" and double["config"]["num_processes"] == 2
@@ -245,9 +245,35 @@ def test_one_process_run_resumes_on_two_processes(tmp_path, capfd):
     interrupted = load_manifest(out, require_complete=False)
 
     capfd.readouterr()
-    manifest = launch_probe(rows, ids, two_process_config(epochs=4, keep_epochs=[1]), out, show_progress=False)
+    # through an accelerate config file, one asking for FSDP, which accelerate cannot run on CPU
+    fsdp = tmp_path / "fsdp.yaml"
+    fsdp.write_text("distributed_type: FSDP\nfsdp_config: {fsdp_version: 2, fsdp_state_dict_type: FULL_STATE_DICT}\n"
+                    "num_machines: 1\nmixed_precision: 'no'\n")
+    manifest = launch_probe(rows, ids, two_process_config(epochs=4, keep_epochs=[1], distributed_config=str(fsdp)),
+                            out, show_progress=False)
     assert manifest["config_hash"] == interrupted["config_hash"] and manifest["resumed_from"] == ["checkpoint-4"]
     assert manifest["config"]["num_processes"] == 2  # the manifest records the session that finished it
     assert checkpoint_list(manifest) == FOUR_EPOCHS
+    log = capfd.readouterr().err
     # (the 1-process checkpoint has no per-rank RNG files: the trainer goes on without them)
-    assert "resuming from checkpoint-4" in capfd.readouterr().err
+    assert "resuming from checkpoint-4" in log
+    assert "2 processes, MULTI_CPU)" in log
+    assert f"distributed_config ({fsdp}) asks for distributed_type FSDP, but the ranks run MULTI_CPU" in log
+
+
+@pytest.mark.parametrize("asked, running, says", [
+    (None, "MULTI_CPU", None),
+    ("distributed_type: FSDP", "MULTI_CPU", "asks for distributed_type FSDP, but the ranks run MULTI_CPU"),
+    ("distributed_type: DEEPSPEED", "MULTI_GPU", "asks for distributed_type DEEPSPEED, but the ranks run MULTI_GPU"),
+    ("distributed_type: FSDP", "FSDP", None),
+    ("distributed_type: MULTI_GPU", "MULTI_CPU", None),  # DDP either way
+    ("num_machines: 1", "MULTI_CPU", None),  # the file leaves the choice to accelerate
+    ("", "MULTI_CPU", None),
+])
+def test_a_distributed_config_the_ranks_do_not_run_is_named(tmp_path, asked, running, says):
+    path = None
+    if asked is not None:
+        path = tmp_path / "accelerate.yaml"
+        path.write_text(asked + "\n")
+    found = strategy_mismatch(str(path) if path else None, running)
+    assert found == says if says is None else says in found and str(path) in found

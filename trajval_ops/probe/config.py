@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from trajval_ops.settings import check_settings, setting
@@ -314,6 +315,28 @@ def grpo_arguments(config: ProbeConfig, output_dir: str, device: str, show_progr
             vllm_tensor_parallel_size=config.vllm_tensor_parallel_size,
         )
     return args
+
+
+#: accelerate's data-parallel types: every process holds the whole model (DDP), on any device.
+_DATA_PARALLEL = frozenset({"MULTI_CPU", "MULTI_GPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA",
+                            "MULTI_HPU"})
+
+
+def strategy_mismatch(distributed_config: str | None, running: str) -> str | None:
+    """What ``distributed_config`` asks accelerate for and the ranks do not run (``running``,
+    accelerate's ``distributed_type``), or None. accelerate runs FSDP and DeepSpeed only on
+    accelerators: on CPU it trains the same ranks with plain DDP and says nothing."""
+    if distributed_config is None:
+        return None
+    import yaml
+
+    asked = yaml.safe_load(Path(distributed_config).expanduser().read_text()) or {}
+    requested = str(asked.get("distributed_type", "")).upper() if isinstance(asked, dict) else ""
+    if not requested or requested == running or {requested, running} <= _DATA_PARALLEL:
+        return None
+    return (f"distributed_config ({distributed_config}) asks for distributed_type {requested}, but the ranks run "
+            f"{running}: FSDP and DeepSpeed need GPUs (or other accelerators); without them accelerate trains with "
+            "plain DDP, every process holding the whole model")
 
 
 def lora_config(config: ProbeConfig):

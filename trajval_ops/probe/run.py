@@ -20,7 +20,7 @@ from trajval_ops.probe.checkpoints import (
 )
 from trajval_ops.probe.config import (
     EXECUTION_SETTINGS, ProbeConfig, grpo_arguments, lora_config, resolve_device, resolve_generation,
-    resolve_precision, torch_dtype,
+    resolve_precision, strategy_mismatch, torch_dtype,
 )
 from trajval_ops.probe.manifest import (
     FORMAT,
@@ -92,11 +92,14 @@ def run_probe(
                             [guard, progress, *extra_callbacks])
     quiet_trainer(trainer)
     if main:
+        strategy = trainer.accelerator.distributed_type.value
         logger.info(
             f"probe: GRPO on {len(rows)} prompts x {config.num_generations} rollouts, {config.epochs} epochs of "
             f"{steps_per_epoch} steps, {config.model} on {device} ({manifest['generation_engine']} generation"
-            f"{f', {config.num_processes} processes' if config.num_processes > 1 else ''})"
+            f"{f', {config.num_processes} processes, {strategy}' if config.num_processes > 1 else ''})"
         )
+        if mismatch := strategy_mismatch(config.distributed_config, strategy):
+            logger.warning(f"probe: {mismatch}")
     trainer.train(resume_from_checkpoint=str(resume.path) if resume else None)
     return _finish_probe(trainer, args, config, output_dir, base_model, device, manifest, progress)
 
