@@ -7,7 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from trajval_ops.probe.checkpoints import last_resumable, list_checkpoints, prune_checkpoints
+from trajval_ops.probe.checkpoints import (
+    check_loadable_model, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints,
+)
 from trajval_ops.probe.config import ProbeConfig, grpo_arguments
 from trajval_ops.probe.manifest import (
     FORMAT,
@@ -24,7 +26,7 @@ from trajval_ops.probe.probe_set import (
     unique_row_ids,
     sample_probe_positions,
 )
-from trajval_ops.errors import TrajvalInputError
+from trajval_ops.errors import CheckpointWithoutModel, TrajvalInputError
 
 
 # ---------------------------------------------------------------- sampling
@@ -283,6 +285,59 @@ def test_prune_keeps_resume_state_only_on_newest_and_drops_unkept(tmp_path):
     assert last_resumable(tmp_path).step == 12  # newest keeps everything to resume
     prune_checkpoints(tmp_path, kept_epochs={0, 1, 3}, keep_resume_state=False)
     assert last_resumable(tmp_path) is None and (tmp_path / "checkpoint-12" / "model.safetensors").exists()
+
+
+def _engine_checkpoint(root, step, epoch, engine):
+    """A checkpoint folder as transformers' Trainer writes it under a sharded training engine
+    (names from accelerate's constants and the Trainer's DeepSpeed save), with the loadable model
+    beside the engine's own state."""
+    from accelerate.utils.constants import FSDP_MODEL_NAME, OPTIMIZER_NAME
+
+    path = root / f"checkpoint-{step}"
+    path.mkdir()
+    for name in ("config.json", "model.safetensors", "rng_state_0.pth", "rng_state_1.pth"):
+        (path / name).write_text("x")
+    if engine == "fsdp-sharded":
+        engine_state = [f"{FSDP_MODEL_NAME}_0", f"{OPTIMIZER_NAME}_0"]  # folders of per-rank shards
+        (path / "scheduler.pt").write_text("s")
+    else:  # DeepSpeed: its engine checkpoint, no optimizer file of the Trainer's
+        engine_state = [f"global_step{step}"]
+        (path / "latest").write_text(f"global_step{step}")
+        (path / "zero_to_fp32.py").write_text("# recovers fp32 weights")
+    for folder in engine_state:
+        (path / folder).mkdir()
+        (path / folder / "__0_0.distcp").write_text("shard")
+    (path / "trainer_state.json").write_text(json.dumps({"epoch": float(epoch)}))
+    return path
+
+
+@pytest.mark.parametrize("engine", ["fsdp-sharded", "deepspeed"])
+def test_prune_knows_the_state_sharded_engines_resume_from(tmp_path, engine):
+    pytest.importorskip("accelerate")
+    for epoch in (1, 2):
+        _engine_checkpoint(tmp_path, 4 * epoch, epoch, engine)
+    prune_checkpoints(tmp_path, kept_epochs={1, 2})
+    assert last_resumable(tmp_path).step == 8  # the newest keeps its engine's state
+    # a kept older epoch keeps the loadable model alone: engine folders and files go
+    assert sorted(p.name for p in (tmp_path / "checkpoint-4").iterdir()) == [
+        "config.json", "model.safetensors", "trainer_state.json"]
+    prune_checkpoints(tmp_path, kept_epochs={1, 2}, keep_resume_state=False)
+    assert last_resumable(tmp_path) is None
+    assert sorted(p.name for p in (tmp_path / "checkpoint-8").iterdir()) == [
+        "config.json", "model.safetensors", "trainer_state.json"]
+
+
+def test_a_kept_checkpoint_without_a_loadable_model_is_refused_naming_the_setting(tmp_path):
+    path = _fake_checkpoint(tmp_path, 4, 1)
+    (path / "config.json").write_text("{}")
+    check_loadable_model(path)
+    assert [e["name"] for e in checkpoint_entries(tmp_path, {1}, ProbeConfig())] == ["epoch-1"]
+    (path / "model.safetensors").unlink()  # what a sharded save leaves (FSDP without FULL_STATE_DICT)
+    (path / "pytorch_model_fsdp_0").mkdir()
+    with pytest.raises(CheckpointWithoutModel, match=r"checkpoint-4 holds no model.*fsdp_state_dict_type: "
+                                                     r"FULL_STATE_DICT.*stage3_gather_16bit_weights_on_model_save"):
+        checkpoint_entries(tmp_path, {1}, ProbeConfig())
+    assert checkpoint_entries(tmp_path, {2}, ProbeConfig()) == []  # an epoch not kept is not read
 
 
 def test_prune_never_follows_a_checkpoint_link_out_of_the_output_folder(tmp_path):

@@ -13,5 +13,11 @@ class TrainingDiverged(TrajvalInputError):
     setting to change)."""
 
 
+class CheckpointWithoutModel(TrajvalInputError):
+    """A probe checkpoint the manifest would name holds no model ``from_pretrained`` loads (a
+    sharded training engine saved only its own state); the message names the setting that makes
+    one."""
+
+
 class InputOverwriteError(TrajvalInputError):
     """An output path that would replace (or join) an input of the same run."""

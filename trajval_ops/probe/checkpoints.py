@@ -17,12 +17,23 @@ from pathlib import Path
 
 from loguru import logger
 
+from trajval_ops.errors import CheckpointWithoutModel
+
 #: Folder of a LoRA checkpoint holding the merged full model.
 MERGED_DIR = "merged"
 _CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
-# Files only needed to resume training (optimizer moments are 2x the model's size).
-_RESUME_ONLY_PREFIXES = ("optimizer", "scheduler", "rng_state", "scaler")
+# Files and folders only needed to resume training: optimizer moments (2x the model's size),
+# scheduler, RNG and scaler state, and the training engines' own copies (as transformers' Trainer
+# saves them): accelerate's FSDP model and optimizer state (``pytorch_model_fsdp*``,
+# ``optimizer*``: a file with FULL_STATE_DICT, a folder with SHARDED_STATE_DICT) and DeepSpeed's
+# engine checkpoint (``global_step<N>/`` with its ``latest`` pointer and ``zero_to_fp32.py``).
+_RESUME_ONLY_PREFIXES = ("optimizer", "scheduler", "rng_state", "scaler", "pytorch_model_fsdp", "global_step")
+_RESUME_ONLY_NAMES = ("latest", "zero_to_fp32.py")
+# What holds the optimizer state a resume needs: the Trainer's own, accelerate's FSDP, or DeepSpeed's.
+_OPTIMIZER_STATE = ("optimizer*", "global_step*")
+# Weights ``from_pretrained`` loads (not the training engines' copies above).
+_MODEL_WEIGHTS = ("model*.safetensors", "pytorch_model.bin", "pytorch_model-*.bin")
 
 
 @dataclass(frozen=True)
@@ -37,7 +48,7 @@ class Checkpoint:
 
     @property
     def resumable(self) -> bool:
-        return self.complete and any(self.path.glob("optimizer*"))
+        return self.complete and any(any(self.path.glob(pattern)) for pattern in _OPTIMIZER_STATE)
 
 
 def list_checkpoints(output_dir: str | Path) -> list[Checkpoint]:
@@ -93,8 +104,11 @@ def prune_checkpoints(output_dir: str | Path, kept_epochs: set[int] | list[int],
 
 def _strip_resume_state(path: Path) -> None:
     for child in path.iterdir():
-        if child.name.startswith(_RESUME_ONLY_PREFIXES):
-            child.unlink()
+        if child.name.startswith(_RESUME_ONLY_PREFIXES) or child.name in _RESUME_ONLY_NAMES:
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
 
 
 def base_entry(base_model: Path) -> dict:
@@ -109,6 +123,8 @@ def checkpoint_entries(output_dir: Path, kept: set[int], config) -> list[dict]:
     for checkpoint in list_checkpoints(output_dir):
         if not checkpoint.complete or checkpoint.epoch not in kept or checkpoint.epoch == 0:
             continue
+        if not config.use_lora:
+            check_loadable_model(checkpoint.path)
         path = checkpoint.path / MERGED_DIR if config.use_lora else checkpoint.path
         entry = {"name": f"epoch-{checkpoint.epoch}", "epoch": checkpoint.epoch, "step": checkpoint.step,
                  "path": str(path)}
@@ -116,3 +132,19 @@ def checkpoint_entries(output_dir: Path, kept: set[int], config) -> list[dict]:
             entry["adapter_path"] = str(checkpoint.path)
         entries.append(entry)
     return entries
+
+
+def check_loadable_model(path: Path) -> None:
+    """A kept checkpoint must hold a model ``from_pretrained`` loads (``config.json`` and
+    weights): the endpoint passes read it. Sharded training engines save one only when told to.
+
+    :raises CheckpointWithoutModel: naming the checkpoint and the setting that makes one.
+    """
+    if (path / "config.json").is_file() and any(any(path.glob(pattern)) for pattern in _MODEL_WEIGHTS):
+        return
+    raise CheckpointWithoutModel(
+        f"probe: {path} holds no model the endpoint passes can load (config.json and model weights), only the "
+        "training engine's sharded state: in the accelerate config of distributed_config set "
+        "fsdp_state_dict_type: FULL_STATE_DICT (FSDP), or stage3_gather_16bit_weights_on_model_save: true in "
+        "the DeepSpeed ZeRO-3 config"
+    )
