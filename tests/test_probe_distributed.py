@@ -17,7 +17,8 @@ import pytest
 from tests.conftest import REPO, dj_process, read_jsonl, tagged_processes_after, write_jsonl
 from tests.test_probe_training import pool, tiny_config
 from trajval_ops.probe.checkpoints import list_checkpoints
-from trajval_ops.probe.config import ProbeConfig, grpo_arguments, strategy_mismatch
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.probe.config import ProbeConfig, check_autocast, grpo_arguments, strategy_mismatch
 from trajval_ops.probe.launch import (
     PARENT_PID_ENV,
     ProbeLaunchError,
@@ -131,6 +132,25 @@ def test_failed_launch_carries_the_ranks_error(tmp_path):
     rows = pool(2)
     with pytest.raises(ProbeLaunchError, match=r"(?s)failed with exit code 1.*no_such_function"):
         launch_probe(rows, ["t0", "t1"], config, tmp_path / "probe", show_progress=False)
+
+
+def test_a_ranks_input_error_is_the_failed_launchs_cause(tmp_path):
+    """What stops every rank for bad settings (here the bf16 autocast of a distributed_config
+    under precision fp32) reaches the operator as the same input error a one-process run raises:
+    dj-process then prints it as one block and exits 2 (``user_errors`` follows the cause)."""
+    from trajval_ops.ops.dj.error_exit import user_error_of
+
+    config_file = tmp_path / "ddp.yaml"
+    config_file.write_text("distributed_type: MULTI_GPU\nmixed_precision: bf16\nnum_machines: 1\n")
+    rows = pool(2)
+    with pytest.raises(ProbeLaunchError, match="failed with exit code") as failed:
+        launch_probe(rows, ["t0", "t1"], two_process_config(precision="fp32", distributed_config=str(config_file)),
+                     tmp_path / "probe", show_progress=False)
+    cause = user_error_of(failed.value)
+    assert isinstance(cause, TrajvalInputError) and cause is failed.value.__cause__
+    assert str(cause).startswith(f"precision is fp32, but accelerate would train with mixed_precision bf16, set by "
+                                 f"distributed_config ({config_file})")
+    assert not (tmp_path / "probe").exists() or not any((tmp_path / "probe").iterdir())
 
 
 # ---------------------------------------------------------------- real runs (slow)
@@ -259,6 +279,20 @@ def test_one_process_run_resumes_on_two_processes(tmp_path, capfd):
     assert "resuming from checkpoint-4" in log
     assert "2 processes, MULTI_CPU)" in log
     assert f"distributed_config ({fsdp}) asks for distributed_type FSDP, but the ranks run MULTI_CPU" in log
+
+
+@pytest.mark.parametrize("precision, autocast, refused", [
+    ("fp32", "no", False), ("bf16-mixed", "bf16", False), ("bf16", "bf16", False),
+    ("fp32", "bf16", True), ("fp32", "fp16", True), ("bf16-mixed", "no", True),
+])
+def test_the_trainers_autocast_must_be_the_precisions(precision, autocast, refused):
+    if not refused:
+        check_autocast(precision, autocast, "ddp.yaml")
+        return
+    with pytest.raises(TrajvalInputError, match=rf"precision is {precision}, but accelerate would train with "
+                                                 rf"mixed_precision {autocast}, set by distributed_config \(ddp.yaml\) "
+                                                 "or by ACCELERATE_MIXED_PRECISION"):
+        check_autocast(precision, autocast, "ddp.yaml")
 
 
 @pytest.mark.parametrize("asked, running, says", [

@@ -192,6 +192,33 @@ def test_probe_endpoint_learnability_pipeline_under_dj_process_and_probe_under_r
     assert [r["id"] for r in ray_out if r["trajval_in_probe"]] == marked
 
 
+def test_an_autocast_the_precision_does_not_name_stops_the_probe_before_it_writes(tmp_path):
+    """With no bf16 in TRL's arguments (precision fp32), accelerate takes its mixed precision from
+    the environment (what ``accelerate launch`` fills from a distributed_config, or a cluster's
+    default): the probe would train in bf16 autocast and record fp32. It stops with one error,
+    exit 2, before the output folder is touched; without the variable the same recipe trains."""
+    rows = pool(4)
+    probe_dir = tmp_path / "probe"
+    recipe = {
+        "project_name": "probe_autocast", "dataset_path": str(write_jsonl(tmp_path / "pool.jsonl", rows)),
+        "export_path": str(tmp_path / "out.jsonl"), "np": 1, "text_keys": None, "skip_op_error": False,
+        "open_tracer": False, "op_fusion": False,
+        "process": [{"trajval_probe_trainer": {
+            "output_dir": str(probe_dir), "model": "tiny-random-llama", "probe_size": 2, "epochs": 1,
+            "prompts_per_batch": 2, "num_generations": 2, "micro_batch_size": 4, "max_completion_length": 8,
+            "precision": "fp32", "verifier": "math", "show_progress": False}}],
+    }
+    refused = dj_process(recipe, tmp_path, env={"ACCELERATE_MIXED_PRECISION": "bf16"})
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert re.search(r"precision is fp32, but accelerate would train with mixed_precision bf16, set by "
+                     r"ACCELERATE_MIXED_PRECISION in the environment", refused.stderr)
+    assert "Traceback" not in refused.stderr
+    assert not probe_dir.exists() or not any(probe_dir.iterdir())
+    trained = dj_process(recipe, tmp_path)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert load_manifest(probe_dir)["config"]["precision"] == "fp32"
+
+
 def test_lora_probe_writes_merged_model_folders(tmp_path):
     from transformers import AutoModelForCausalLM
 

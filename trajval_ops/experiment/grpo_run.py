@@ -52,8 +52,8 @@ def run(spec: dict[str, Any]) -> dict:
     from trajval_ops.pools.io import read_rows
     from trajval_ops.models import resolve_model
     from trajval_ops.hardware import device_name, peak_memory_gib
-    from trajval_ops.probe.config import (ProbeConfig, grpo_arguments, resolve_device, resolve_generation,
-                                          resolve_precision)
+    from trajval_ops.probe.config import (ProbeConfig, check_autocast, grpo_arguments, resolve_device,
+                                          resolve_generation, resolve_precision)
     from trajval_ops.probe.progress import NonFiniteGuard
     from trajval_ops.probe.rewards import verifier_reward
     from trajval_ops.probe.run import load_policy, load_tokenizer, max_context_of, probe_examples, training_dataset
@@ -99,6 +99,7 @@ def run(spec: dict[str, Any]) -> dict:
         dynamic_sampling=bool(spec.get("dynamic_sampling")),
         max_generation_rounds=int(spec.get("max_generation_rounds", 8)),
     )
+    check_autocast(precision, trainer.accelerator.mixed_precision)
     generation, why = resolve_generation(config.generation, device)
     if generation == "vllm":
         _evaluate_with_trainers_vllm(trainer, evaluations)

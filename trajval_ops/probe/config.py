@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trajval_ops.errors import TrajvalInputError
 from trajval_ops.settings import check_settings, setting
 
 
@@ -249,6 +250,28 @@ def resolve_precision(precision: str, device: str) -> str:
 def autocasts_bf16(precision: str, device: str) -> bool:
     """Whether the trainer runs its forward and backward passes under bf16 autocast."""
     return resolve_precision(precision, device) in ("bf16", "bf16-mixed")
+
+
+#: accelerate's ``mixed_precision`` (the trainer's autocast) under each resolved precision.
+_ACCELERATE_AUTOCAST = {"bf16-mixed": "bf16", "bf16": "bf16", "fp32": "no"}
+
+
+def check_autocast(precision: str, autocast: str, distributed_config: str | None = None) -> None:
+    """The trainer autocasts as the resolved ``precision`` says. Where TRL's arguments ask for no
+    bf16, accelerate takes ``mixed_precision`` from the environment (``ACCELERATE_MIXED_PRECISION``,
+    which ``accelerate launch`` fills from a config file): an fp32 run would train under bf16
+    autocast and record fp32.
+
+    :param autocast: the trainer's ``accelerator.mixed_precision``.
+    :raises TrajvalInputError: naming both and where the other came from, before any step.
+    """
+    if _ACCELERATE_AUTOCAST[precision] == autocast:
+        return
+    where = f"distributed_config ({distributed_config}) or by " if distributed_config else ""
+    raise TrajvalInputError(
+        f"precision is {precision}, but accelerate would train with mixed_precision {autocast}, set by {where}"
+        "ACCELERATE_MIXED_PRECISION in the environment: the run would record one precision and train in another. "
+        "Set precision: bf16-mixed for bf16 autocast, or mixed_precision to 'no' there")
 
 
 def torch_dtype(precision: str, device: str):

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 from loguru import logger
 
 from trajval_ops.atomic import atomic_open
+from trajval_ops.errors import TrajvalInputError
 from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.probe.manifest import load_manifest
 
@@ -36,6 +37,8 @@ from trajval_ops.probe.manifest import load_manifest
 PARENT_PID_ENV = "TRAJVAL_PARENT_PID"
 #: Lines of the ranks' stderr kept for the error of a failed launch.
 STDERR_TAIL_LINES = 100
+#: In the job's folder: the input error (bad input or settings) a rank stopped on.
+_RANK_INPUT_ERROR = "input_error.json"
 _MODULE = "trajval_ops.probe.launch"
 
 
@@ -69,11 +72,13 @@ def launch_probe(
         env = launch_environment(os.environ, sys.path, os.getcwd(), os.getpid())
         logger.info(f"probe: launching {config.num_processes} training processes: {' '.join(command)}")
         returncode, tail = _run_echoing_stderr(command, env)
+        input_error = _read_input_error(Path(folder)) if returncode != 0 else None
     if returncode != 0:
+        # a rank's input error is the failure's cause: dj-process shows it as one block, exit 2
         raise ProbeLaunchError(
             f"probe: accelerate launch of {config.num_processes} processes (num_processes) failed with exit code "
             f"{returncode}; last lines of the ranks' stderr:\n" + "".join(tail)
-        )
+        ) from input_error
     return load_manifest(output_dir)
 
 
@@ -140,8 +145,26 @@ def run_rank(job_file: str | os.PathLike) -> dict:
     from trajval_ops.probe.run import run_probe
 
     job = read_job(job_file)
-    return record(run_probe)(job["rows"], job["probe_ids"], job["config"], job["output_dir"],
-                             show_progress=job["show_progress"])
+    try:
+        return record(run_probe)(job["rows"], job["probe_ids"], job["config"], job["output_dir"],
+                                 show_progress=job["show_progress"])
+    except TrajvalInputError as error:  # bad input or settings: the launcher raises it again
+        with atomic_open(Path(job_file).with_name(_RANK_INPUT_ERROR), "w") as out:
+            json.dump({"type": type(error).__name__, "message": str(error)}, out)
+        raise
+
+
+def _read_input_error(folder: Path) -> TrajvalInputError | None:
+    """The input error a rank raised (any rank's: they raise the same), or None."""
+    path = folder / _RANK_INPUT_ERROR
+    if not path.is_file():
+        return None
+    from trajval_ops import errors
+
+    raised = json.loads(path.read_text())
+    kind = getattr(errors, raised["type"], None)
+    kind = kind if isinstance(kind, type) and issubclass(kind, TrajvalInputError) else TrajvalInputError
+    return kind(raised["message"])
 
 
 def _run_echoing_stderr(command: list[str], env: dict[str, str]) -> tuple[int, list[str]]:

@@ -19,7 +19,7 @@ from trajval_ops.probe.checkpoints import (
     MERGED_DIR, base_entry, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints,
 )
 from trajval_ops.probe.config import (
-    EXECUTION_SETTINGS, ProbeConfig, grpo_arguments, lora_config, resolve_device, resolve_generation,
+    EXECUTION_SETTINGS, ProbeConfig, check_autocast, grpo_arguments, lora_config, resolve_device, resolve_generation,
     resolve_precision, strategy_mismatch, torch_dtype,
 )
 from trajval_ops.probe.manifest import (
@@ -83,14 +83,17 @@ def run_probe(
     args = _grpo_config(config, output_dir, device, show_progress)  # sets up a launched run's process group
     main = args.process_index == 0
     manifest = _start_manifest(config, probe_ids, base_model, digest, device, steps_per_epoch, previous)
-    resume = _prepare_resume(output_dir, config, manifest, base_model, args)
     from trajval_ops.probe.progress import NonFiniteGuard, ProbeProgress, quiet_trainer
 
     progress = ProbeProgress(config, output_dir, base_model, steps_per_epoch, manifest, show_progress)
-    guard = NonFiniteGuard("probe", resolve_precision(config.precision, device), config.learning_rate)
+    precision = resolve_precision(config.precision, device)
+    guard = NonFiniteGuard("probe", precision, config.learning_rate)
     trainer = _grpo_trainer(config, args, base_model, device, tokenizer, dataset, manifest,
                             [guard, progress, *extra_callbacks])
     quiet_trainer(trainer)
+    # every rank, before the output folder is touched: a run refused here leaves it as it was
+    check_autocast(precision, trainer.accelerator.mixed_precision, config.distributed_config)
+    resume = _prepare_resume(output_dir, config, manifest, base_model, args)
     if main:
         strategy = trainer.accelerator.distributed_type.value
         logger.info(
