@@ -19,8 +19,8 @@ from trajval_ops.probe.checkpoints import (
     MERGED_DIR, base_entry, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints,
 )
 from trajval_ops.probe.config import (
-    EXECUTION_SETTINGS, ProbeConfig, check_autocast, grpo_arguments, lora_config, resolve_device, resolve_generation,
-    resolve_precision, strategy_mismatch, torch_dtype,
+    EXECUTION_SETTINGS, ProbeConfig, check_autocast, grpo_arguments, lora_config, resolve_device,
+    resolve_generation, resolve_precision, strategy_mismatch, torch_dtype,
 )
 from trajval_ops.probe.manifest import (
     FORMAT,
