@@ -48,7 +48,12 @@ class Checkpoint:
 
     @property
     def resumable(self) -> bool:
-        return self.complete and any(any(self.path.glob(pattern)) for pattern in _OPTIMIZER_STATE)
+        return self.complete and _holds(self.path, _OPTIMIZER_STATE)
+
+
+def _holds(folder: Path, patterns: tuple[str, ...]) -> bool:
+    """Whether ``folder`` holds an entry matching one of ``patterns``."""
+    return any(any(folder.glob(pattern)) for pattern in patterns)
 
 
 def list_checkpoints(output_dir: str | Path) -> list[Checkpoint]:
@@ -140,7 +145,7 @@ def check_loadable_model(path: Path) -> None:
 
     :raises CheckpointWithoutModel: naming the checkpoint and the setting that makes one.
     """
-    if (path / "config.json").is_file() and any(any(path.glob(pattern)) for pattern in _MODEL_WEIGHTS):
+    if (path / "config.json").is_file() and _holds(path, _MODEL_WEIGHTS):
         return
     raise CheckpointWithoutModel(
         f"probe: {path} holds no model the endpoint passes can load (config.json and model weights), only the "

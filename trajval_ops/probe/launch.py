@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 from loguru import logger
 
 from trajval_ops.atomic import atomic_open
+from trajval_ops import errors
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.probe.manifest import load_manifest
@@ -159,8 +160,6 @@ def _read_input_error(folder: Path) -> TrajvalInputError | None:
     path = folder / _RANK_INPUT_ERROR
     if not path.is_file():
         return None
-    from trajval_ops import errors
-
     raised = json.loads(path.read_text())
     kind = getattr(errors, raised["type"], None)
     kind = kind if isinstance(kind, type) and issubclass(kind, TrajvalInputError) else TrajvalInputError
