@@ -96,6 +96,19 @@ def fixture_rows() -> list[dict]:
 
 
 @pytest.fixture
+def gpu_of_capability(monkeypatch):
+    """Call with a compute capability, e.g. ``(9, 0)`` (H200) or ``(7, 0)`` (V100): code that asks
+    what a GPU computes natively gets that answer, so GPU settings build on a machine without one."""
+
+    def use(capability: tuple[int, int]):
+        from trajval_ops import hardware
+
+        monkeypatch.setattr(hardware, "gpu_capability", lambda device="cuda": capability)
+
+    return use
+
+
+@pytest.fixture
 def caplog_loguru():
     """Capture loguru messages (loguru bypasses the logging module that caplog reads)."""
     from loguru import logger

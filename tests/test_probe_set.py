@@ -117,9 +117,10 @@ def test_config_defaults_are_the_paper_regime():
     assert c.early_epochs() == [0] and c.late_epochs() == [20]
 
 
-def test_grpo_arguments_cpu_and_gpu_paths(monkeypatch):
+def test_grpo_arguments_cpu_and_gpu_paths(monkeypatch, gpu_of_capability):
     from trajval_ops.probe import config as probe_config
 
+    gpu_of_capability((9, 0))  # an H200
     c = ProbeConfig(prompts_per_batch=4, num_generations=8, micro_batch_size=8)
     cpu = grpo_arguments(c, "/tmp/x", "cpu")
     assert cpu["use_cpu"] and not cpu["bf16"] and not cpu["use_vllm"] and not cpu["gradient_checkpointing"]
@@ -135,11 +136,12 @@ def test_grpo_arguments_cpu_and_gpu_paths(monkeypatch):
     # test_probe_training.py; the GPU ones need CUDA to build.)
 
 
-def test_precision_selects_bf16_on_either_device_and_keeps_old_probe_hashes():
+def test_precision_selects_bf16_on_either_device_and_keeps_old_probe_hashes(gpu_of_capability):
     import torch
 
     from trajval_ops.probe.config import resolve_precision, torch_dtype
 
+    gpu_of_capability((9, 0))  # an H200
     c = ProbeConfig(prompts_per_batch=4, num_generations=8, micro_batch_size=8)
     bf16 = ProbeConfig(prompts_per_batch=4, num_generations=8, micro_batch_size=8, precision="bf16")
     fp32 = ProbeConfig(prompts_per_batch=4, num_generations=8, micro_batch_size=8, precision="fp32")
@@ -154,6 +156,50 @@ def test_precision_selects_bf16_on_either_device_and_keeps_old_probe_hashes():
     assert "precision" not in c.identity() and bf16.identity()["precision"] == "bf16"
     with pytest.raises(ValueError, match="precision must be one of 'auto', 'bf16-mixed', 'bf16', 'fp32', got 'fp16'"):
         ProbeConfig(precision="fp16")
+
+
+@pytest.mark.parametrize("capability, native", [((7, 0), False), ((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_a_gpu_without_native_bf16_trains_and_samples_in_fp32_by_default(gpu_of_capability, capability, native):
+    """V100 (7.0) and T4 (7.5) have no native bf16: torch emulates it, slowly and without an error,
+    and vLLM refuses it. ``auto`` there is fp32 for the probe, validate's units and the engines, and
+    the run says why; an explicit bf16 is kept and said to be emulated."""
+    from trajval_ops.hardware import auto_dtype
+    from trajval_ops.probe.config import precision_note, resolve_precision
+
+    gpu_of_capability(capability)
+    c = ProbeConfig(prompts_per_batch=4, num_generations=8, micro_batch_size=8)
+    assert resolve_precision("auto", "cuda") == ("bf16-mixed" if native else "fp32")
+    assert grpo_arguments(c, "/tmp/x", "cuda")["bf16"] == native
+    assert auto_dtype("cuda") == ("bfloat16" if native else "float32")
+    notes = {precision: precision_note(precision, "cuda") for precision in ("auto", "bf16-mixed", "bf16", "fp32")}
+    if native:
+        assert set(notes.values()) == {None}
+        return
+    version = f"{capability[0]}.{capability[1]}"
+    assert notes["auto"] == (f"precision auto -> fp32: this GPU (compute capability {version}) has no native "
+                             "bf16 (it starts at 8.0)")
+    assert f"precision bf16-mixed on a GPU of compute capability {version}" in notes["bf16-mixed"]
+    assert "torch emulates it" in notes["bf16"] and notes["fp32"] is None
+    assert precision_note("auto", "cpu") is None and resolve_precision("bf16", "cuda") == "bf16"
+
+
+def test_the_gpu_asked_about_is_the_one_a_process_uses(monkeypatch):
+    """``cuda:<i>`` is GPU i; bare ``cuda`` is a launched rank's ``LOCAL_RANK`` GPU (read before
+    the rank picks it), else GPU 0; vLLM's child passes the capability it read, and torch is not asked."""
+    import torch
+
+    from trajval_ops import hardware
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: asked.append(index) or (8, 6))
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert hardware.gpu_capability("cuda") == (8, 6) and hardware.gpu_capability("cuda:1") == (8, 6)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    hardware.gpu_capability("cuda")
+    assert asked == [0, 1, 3]
+    assert hardware.auto_dtype("cuda", (7, 5)) == "float32" and hardware.auto_dtype("cuda", (9, 0)) == "bfloat16"
+    assert asked == [0, 1, 3]
+    assert hardware.auto_dtype("cpu") == ("bfloat16" if hardware.cpu_supports_bf16() else "float32")
 
 
 def test_config_validation():

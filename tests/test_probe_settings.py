@@ -141,7 +141,7 @@ def test_docs_list_the_settings_as_declared():
         "print(settings.markdown_table(ProbeConfig))'")
 
 
-def test_probe_generation_is_a_setting_and_a_gpu_without_vllm_uses_transformers(monkeypatch):
+def test_probe_generation_is_a_setting_and_a_gpu_without_vllm_uses_transformers(monkeypatch, gpu_of_capability):
     """Issue 37, item 2: ``generation: auto | vllm | transformers``. A GPU without vLLM trains with
     TRL's transformers generation (it failed inside TRL), the reason said; ``vllm`` without vLLM,
     or on CPU, is refused naming the setting before any model loads; the default stays out of the
@@ -149,6 +149,7 @@ def test_probe_generation_is_a_setting_and_a_gpu_without_vllm_uses_transformers(
     from trajval_ops.probe import config as probe_config
     from trajval_ops.probe.config import grpo_arguments, resolve_generation
 
+    gpu_of_capability((9, 0))
     monkeypatch.setattr(probe_config, "vllm_importable", lambda: False)
     assert resolve_generation("auto", "cuda") == ("transformers", "generation: auto on a GPU without vLLM installed "
                                                   "(pip install vllm for faster rollouts)")

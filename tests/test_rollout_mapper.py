@@ -150,6 +150,9 @@ def test_bad_settings(tmp_path):
         _op(tmp_path, template="poem")
     with pytest.raises(ValueError, match="unknown verifier"):
         _op(tmp_path, verifier="regex")
+    # when the operator is built, not as torch's AttributeError when the model loads
+    with pytest.raises(ValueError, match="dtype must be one of 'auto', 'bfloat16', 'float16', 'float32', got 'fp16'"):
+        _op(tmp_path, dtype="fp16")
     op = _op(tmp_path, model="/no/such/model")
     with pytest.raises(FileNotFoundError, match="tiny-random-llama"):
         op.process_batched(_batch(arithmetic_rows()[:1]))

@@ -1,5 +1,5 @@
-"""What the machine offers (bf16 on the CPU, the usable cores) and what a process used of it
-(its device, its peak memory).
+"""What the machine offers (native bf16 on the CPU or GPU, the usable cores) and what a process
+used of it (its device, its peak memory).
 
 Imports nothing of the package, so every module (engines, the vLLM child, trainers) can use it.
 """
@@ -17,6 +17,37 @@ def cpu_supports_bf16() -> bool:
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+#: Native bf16 arithmetic on NVIDIA GPUs starts at compute capability 8.0 (Ampere). On older GPUs
+#: (V100 7.0, T4 7.5) torch emulates bf16, slowly and without an error, and vLLM refuses it.
+BF16_GPU_CAPABILITY = (8, 0)
+
+
+def gpu_capability(device: str = "cuda") -> tuple[int, int]:
+    """The compute capability of ``device`` (``cuda:<i>``; bare ``cuda`` is the launcher's
+    ``LOCAL_RANK`` GPU, else GPU 0: read by index, so a rank that has not picked its GPU yet asks
+    about its own)."""
+    import torch
+
+    index = int(device.partition(":")[2] or os.environ.get("LOCAL_RANK", 0))
+    return tuple(torch.cuda.get_device_capability(index))
+
+
+def computes_bf16(device: str, capability: tuple[int, int] | None = None) -> bool:
+    """Whether ``device`` (``cpu`` or ``cuda[:i]``) has native bf16 arithmetic.
+
+    :param capability: the GPU's compute capability when the caller has it (vLLM's child reads it
+        without starting CUDA); else it is read from torch.
+    """
+    if not device.startswith("cuda"):
+        return cpu_supports_bf16()
+    return tuple(capability or gpu_capability(device)) >= BF16_GPU_CAPABILITY
+
+
+def auto_dtype(device: str, capability: tuple[int, int] | None = None) -> str:
+    """An engine's ``dtype: auto``: ``bfloat16`` where ``device`` computes it natively, else ``float32``."""
+    return "bfloat16" if computes_bf16(device, capability) else "float32"
 
 
 def usable_cpus() -> int:

@@ -82,7 +82,7 @@ def measure_bare(args, rows) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trajval_ops.hardware import cpu_supports_bf16
+    from trajval_ops.hardware import auto_dtype
     from trajval_ops.models import resolve_model
 
     torch.set_num_threads(args.threads)
@@ -90,8 +90,7 @@ def measure_bare(args, rows) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    dtype = torch.bfloat16 if cpu_supports_bf16() else torch.float32  # what the engine's "auto" picks
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, auto_dtype("cpu"))).eval()
     prompts = rendered_prompts(tokenizer, rows, args.template)
     torch.manual_seed(0)
     start, cpu_start = time.perf_counter(), time.process_time()

@@ -176,10 +176,9 @@ def _bare_loop(model_path: Path, prompts: list[str], n: int, max_new_tokens: int
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    from trajval_ops.hardware import cpu_supports_bf16
+    from trajval_ops.hardware import auto_dtype
 
-    dtype = torch.bfloat16 if device == "cuda" or cpu_supports_bf16() else torch.float32  # the engine's "auto"
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, auto_dtype(device))).to(device).eval()
     torch.manual_seed(0)
     tokens = 0
     _sync(device)

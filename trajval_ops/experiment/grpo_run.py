@@ -46,7 +46,6 @@ def run(spec: dict[str, Any]) -> dict:
     import torch
 
     torch.set_num_threads(int(spec.get("threads", 1)))
-    from loguru import logger
     from trl import GRPOConfig
 
     from trajval_ops.pools.io import read_rows
@@ -104,11 +103,7 @@ def run(spec: dict[str, Any]) -> dict:
     if generation == "vllm":
         _evaluate_with_trainers_vllm(trainer, evaluations)
     start = time.monotonic()
-    logger.info(f"grpo_run: {spec.get('name', out.name)}: {spec['steps']} steps on {len(rows)} tasks "
-                f"(prior {spec.get('weight_column') or 'uniform'}, online {spec.get('online') or 'none'}, "
-                f"dynamic sampling {'on' if spec.get('dynamic_sampling') else 'off'}, seed {spec['seed']}) on "
-                f"{device_name(device)}, precision {precision}; training and evaluations generate with "
-                f"{generation} ({why})")
+    _announce(spec, out, len(rows), device, config.precision, generation, why)
     trainer.train()
     verifier.close()
     result = {"name": spec.get("name", out.name), "steps": trainer.state.global_step,
@@ -121,6 +116,22 @@ def run(spec: dict[str, Any]) -> dict:
 
     write_json(out / RESULT_FILE, result)
     return result
+
+
+def _announce(spec: dict, out: Path, tasks: int, device: str, precision: str, generation: str, why: str) -> None:
+    """The unit's start line, and a warning where this GPU has no native bf16 for its precision."""
+    from loguru import logger
+
+    from trajval_ops.hardware import device_name
+    from trajval_ops.probe.config import precision_note, resolve_precision
+
+    logger.info(f"grpo_run: {spec.get('name', out.name)}: {spec['steps']} steps on {tasks} tasks "
+                f"(prior {spec.get('weight_column') or 'uniform'}, online {spec.get('online') or 'none'}, "
+                f"dynamic sampling {'on' if spec.get('dynamic_sampling') else 'off'}, seed {spec['seed']}) on "
+                f"{device_name(device)}, precision {resolve_precision(precision, device)}; training and "
+                f"evaluations generate with {generation} ({why})")
+    if note := precision_note(precision, device):
+        logger.warning(f"grpo_run: {note}")
 
 
 def step_record(log_history: list[dict], batch_completions: int) -> dict:

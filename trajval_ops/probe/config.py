@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trajval_ops import hardware
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.settings import check_settings, setting
 
@@ -95,10 +96,11 @@ class ProbeConfig:
                               "imports, else TRL's transformers generation, the reason logged), ``vllm`` (TRL's "
                               "vLLM integration; a GPU and vLLM installed) or ``transformers`` (any device).",
                               choices=GENERATIONS, hashed_at_default=False)
-    precision: str = setting("auto", "weights and mixed precision of the probe: ``auto`` (``bf16-mixed`` on a GPU, "
-                             "``fp32`` on CPU), ``bf16-mixed`` (fp32 weights, optimizer state and checkpoints, bf16 "
-                             "autocast), ``bf16`` (bf16 weights and autocast: half the memory; its updates went "
-                             "non-finite for SmolLM2-135M-Instruct on a GPU) or ``fp32``.",
+    precision: str = setting("auto", "weights and mixed precision of the probe: ``auto`` (``bf16-mixed`` on a GPU "
+                             "with native bf16, compute capability 8.0+; else ``fp32``), ``bf16-mixed`` (fp32 "
+                             "weights, optimizer state and checkpoints, bf16 autocast), ``bf16`` (bf16 weights "
+                             "and autocast: half the memory; its updates went non-finite for "
+                             "SmolLM2-135M-Instruct on a GPU) or ``fp32``.",
                              choices=PRECISIONS, hashed_at_default=False)
     use_lora: bool = setting(False, "train a LoRA adapter instead of all weights; checkpoints are merged into "
                              "full model folders for the endpoint mapper.")
@@ -238,13 +240,28 @@ def resolve_generation(generation: str, device: str) -> tuple[str, str]:
 
 
 def resolve_precision(precision: str, device: str) -> str:
-    """``bf16-mixed``, ``bf16`` or ``fp32``: ``auto`` is ``bf16-mixed`` on a GPU (fp32 master
-    weights: SmolLM2-135M-Instruct's bf16-weight updates went non-finite at step 3 on an H200
-    where fp32 weights trained) and ``fp32`` on CPU (bf16 autocast gave no training gain on CPU
-    and costs precision)."""
+    """``bf16-mixed``, ``bf16`` or ``fp32``: ``auto`` is ``bf16-mixed`` on a GPU with native bf16
+    (fp32 master weights: SmolLM2-135M-Instruct's bf16-weight updates went non-finite at step 3 on
+    an H200 where fp32 weights trained) and ``fp32`` on older GPUs (V100, T4: torch would emulate
+    bf16) and on CPU (bf16 autocast gave no training gain on CPU and costs precision)."""
     if precision == "auto":
-        return "bf16-mixed" if device == "cuda" else "fp32"
+        return "bf16-mixed" if device == "cuda" and hardware.computes_bf16(device) else "fp32"
     return precision
+
+
+def precision_note(precision: str, device: str) -> str | None:
+    """What a run on ``device`` should say about ``precision``: why ``auto`` chose fp32 on a GPU,
+    or that an asked-for bf16 runs emulated there (slowly, with no error from torch)."""
+    if device != "cuda" or hardware.computes_bf16(device):
+        return None
+    capability = ".".join(map(str, hardware.gpu_capability(device)))
+    if precision == "auto":
+        return (f"precision auto -> fp32: this GPU (compute capability {capability}) has no native bf16 "
+                f"(it starts at {'.'.join(map(str, hardware.BF16_GPU_CAPABILITY))})")
+    if precision != "fp32":
+        return (f"precision {precision} on a GPU of compute capability {capability}, which has no native bf16: "
+                "torch emulates it, slowly; precision: auto trains in fp32 there")
+    return None
 
 
 def autocasts_bf16(precision: str, device: str) -> bool:

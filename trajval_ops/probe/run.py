@@ -19,8 +19,8 @@ from trajval_ops.probe.checkpoints import (
     MERGED_DIR, base_entry, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints,
 )
 from trajval_ops.probe.config import (
-    EXECUTION_SETTINGS, ProbeConfig, check_autocast, grpo_arguments, lora_config, resolve_device,
-    resolve_generation, resolve_precision, strategy_mismatch, torch_dtype,
+    EXECUTION_SETTINGS, ProbeConfig, check_autocast, grpo_arguments, lora_config, precision_note,
+    resolve_device, resolve_generation, resolve_precision, strategy_mismatch, torch_dtype,
 )
 from trajval_ops.probe.manifest import (
     FORMAT,
@@ -101,8 +101,10 @@ def run_probe(
             f"{steps_per_epoch} steps, {config.model} on {device} ({manifest['generation_engine']} generation"
             f"{f', {config.num_processes} processes, {strategy}' if config.num_processes > 1 else ''})"
         )
-        if mismatch := strategy_mismatch(config.distributed_config, strategy):
-            logger.warning(f"probe: {mismatch}")
+        for warning in (strategy_mismatch(config.distributed_config, strategy),
+                        precision_note(config.precision, device)):
+            if warning:
+                logger.warning(f"probe: {warning}")
     trainer.train(resume_from_checkpoint=str(resume.path) if resume else None)
     return _finish_probe(trainer, args, config, output_dir, base_model, device, manifest, progress)
 

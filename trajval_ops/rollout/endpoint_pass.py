@@ -30,7 +30,7 @@ from trajval_ops import __version__, fields
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.recipe import SAMPLE_SETTINGS, sample_difference
 from trajval_ops.rollout.budget import BUDGETS, DEFAULT_TOLERANCE
-from trajval_ops.rollout.engines import ENGINES, DecodingConfig
+from trajval_ops.rollout.engines import DTYPES, ENGINES, DecodingConfig
 from trajval_ops.rollout.reused_pass import REUSE_FORMS, REUSE_PRESETS
 from trajval_ops.rollout.pass_rates import (
     NO_COST, STATUS_BAD_TRUTH, STATUS_NOT_SAMPLED, STATUS_OK, STATUS_TRUNCATED, PromptSettings, pass_rate,
@@ -51,7 +51,9 @@ class EngineSettings(_Checked):
                           "(vllm when it is installed and starts, else transformers).", choices=ENGINES)
     prompts_per_generate: int = setting(4, "rows sampled together in one generate call (each with n completions); "
                                         "also the granularity at which results reach the cache.", ge=1)
-    dtype: str = setting("auto", "\"auto\" (bf16 when the CPU/GPU supports it, else fp32), \"bfloat16\", \"float32\".")
+    dtype: str = setting("auto", "\"auto\" (bf16 where the CPU or GPU computes it natively: AVX512-BF16/AMX, compute "
+                         "capability 8.0+; else fp32), \"bfloat16\", \"float16\" (faster than fp32 on a V100 or "
+                         "T4; a model trained in bf16 can overflow in it) or \"float32\".", choices=DTYPES)
     torch_threads: Optional[int] = setting(
         None, "(transformers) torch CPU threads per worker process; None: under Ray the actor's ``num_cpus``, else "
         "the usable cores divided by ``num_proc``, so workers do not oversubscribe the cores (measured in "

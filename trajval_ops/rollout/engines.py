@@ -24,10 +24,12 @@ from typing import Protocol
 
 from loguru import logger
 
-from trajval_ops.hardware import cpu_supports_bf16
+from trajval_ops.hardware import auto_dtype
 from trajval_ops.settings import check_settings, setting
 
 ENGINES = ("auto", "transformers", "vllm")
+#: The engines' weight and compute dtypes (``auto``: :func:`trajval_ops.hardware.auto_dtype`).
+DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class TransformersEngine:
     """Batched sampling with transformers' ``generate`` (CPU or one GPU).
 
     :param model_path: a Hugging Face model folder.
-    :param dtype: "auto" (bf16 on GPUs and bf16-capable CPUs, else fp32), "bfloat16", "float32".
+    :param dtype: one of :data:`DTYPES`; "auto" is bf16 where the CPU or GPU computes it natively, else fp32.
     :param device: "auto" (CUDA when available), "cpu", "cuda", ...
     :param torch_threads: torch's CPU threads in this process (None: torch's default, every
         usable core). Set it per process when several share the cores.
@@ -101,8 +103,10 @@ class TransformersEngine:
 
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        chosen = ""
         if dtype == "auto":
-            dtype = "bfloat16" if device != "cpu" or cpu_supports_bf16() else "float32"
+            dtype = auto_dtype(device)
+            chosen = " (dtype auto: no native bf16 here)" if dtype == "float32" else ""
         self.device, self.dtype = device, dtype
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
         if self.tokenizer.pad_token is None:
@@ -110,8 +114,8 @@ class TransformersEngine:
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         self.model.to(device).eval()
         self._adopt(self.model, self.tokenizer, device, dtype)
-        logger.info(f"transformers engine: {model_path} on {device} in {dtype}, {torch.get_num_threads()} torch "
-                    f"thread(s) (loaded in {time.perf_counter() - start:.1f} s)")
+        logger.info(f"transformers engine: {model_path} on {device} in {dtype}{chosen}, {torch.get_num_threads()} "
+                    f"torch thread(s) (loaded in {time.perf_counter() - start:.1f} s)")
 
     def _adopt(self, model, tokenizer, device, dtype: str) -> None:
         self.model, self.tokenizer, self.device, self.dtype = model, tokenizer, device, dtype
@@ -206,7 +210,7 @@ class VllmEngine:
     :meth:`shutdown` (or the end of the interpreter) stops it and every process vLLM started.
 
     :param model_path: a Hugging Face model folder.
-    :param dtype: "auto" (bf16 on bf16-capable CPUs and GPUs, else fp32), or a vLLM dtype.
+    :param dtype: one of :data:`DTYPES`; "auto" is bf16 where the CPU or GPU computes it natively, else fp32.
     :param max_model_len: context length to reserve KV cache for.
     :param enforce_eager: skip torch.compile / CUDA graphs (start-up 36 s instead of ~3 min on
         CPU, generation about 25% slower).

@@ -53,10 +53,13 @@ def _serve(conn) -> None:
         from vllm import SamplingParams
         from vllm.platforms import current_platform
 
-        from trajval_ops.hardware import cpu_supports_bf16
+        from trajval_ops.hardware import auto_dtype
 
-        if dtype == "auto":
-            dtype = "bfloat16" if current_platform.is_cuda_alike() or cpu_supports_bf16() else "float32"
+        if dtype == "auto":  # the GPU's capability from vLLM's platform, which reads it without starting CUDA
+            if current_platform.is_cuda_alike():
+                dtype = auto_dtype("cuda", current_platform.get_device_capability())
+            else:
+                dtype = auto_dtype("cpu")
         start = time.perf_counter()
         llm = vllm.LLM(model=model_path, dtype=dtype, **llm_kwargs)
         conn.send(("ready", {"dtype": dtype, "startup_s": time.perf_counter() - start}))
@@ -134,7 +137,7 @@ class VllmProcess:
     its process group, and it does not receive the terminal's Ctrl-C (the parent stops it).
 
     :param model_path: the model folder.
-    :param dtype: "auto" (bf16 on GPUs and bf16-capable CPUs, else fp32) or a vLLM dtype.
+    :param dtype: "auto" (bf16 where the CPU or GPU computes it natively, else fp32) or a vLLM dtype.
     :param llm_kwargs: further ``vllm.LLM`` keyword arguments.
     :param session: written to ``TRAJVAL_ENGINE_SESSION`` in the environment of the child and
         every process vLLM starts (see :func:`trajval_ops.lifetime.tagged_processes`).
