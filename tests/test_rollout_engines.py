@@ -61,6 +61,25 @@ def test_torch_threads_are_set_per_engine(tiny_model_path):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_dtype_auto_is_bf16_only_where_it_is_native_and_the_log_says_why(tiny_model_path, monkeypatch,
+                                                                         caplog_loguru, native):
+    """The same rule as on a GPU (``hardware.auto_dtype``), seen through this CPU's bf16 flag."""
+    import torch
+
+    monkeypatch.setattr("trajval_ops.hardware.cpu_supports_bf16", lambda: native)
+    before = torch.get_num_threads()
+    try:
+        auto = build_engine("transformers", tiny_model_path, dtype="auto", device="cpu", torch_threads=1)
+        asked = build_engine("transformers", tiny_model_path, dtype="bfloat16", device="cpu", torch_threads=1)
+    finally:
+        torch.set_num_threads(before)
+    assert (auto.dtype, auto.model.dtype) == (("bfloat16", torch.bfloat16) if native else ("float32", torch.float32))
+    assert asked.model.dtype == torch.bfloat16
+    assert ("in float32 (dtype auto: no native bf16 here)" in caplog_loguru.text) == (not native)
+    assert ("in bfloat16 (emulated, slowly: no native bf16 here)" in caplog_loguru.text) == (not native)
+
+
 def test_endpoint_mapper_divides_the_cores_among_its_workers(tiny_model_path, monkeypatch):
     from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
     from trajval_ops.rollout import session as session_module

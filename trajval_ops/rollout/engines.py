@@ -107,6 +107,8 @@ class TransformersEngine:
         if dtype == "auto":
             dtype = auto_dtype(device)
             chosen = " (dtype auto: no native bf16 here)" if dtype == "float32" else ""
+        elif dtype == "bfloat16" and auto_dtype(device) == "float32":
+            chosen = " (emulated, slowly: no native bf16 here)"
         self.device, self.dtype = device, dtype
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
         if self.tokenizer.pad_token is None:
