@@ -185,20 +185,24 @@ def test_a_gpu_without_native_bf16_trains_and_samples_in_fp32_by_default(gpu_of_
 
 def test_the_gpu_asked_about_is_the_one_a_process_uses(monkeypatch):
     """``cuda:<i>`` is GPU i; bare ``cuda`` is a launched rank's ``LOCAL_RANK`` GPU (read before
-    the rank picks it), else GPU 0; vLLM's child passes the capability it read, and torch is not asked."""
+    the rank picks it), else GPU 0, and GPU 0 where an inherited ``LOCAL_RANK`` is past the GPUs
+    the process sees; vLLM's child passes the capability it read, and torch is not asked."""
     import torch
 
     from trajval_ops import hardware
 
     asked = []
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: asked.append(index) or (8, 6))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     assert hardware.gpu_capability("cuda") == (8, 6) and hardware.gpu_capability("cuda:1") == (8, 6)
     monkeypatch.setenv("LOCAL_RANK", "3")
     hardware.gpu_capability("cuda")
-    assert asked == [0, 1, 3]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # a unit pinned to one GPU, LOCAL_RANK inherited
+    hardware.gpu_capability("cuda")
+    assert asked == [0, 1, 3, 0]
     assert hardware.auto_dtype("cuda", (7, 5)) == "float32" and hardware.auto_dtype("cuda", (9, 0)) == "bfloat16"
-    assert asked == [0, 1, 3]
+    assert asked == [0, 1, 3, 0]
     assert hardware.auto_dtype("cpu") == ("bfloat16" if hardware.cpu_supports_bf16() else "float32")
 
 

@@ -27,11 +27,14 @@ BF16_GPU_CAPABILITY = (8, 0)
 def gpu_capability(device: str = "cuda") -> tuple[int, int]:
     """The compute capability of ``device`` (``cuda:<i>``; bare ``cuda`` is the launcher's
     ``LOCAL_RANK`` GPU, else GPU 0: read by index, so a rank that has not picked its GPU yet asks
-    about its own)."""
+    about its own; a ``LOCAL_RANK`` inherited by a process that sees fewer GPUs reads GPU 0)."""
     import torch
 
-    index = int(device.partition(":")[2] or os.environ.get("LOCAL_RANK", 0))
-    return tuple(torch.cuda.get_device_capability(index))
+    index = device.partition(":")[2]
+    if not index:
+        index = int(os.environ.get("LOCAL_RANK", 0))
+        index = index if index < torch.cuda.device_count() else 0
+    return tuple(torch.cuda.get_device_capability(int(index)))
 
 
 def computes_bf16(device: str, capability: tuple[int, int] | None = None) -> bool:
