@@ -103,7 +103,7 @@ def run(spec: dict[str, Any]) -> dict:
     if generation == "vllm":
         _evaluate_with_trainers_vllm(trainer, evaluations)
     start = time.monotonic()
-    _announce(spec, out, len(rows), device, config.precision, generation, why)
+    _announce(spec, out, len(rows), device, (config.precision, precision), generation, why)
     trainer.train()
     verifier.close()
     result = {"name": spec.get("name", out.name), "steps": trainer.state.global_step,
@@ -118,19 +118,24 @@ def run(spec: dict[str, Any]) -> dict:
     return result
 
 
-def _announce(spec: dict, out: Path, tasks: int, device: str, precision: str, generation: str, why: str) -> None:
-    """The unit's start line, and a warning where this GPU has no native bf16 for its precision."""
+def _announce(spec: dict, out: Path, tasks: int, device: str, precision: tuple[str, str], generation: str,
+              why: str) -> None:
+    """The unit's start line, and a warning where this GPU has no native bf16 for its precision.
+
+    :param precision: the setting and what it resolved to on ``device``.
+    """
     from loguru import logger
 
     from trajval_ops.hardware import device_name
-    from trajval_ops.probe.config import precision_note, resolve_precision
+    from trajval_ops.probe.config import precision_note
 
+    asked, resolved = precision
     logger.info(f"grpo_run: {spec.get('name', out.name)}: {spec['steps']} steps on {tasks} tasks "
                 f"(prior {spec.get('weight_column') or 'uniform'}, online {spec.get('online') or 'none'}, "
                 f"dynamic sampling {'on' if spec.get('dynamic_sampling') else 'off'}, seed {spec['seed']}) on "
-                f"{device_name(device)}, precision {resolve_precision(precision, device)}; training and "
-                f"evaluations generate with {generation} ({why})")
-    if note := precision_note(precision, device):
+                f"{device_name(device)}, precision {resolved}; training and evaluations generate with "
+                f"{generation} ({why})")
+    if note := precision_note(asked, device):
         logger.warning(f"grpo_run: {note}")
 
 
