@@ -20,6 +20,9 @@ def test_recipe_builds_its_operators(recipe, monkeypatch, tmp_path):
     from data_juicer.ops import load_ops
 
     monkeypatch.chdir(REPO)
+    # Data-Juicer marks the whole process as a Ray job when it parses a Ray recipe: undone after this test,
+    # else every later test in the session builds its operators in Ray mode
+    monkeypatch.setenv("RAY_JOB", "0")
     cfg = init_configs(["--config", str(recipe), "--work_dir", str(tmp_path)])  # its job folder, not the checkout's
     assert cfg.skip_op_error is False
     assert cfg.text_keys is None  # no row may be dropped for a None text field

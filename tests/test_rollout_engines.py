@@ -116,6 +116,126 @@ def test_endpoint_mapper_divides_the_cores_among_its_workers(tiny_model_path, mo
     assert not TrajvalEndpointRewardMapper(model=tiny_model_path, ray_execution_mode="task").use_ray_actor()
 
 
+def _pretend_data_juicer_sees_gpus(monkeypatch, count: int) -> None:
+    """Data-Juicer's GPU mode (``accelerator: cuda``) on this CPU: it hands each map worker its
+    rank, which is what this machine can check; the engines still run on the CPU."""
+    import data_juicer.ops.base_op as base_op
+    import data_juicer.utils.process_utils as process_utils
+
+    monkeypatch.setattr(base_op, "is_cuda_available", lambda: True)
+    monkeypatch.setattr(process_utils, "cuda_device_count", lambda: count)
+    monkeypatch.setattr(process_utils, "available_gpu_memories", lambda: [80_000] * count)
+
+
+def test_gpu_mode_workers_each_place_their_engine_by_rank(tmp_path, monkeypatch):
+    """accelerator: cuda with num_proc 2 crashed in every worker past the first (Data-Juicer's rank
+    landed where a batch's row positions were read); now each worker places its engine by rank,
+    and the pass rates are the single process's."""
+    from data_juicer.core.data import NestedDataset
+
+    from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
+
+    def run(**options):
+        op = TrajvalEndpointRewardMapper(model="tiny-random-llama", output_key="acc", engine="transformers", n=2,
+                                         max_new_tokens=4, cache_dir=str(tmp_path / str(len(options))),
+                                         batch_size=4, torch_threads=1, **options)
+        return op.run(NestedDataset.from_list(arithmetic_rows(16)))["acc"]
+
+    alone = run()
+    placed = tmp_path / "placed.txt"
+
+    def worker_device(rank):  # runs in the forked map workers: record the rank, stay on the CPU
+        with open(placed, "a") as handle:
+            handle.write(f"{os.getpid()} {rank}\n")
+        return "cpu"
+
+    _pretend_data_juicer_sees_gpus(monkeypatch, 2)
+    monkeypatch.setattr("trajval_ops.hardware.worker_device", worker_device)
+    assert run(num_proc=2, accelerator="cuda") == alone
+    ranks = {}
+    for line in placed.read_text().splitlines():
+        pid, rank = line.split()
+        ranks.setdefault(int(rank), set()).add(pid)
+    assert sorted(ranks) == [0, 1] and all(len(pids) == 1 for pids in ranks.values())
+
+
+@pytest.mark.slow
+def test_gpu_mode_workers_run_in_data_juicers_forkserver(tmp_path, monkeypatch):
+    """The path dj-process takes for an operator in GPU mode: Data-Juicer starts the map workers
+    from a forkserver (CUDA cannot be used in a forked child), so each worker unpickles the
+    operator and gets its rank there; the pass rates are the single process's."""
+    from data_juicer.core.data import NestedDataset
+
+    from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
+
+    def run(cache, **options):
+        op = TrajvalEndpointRewardMapper(model="tiny-random-llama", output_key="acc", engine="transformers", n=2,
+                                         max_new_tokens=4, cache_dir=str(cache), batch_size=4, torch_threads=1,
+                                         **options)
+        return NestedDataset.from_list(arithmetic_rows(16)).process([op])["acc"]
+
+    import multiprocess
+
+    alone = run(tmp_path / "alone")
+    _pretend_data_juicer_sees_gpus(monkeypatch, 2)
+    before = multiprocess.get_start_method()
+    try:
+        assert run(tmp_path / "workers", num_proc=2, accelerator="cuda") == alone
+        assert multiprocess.get_start_method() == "forkserver"
+    finally:  # Data-Juicer sets it process-wide
+        multiprocess.set_start_method(before, force=True)
+    assert len(list((tmp_path / "workers").glob("*/results-*.jsonl"))) == 2  # one rollout log per worker
+
+
+def test_worker_device_spreads_ranks_over_the_gpus(monkeypatch):
+    import torch
+
+    from trajval_ops.hardware import worker_device
+
+    count = torch.cuda.device_count()
+    assert worker_device(3) == (f"cuda:{3 % count}" if count else "cpu")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [worker_device(rank) for rank in range(4)] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+
+
+@pytest.mark.gpu
+def test_an_engine_on_an_indexed_gpu_keeps_to_it(tiny_model_path):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU: torch sees none here")
+    index = torch.cuda.device_count() - 1
+    engine = TransformersEngine(tiny_model_path, device=f"cuda:{index}")
+    assert next(engine.model.parameters()).device == torch.device("cuda", index)
+    assert torch.cuda.current_device() == index  # nothing of this process's work lands on GPU 0
+    assert len(engine.generate(["What is 1 + 1?"], DecodingConfig(n=2, max_new_tokens=4))[0]) == 2
+
+
+def test_unplaced_workers_on_several_gpus_and_a_vllm_num_proc_are_said(tiny_model_path, monkeypatch, request):
+    import torch
+
+    from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
+
+    caplog_loguru = request.getfixturevalue("caplog_loguru")  # after Data-Juicer's first import resets loguru
+
+    def starts_the_driver():
+        raise AssertionError("torch.cuda.is_available() starts the CUDA driver: forked workers could not use CUDA")
+
+    monkeypatch.setattr(torch.cuda, "is_available", starts_the_driver)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)  # NVML's count, as on a 4-GPU node
+    TrajvalEndpointRewardMapper(model=tiny_model_path, engine="transformers", num_proc=2)._check_worker_placement()
+    assert ("2 workers (num_proc) on a machine with 4 GPUs, without accelerator: cuda: every worker loads its "
+            "model on GPU 0; set accelerator: cuda to run worker i on GPU i mod 4") in caplog_loguru.text
+    caplog_loguru.messages.clear()
+    _pretend_data_juicer_sees_gpus(monkeypatch, 4)
+    TrajvalEndpointRewardMapper(model=tiny_model_path, engine="transformers", num_proc=2,
+                                accelerator="cuda")._check_worker_placement()
+    TrajvalEndpointRewardMapper(model=tiny_model_path, engine="transformers")._check_worker_placement()
+    assert "every worker loads" not in caplog_loguru.text
+    assert TrajvalEndpointRewardMapper(model=tiny_model_path, engine="vllm", num_proc=4).num_proc == 1
+    assert "num_proc 4 -> 1: engine vllm runs vLLM where it can" in caplog_loguru.text
+
+
 def test_derive_seed_is_stable_and_content_dependent():
     assert derive_seed(0, "a") == derive_seed(0, "a")
     assert len({derive_seed(0, "a"), derive_seed(1, "a"), derive_seed(0, "b")}) == 3

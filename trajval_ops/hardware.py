@@ -53,6 +53,22 @@ def auto_dtype(device: str, capability: tuple[int, int] | None = None) -> str:
     return "bfloat16" if computes_bf16(device, capability) else "float32"
 
 
+def gpu_count() -> int:
+    """The GPUs this process sees (0 without CUDA), read through NVML where it can be: unlike
+    ``torch.cuda.is_available()``, which starts the CUDA driver, this leaves workers forked
+    afterwards (Data-Juicer's default) able to use CUDA."""
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def worker_device(rank: int) -> str:
+    """The device of the map worker of this rank: GPU ``rank`` mod the GPU count where CUDA is (as
+    Data-Juicer places its own models on GPUs), else the CPU."""
+    count = gpu_count()
+    return f"cuda:{int(rank) % count}" if count else "cpu"
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on (its affinity mask, not the machine's count)."""
     try:

@@ -6,6 +6,7 @@ import time
 from typing import Dict, Optional
 
 from data_juicer.ops.base_op import OPERATORS, Mapper
+from loguru import logger
 
 from trajval_ops import fields, settings
 from trajval_ops.ops.dj.error_exit import user_errors
@@ -118,8 +119,11 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
             raise ValueError(f"{OP_NAME}: {exc}") from None
         self.endpoint = EndpointPass(model, window, window_index, output_key, groups, id_key, drawn_sample, OP_NAME)
         self.output_key = self.endpoint.output_key
-        if engine != "transformers" and not is_ray_mode():
-            self.num_proc = 1  # vLLM owns its worker processes; under Ray num_proc is the actor count
+        if engine != "transformers" and not is_ray_mode():  # under Ray num_proc is the actor count
+            if int(self.num_proc or 1) > 1:
+                logger.info(f"{OP_NAME}: num_proc {self.num_proc} -> 1: engine {engine} runs vLLM where it can, "
+                            "which starts its own workers (num_proc spreads only the transformers engine)")
+            self.num_proc = 1
         self.torch_threads = torch_threads
         self.bind_table_process()
         if is_ray_mode():
@@ -154,6 +158,13 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         """Under Ray, an actor pool by default (``ray_execution_mode: task`` opts out): an actor
         keeps its engine across batches, where a task would load the model for every batch."""
         return self.ray_execution_mode != "task"
+
+    def place_worker(self, rank: int) -> None:
+        """``accelerator: cuda``: the transformers engine of worker ``rank`` runs on GPU ``rank`` mod
+        the GPU count, so ``num_proc`` workers spread over the node's GPUs instead of all loading on GPU 0."""
+        from trajval_ops.hardware import worker_device
+
+        self.endpoint.device = worker_device(rank)
 
     def _worker_threads(self) -> int:
         """Torch threads of this worker's engine: the recipe's, else under Ray the CPUs Ray
@@ -202,6 +213,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         start_run(exporter)
         with user_errors():  # a user error ends the run with one readable message (the engine freed first)
             self.check_pool(dataset_table(dataset))
+            self._check_worker_placement()
             start = time.perf_counter()
             try:
                 result = super().run(dataset, exporter=exporter, tracer=tracer)
@@ -209,6 +221,18 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
                 self.release()
             self.finish_pool(dataset_table(result), time.perf_counter() - start)
         return result
+
+    def _check_worker_placement(self) -> None:
+        """Outside Data-Juicer's GPU mode the map workers get no rank (:meth:`place_worker`): on a
+        node with several GPUs every transformers worker would load on GPU 0, so say so and how."""
+        from trajval_ops.hardware import gpu_count
+
+        workers = int(self.num_proc or 1)
+        gpus = gpu_count() if workers > 1 and not self.use_cuda() else 0
+        if gpus > 1:
+            logger.warning(f"{OP_NAME}: {workers} workers (num_proc) on a machine with {gpus} GPUs, without "
+                           f"accelerator: cuda: every worker loads its model on GPU 0; set accelerator: cuda "
+                           f"to run worker i on GPU i mod {gpus}")
 
     def check_pool(self, table) -> None:
         """Before the first batch: the pass's whole-pool checks; a sampled pass's draw handed to

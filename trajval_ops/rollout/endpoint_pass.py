@@ -263,6 +263,8 @@ class EndpointPass:
         self.verifier = build_verifier(self.checks.verifier, **(self.checks.verifier_options or {}))
         #: torch threads of the engine this worker starts (set by the caller before a batch)
         self.threads = 1
+        #: the transformers engine's device in this worker (the caller's placement; ``auto``: CUDA when available)
+        self.device = "auto"
         self._set_sample(sample, drawn_sample)
         self._init_worker_state()
 
@@ -330,7 +332,8 @@ class EndpointPass:
             from trajval_ops.rollout.session import EngineSession
 
             self._session = EngineSession(self.engine.engine, self._model_path, tag=self._token,
-                                          torch_threads=self.threads, **self.engine.options(self.decoding.seed)).start()
+                                          torch_threads=self.threads, device=self.device,
+                                          **self.engine.options(self.decoding.seed)).start()
             self._times["engine_start_s"] += self._session.startup_s  # imports included
         return self._session
 

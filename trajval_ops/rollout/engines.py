@@ -84,7 +84,8 @@ class TransformersEngine:
 
     :param model_path: a Hugging Face model folder.
     :param dtype: one of :data:`DTYPES`; "auto" is bf16 where the CPU or GPU computes it natively, else fp32.
-    :param device: "auto" (CUDA when available), "cpu", "cuda", ...
+    :param device: "auto" (CUDA when available), "cpu", "cuda" or "cuda:<i>" (that GPU becomes the
+        process's current one, so nothing of the engine lands on GPU 0).
     :param torch_threads: torch's CPU threads in this process (None: torch's default, every
         usable core). Set it per process when several share the cores.
     """
@@ -103,6 +104,8 @@ class TransformersEngine:
 
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device.startswith("cuda:"):
+            torch.cuda.set_device(device)
         chosen = ""
         if dtype == "auto":
             dtype = auto_dtype(device)

@@ -69,12 +69,18 @@ class TableMapper:
         dict conversion) by the Arrow-or-dict dispatch."""
         self.process = self._process_table_or_dict
 
-    def _process_table_or_dict(self, batch, *args, **kwargs):
+    def place_worker(self, rank: int) -> None:
+        """Called before each batch with the map worker's rank, which Data-Juicer hands a worker
+        only in its GPU mode (``accelerator: cuda`` on a machine with CUDA); nothing by default."""
+
+    def _process_table_or_dict(self, batch, rank=None):
         import pyarrow as pa
 
+        if rank is not None:  # Data-Juicer's `with_rank`: the only argument it passes after the batch
+            self.place_worker(rank)
         if isinstance(batch, pa.Table):
             return self.transform_table(batch, None)
-        return self.process_batched(batch, *args, **kwargs)
+        return self.process_batched(batch)
 
     def process_batched(self, samples, indices=None, *args, **kwargs):
         """dict batch in, the same dict with this mapper's columns added out.
