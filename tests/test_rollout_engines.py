@@ -236,6 +236,51 @@ def test_unplaced_workers_on_several_gpus_and_a_vllm_num_proc_are_said(tiny_mode
     assert "num_proc 4 -> 1: engine vllm runs vLLM where it can" in caplog_loguru.text
 
 
+def _overflowing(engine, value: float):
+    """The engine's model with its final norm's weights set to ``value``: 60000 overflows float16
+    (max 65504) in the logits, NaN stands for a checkpoint holding NaN weights."""
+    import torch
+
+    with torch.no_grad():
+        engine.model.model.norm.weight.fill_(value)
+    return engine
+
+
+def test_non_finite_logits_stop_a_float16_or_greedy_call_with_the_remedy(tiny_model_path):
+    from trajval_ops.errors import NonFiniteLogits
+
+    prompts, sampled, greedy = ["What is 1 + 1?"], DecodingConfig(n=2, max_new_tokens=4), DecodingConfig(
+        n=2, max_new_tokens=4, temperature=0)
+    half = TransformersEngine(tiny_model_path, dtype="float16", device="cpu")
+    assert len(half.generate(prompts, sampled)[0]) == 2  # a model that fits float16 is untouched
+    _overflowing(half, 60000.0)
+    for decoding in (sampled, greedy):
+        with pytest.raises(NonFiniteLogits, match=r"non-finite \(NaN or inf\) in float16 at new token 1 of a "
+                                                  r"generate call; the model overflows in float16: set dtype: float32"):
+            half.generate(prompts, decoding)
+    nan_weights = _overflowing(TransformersEngine(tiny_model_path, dtype="float32", device="cpu"), float("nan"))
+    # greedy decoding would take the argmax of NaN without a word
+    with pytest.raises(NonFiniteLogits, match=r"in float32 at new token 1 .* the checkpoint may hold NaN weights"):
+        nan_weights.generate(prompts, greedy)
+
+
+def test_an_overflowing_float16_pass_stops_and_caches_nothing(tmp_path, tiny_model_path):
+    from trajval_ops.errors import NonFiniteLogits
+    from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
+
+    model = tmp_path / "overflowing"
+    engine = _overflowing(TransformersEngine(tiny_model_path, dtype="float32", device="cpu"), 60000.0)
+    engine.model.save_pretrained(model)
+    engine.tokenizer.save_pretrained(model)
+    op = TrajvalEndpointRewardMapper(model=str(model), output_key="acc", engine="transformers", dtype="float16", n=2,
+                                     max_new_tokens=4, cache_dir=str(tmp_path / "rollouts"))
+    rows = arithmetic_rows()[:2]
+    with pytest.raises(NonFiniteLogits, match="set dtype: float32"):
+        op.process_batched({key: [row[key] for row in rows] for key in rows[0]})
+    op.release()
+    assert not any(path.stat().st_size for path in (tmp_path / "rollouts").rglob("results-*.jsonl"))
+
+
 def test_derive_seed_is_stable_and_content_dependent():
     assert derive_seed(0, "a") == derive_seed(0, "a")
     assert len({derive_seed(0, "a"), derive_seed(1, "a"), derive_seed(0, "b")}) == 3

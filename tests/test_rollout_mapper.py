@@ -256,6 +256,33 @@ def test_bad_row_stops_dj_process(tmp_path, private_rollout_cache):
 
 
 @pytest.mark.slow
+def test_an_overflowing_float16_model_stops_dj_process_with_the_remedy(tmp_path, private_rollout_cache):
+    """NaN logits in the main process's pass: one readable block, exit 2, no output."""
+    import torch
+    import yaml
+
+    from trajval_ops.models import resolve_model
+    from trajval_ops.rollout.engines import TransformersEngine
+
+    engine = TransformersEngine(resolve_model("tiny-random-llama"), dtype="float32", device="cpu")
+    with torch.no_grad():
+        engine.model.model.norm.weight.fill_(60000.0)  # finite in fp32, beyond float16's 65504 in the logits
+    engine.model.save_pretrained(tmp_path / "overflowing")
+    engine.tokenizer.save_pretrained(tmp_path / "overflowing")
+    recipe = yaml.safe_load((REPO / "recipes" / "endpoint_rewards_tiny.yaml").read_text())
+    recipe["process"] = recipe["process"][:1]
+    recipe["process"][0]["trajval_endpoint_reward_mapper"].update(model=str(tmp_path / "overflowing"),
+                                                                  dtype="float16")
+    pool = write_jsonl(tmp_path / "pool.jsonl", arithmetic_rows()[:3])
+    out = tmp_path / "o.jsonl"
+    result = dj_process(recipe, tmp_path, "--dataset_path", str(pool), "--export_path", str(out))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert ("trajval_ops: error: transformers engine: the next-token logits became non-finite (NaN or inf) in float16 "
+            "at new token 1 of a generate call; the model overflows in float16: set dtype: float32") in result.stderr
+    assert "Traceback" not in result.stderr and not out.exists()
+
+
+@pytest.mark.slow
 def test_embedded_smollm2_has_nonzero_pass_rates(tmp_path):
     op = TrajvalEndpointRewardMapper(model="smollm2-135m-instruct", output_key="acc", engine="transformers",
                                      n=8, max_new_tokens=96, prompts_per_generate=8,

@@ -13,6 +13,12 @@ class TrainingDiverged(TrajvalInputError):
     setting to change)."""
 
 
+class NonFiniteLogits(TrajvalInputError):
+    """An endpoint engine's next-token logits went non-finite (NaN or +inf): stopped at that token,
+    before it was sampled, so no pass rate is computed from it; the message names the dtype and
+    the remedy (a model that overflows in float16, or a checkpoint holding NaN weights)."""
+
+
 class CheckpointWithoutModel(TrajvalInputError):
     """A probe checkpoint the manifest would name holds no model ``from_pretrained`` loads (a
     sharded training engine saved only its own state); the message names the setting that makes
