@@ -233,7 +233,7 @@ def test_unplaced_workers_on_several_gpus_and_a_vllm_num_proc_are_said(tiny_mode
     TrajvalEndpointRewardMapper(model=tiny_model_path, engine="transformers")._check_worker_placement()
     assert "every worker loads" not in caplog_loguru.text
     assert TrajvalEndpointRewardMapper(model=tiny_model_path, engine="vllm", num_proc=4).num_proc == 1
-    assert "num_proc 4 -> 1: engine vllm runs vLLM where it can" in caplog_loguru.text
+    assert "num_proc 4 -> 1 for engine vllm: vLLM starts its own workers" in caplog_loguru.text
 
 
 def _overflowing(engine, value: float):

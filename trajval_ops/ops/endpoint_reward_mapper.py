@@ -121,8 +121,8 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         self.output_key = self.endpoint.output_key
         if engine != "transformers" and not is_ray_mode():  # under Ray num_proc is the actor count
             if int(self.num_proc or 1) > 1:
-                logger.info(f"{OP_NAME}: num_proc {self.num_proc} -> 1: engine {engine} runs vLLM where it can, "
-                            "which starts its own workers (num_proc spreads only the transformers engine)")
+                logger.info(f"{OP_NAME}: num_proc {self.num_proc} -> 1 for engine {engine}: vLLM starts its own "
+                            "workers (num_proc spreads only the transformers engine's)")
             self.num_proc = 1
         self.torch_threads = torch_threads
         self.bind_table_process()
