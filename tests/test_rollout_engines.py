@@ -275,7 +275,8 @@ def test_an_overflowing_float16_pass_stops_and_caches_nothing(tmp_path, tiny_mod
     op = TrajvalEndpointRewardMapper(model=str(model), output_key="acc", engine="transformers", dtype="float16", n=2,
                                      max_new_tokens=4, cache_dir=str(tmp_path / "rollouts"))
     rows = arithmetic_rows()[:2]
-    with pytest.raises(NonFiniteLogits, match="set dtype: float32"):
+    call = r"^trajval_endpoint_reward_mapper: the generate call of row 0 \(id='q0'\), row 1 \(id='q1'\): "
+    with pytest.raises(NonFiniteLogits, match=call + r"transformers engine: .* set dtype: float32"):
         op.process_batched({key: [row[key] for row in rows] for key in rows[0]})
     op.release()
     assert not any(path.stat().st_size for path in (tmp_path / "rollouts").rglob("results-*.jsonl"))

@@ -277,8 +277,10 @@ def test_an_overflowing_float16_model_stops_dj_process_with_the_remedy(tmp_path,
     out = tmp_path / "o.jsonl"
     result = dj_process(recipe, tmp_path, "--dataset_path", str(pool), "--export_path", str(out))
     assert result.returncode == 2, result.stderr[-3000:]
-    assert ("trajval_ops: error: transformers engine: the next-token logits became non-finite (NaN or inf) in float16 "
-            "at new token 1 of a generate call; the model overflows in float16: set dtype: float32") in result.stderr
+    assert ("trajval_ops: error: trajval_endpoint_reward_mapper: the generate call of row 0 (id='q0'), "
+            "row 1 (id='q1'), row 2 (id='q2'): transformers engine: the next-token logits became non-finite "
+            "(NaN or inf) in float16 at new token 1 of a generate call; the model overflows in float16: "
+            "set dtype: float32") in result.stderr
     assert "Traceback" not in result.stderr and not out.exists()
 
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from loguru import logger
 
-from trajval_ops.errors import TrajvalInputError
+from trajval_ops.errors import NonFiniteLogits, TrajvalInputError
 from trajval_ops.rollout.budget import STATUS_SKIPPED, STATUS_STOPPED
 from trajval_ops.rollout.engines import DecodingConfig, derive_seed
 from trajval_ops.rollout.prompts import (
@@ -270,16 +270,26 @@ class RolloutPass:
 
     def _round_call(self, call: list[int], tasks, rows, fitted, decoding, drawn) -> None:
         """One generate call of a round: sample, verify, add to each row's draws."""
-        start = time.perf_counter()
-        completions, tokens = self.session.generate_counted([fitted[i][0] for i in call], decoding)
-        self.counters.generate_s += time.perf_counter() - start
-        self.counters.completions += sum(len(c) for c in completions)
+        completions, tokens = self._generate([fitted[i][0] for i in call], [tasks[i] for i in call], decoding)
         for i, texts, row_tokens in zip(call, completions, tokens):
             checks = self._check(texts, tasks[i], rows[i])
             drawn[i]["rewards"] += [c.reward for c in checks]
             drawn[i]["methods"] += [c.method for c in checks]
             drawn[i]["tokens"] += int(row_tokens)
             drawn[i]["texts"] += texts
+
+    def _generate(self, prompts: list[str], tasks: list[Task], decoding) -> tuple[list[list[str]], list[int]]:
+        """One generate call, timed and counted; an engine stopped by non-finite logits names the
+        call's rows (an overflow can depend on the prompt)."""
+        start = time.perf_counter()
+        try:
+            completions, tokens = self.session.generate_counted(prompts, decoding)
+        except NonFiniteLogits as exc:
+            prefix = f"{self.what}: " if self.what else ""
+            raise NonFiniteLogits(f"{prefix}the generate call of {', '.join(t.label for t in tasks)}: {exc}") from None
+        self.counters.generate_s += time.perf_counter() - start
+        self.counters.completions += sum(len(c) for c in completions)
+        return completions, tokens
 
     def _early_rates(self, rows, first_row: int | None) -> np.ndarray | None:
         """The early pass rates of the batch's rows that an adaptive late pass reads (None for
@@ -322,10 +332,7 @@ class RolloutPass:
         the cache (written with one write when the call is done)."""
         session = self.session
         fitted = [self._fit(render_prompt(session.tokenizer, task.messages), task) for task in tasks]
-        start = time.perf_counter()
-        completions, tokens = session.generate_counted([prompt for prompt, _ in fitted], self.decoding)
-        self.counters.generate_s += time.perf_counter() - start
-        self.counters.completions += sum(len(c) for c in completions)
+        completions, tokens = self._generate([prompt for prompt, _ in fitted], tasks, self.decoding)
         generated = 1 if self.decoding.temperature == 0 else self.decoding.n  # greedy: one, counted n times
         results, new = [], []
         for task, row, texts, (_, status), is_new, row_tokens in zip(tasks, rows, completions, fitted, fresh, tokens):
