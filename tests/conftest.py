@@ -162,6 +162,28 @@ def tiny_engine(tiny_model_path):
     return TransformersEngine(tiny_model_path)
 
 
+def with_norm_weights(engine, value: float):
+    """The engine's model with its final norm's weights set to ``value``: 60000 is finite in fp32
+    and overflows float16 (max 65504) in the logits; NaN stands for a checkpoint holding NaN weights."""
+    import torch
+
+    with torch.no_grad():
+        engine.model.model.norm.weight.fill_(value)
+    return engine
+
+
+@pytest.fixture
+def float16_overflowing_model(tmp_path, tiny_model_path) -> Path:
+    """A model folder (tiny-random-llama, :func:`with_norm_weights` 60000) whose float16 logits overflow."""
+    from trajval_ops.rollout.engines import TransformersEngine
+
+    folder = tmp_path / "overflowing"
+    engine = with_norm_weights(TransformersEngine(tiny_model_path, dtype="float32", device="cpu"), 60000.0)
+    engine.model.save_pretrained(folder)
+    engine.tokenizer.save_pretrained(folder)
+    return folder
+
+
 def vllm_importable() -> tuple[bool, str]:
     try:
         import vllm  # noqa: F401

@@ -14,7 +14,7 @@ import pytest
 from trajval_ops.rollout.engines import DecodingConfig, TransformersEngine, build_engine, derive_seed
 from trajval_ops.rollout.prompts import build_messages, render_prompt
 
-from tests.conftest import arithmetic_rows, live_processes_tagged, vllm_importable
+from tests.conftest import arithmetic_rows, live_processes_tagged, vllm_importable, with_norm_weights
 
 VLLM_OK, VLLM_WHY = vllm_importable()
 
@@ -236,16 +236,6 @@ def test_unplaced_workers_on_several_gpus_and_a_vllm_num_proc_are_said(tiny_mode
     assert "num_proc 4 -> 1 for engine vllm: vLLM starts its own workers" in caplog_loguru.text
 
 
-def _overflowing(engine, value: float):
-    """The engine's model with its final norm's weights set to ``value``: 60000 overflows float16
-    (max 65504) in the logits, NaN stands for a checkpoint holding NaN weights."""
-    import torch
-
-    with torch.no_grad():
-        engine.model.model.norm.weight.fill_(value)
-    return engine
-
-
 def test_non_finite_logits_stop_a_float16_or_greedy_call_with_the_remedy(tiny_model_path):
     from trajval_ops.errors import NonFiniteLogits
 
@@ -253,26 +243,22 @@ def test_non_finite_logits_stop_a_float16_or_greedy_call_with_the_remedy(tiny_mo
         n=2, max_new_tokens=4, temperature=0)
     half = TransformersEngine(tiny_model_path, dtype="float16", device="cpu")
     assert len(half.generate(prompts, sampled)[0]) == 2  # a model that fits float16 is untouched
-    _overflowing(half, 60000.0)
+    with_norm_weights(half, 60000.0)
     for decoding in (sampled, greedy):
         with pytest.raises(NonFiniteLogits, match=r"non-finite \(NaN or inf\) in float16 at new token 1 of a "
                                                   r"generate call; the model overflows in float16: set dtype: float32"):
             half.generate(prompts, decoding)
-    nan_weights = _overflowing(TransformersEngine(tiny_model_path, dtype="float32", device="cpu"), float("nan"))
+    nan_weights = with_norm_weights(TransformersEngine(tiny_model_path, dtype="float32", device="cpu"), float("nan"))
     # greedy decoding would take the argmax of NaN without a word
     with pytest.raises(NonFiniteLogits, match=r"in float32 at new token 1 .* the checkpoint may hold NaN weights"):
         nan_weights.generate(prompts, greedy)
 
 
-def test_an_overflowing_float16_pass_stops_and_caches_nothing(tmp_path, tiny_model_path):
+def test_an_overflowing_float16_pass_stops_and_caches_nothing(tmp_path, float16_overflowing_model):
     from trajval_ops.errors import NonFiniteLogits
     from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
 
-    model = tmp_path / "overflowing"
-    engine = _overflowing(TransformersEngine(tiny_model_path, dtype="float32", device="cpu"), 60000.0)
-    engine.model.save_pretrained(model)
-    engine.tokenizer.save_pretrained(model)
-    op = TrajvalEndpointRewardMapper(model=str(model), output_key="acc", engine="transformers", dtype="float16", n=2,
+    op = TrajvalEndpointRewardMapper(model=str(float16_overflowing_model), output_key="acc", engine="transformers", dtype="float16", n=2,
                                      max_new_tokens=4, cache_dir=str(tmp_path / "rollouts"))
     rows = arithmetic_rows()[:2]
     call = r"^trajval_endpoint_reward_mapper: the generate call of row 0 \(id='q0'\), row 1 \(id='q1'\): "

@@ -256,22 +256,14 @@ def test_bad_row_stops_dj_process(tmp_path, private_rollout_cache):
 
 
 @pytest.mark.slow
-def test_an_overflowing_float16_model_stops_dj_process_with_the_remedy(tmp_path, private_rollout_cache):
+def test_an_overflowing_float16_model_stops_dj_process_with_the_remedy(tmp_path, private_rollout_cache,
+                                                                       float16_overflowing_model):
     """NaN logits in the main process's pass: one readable block, exit 2, no output."""
-    import torch
     import yaml
 
-    from trajval_ops.models import resolve_model
-    from trajval_ops.rollout.engines import TransformersEngine
-
-    engine = TransformersEngine(resolve_model("tiny-random-llama"), dtype="float32", device="cpu")
-    with torch.no_grad():
-        engine.model.model.norm.weight.fill_(60000.0)  # finite in fp32, beyond float16's 65504 in the logits
-    engine.model.save_pretrained(tmp_path / "overflowing")
-    engine.tokenizer.save_pretrained(tmp_path / "overflowing")
     recipe = yaml.safe_load((REPO / "recipes" / "endpoint_rewards_tiny.yaml").read_text())
     recipe["process"] = recipe["process"][:1]
-    recipe["process"][0]["trajval_endpoint_reward_mapper"].update(model=str(tmp_path / "overflowing"),
+    recipe["process"][0]["trajval_endpoint_reward_mapper"].update(model=str(float16_overflowing_model),
                                                                   dtype="float16")
     pool = write_jsonl(tmp_path / "pool.jsonl", arithmetic_rows()[:3])
     out = tmp_path / "o.jsonl"

@@ -212,8 +212,7 @@ class RolloutPass:
         problem = self.counters.problems[key]
         if problem is None:
             return False
-        prefix = f"{self.what}: " if self.what else ""
-        message = f"{prefix}{task.label}: field '{self.settings.ground_truth_key}': {problem}"
+        message = f"{self._prefix}{task.label}: field '{self.settings.ground_truth_key}': {problem}"
         if self.max_bad_truth_share <= 0:
             raise TrajvalInputError(
                 f"{message}; fix or remove the row, or allow a share of such rows with max_bad_truth_share")
@@ -278,6 +277,11 @@ class RolloutPass:
             drawn[i]["tokens"] += int(row_tokens)
             drawn[i]["texts"] += texts
 
+    @property
+    def _prefix(self) -> str:
+        """``"<what>: "`` ahead of a message that names rows (empty when the pass has no name)."""
+        return f"{self.what}: " if self.what else ""
+
     def _generate(self, prompts: list[str], tasks: list[Task], decoding) -> tuple[list[list[str]], list[int]]:
         """One generate call, timed and counted; an engine stopped by non-finite logits names the
         call's rows (an overflow can depend on the prompt)."""
@@ -285,8 +289,8 @@ class RolloutPass:
         try:
             completions, tokens = self.session.generate_counted(prompts, decoding)
         except NonFiniteLogits as exc:
-            prefix = f"{self.what}: " if self.what else ""
-            raise NonFiniteLogits(f"{prefix}the generate call of {', '.join(t.label for t in tasks)}: {exc}") from None
+            rows = ", ".join(task.label for task in tasks)
+            raise NonFiniteLogits(f"{self._prefix}the generate call of {rows}: {exc}") from None
         self.counters.generate_s += time.perf_counter() - start
         self.counters.completions += sum(len(c) for c in completions)
         return completions, tokens
@@ -307,8 +311,8 @@ class RolloutPass:
         try:
             return self.verifier.check_many(texts, task.ground_truth, row)
         except ValueError as exc:  # a ground truth the verifier cannot read
-            prefix = f"{self.what}: " if self.what else ""
-            raise TrajvalInputError(f"{prefix}{task.label}: field '{self.settings.ground_truth_key}': {exc}") from None
+            field_name = self.settings.ground_truth_key
+            raise TrajvalInputError(f"{self._prefix}{task.label}: field '{field_name}': {exc}") from None
 
     def _fit(self, prompt: str, task: Task) -> tuple[str, str]:
         """The prompt within the model's context (minus ``max_new_tokens``) and its status."""
@@ -317,8 +321,7 @@ class RolloutPass:
             prompt, cut_from = fit_prompt(session.tokenizer, prompt, session.max_context,
                                           self.decoding.max_new_tokens, self.overlong_prompt)
         except OverflowError as exc:
-            prefix = f"{self.what}: " if self.what else ""
-            raise TrajvalInputError(f"{prefix}{task.label}: field '{self.settings.prompt_key}': {exc}") from None
+            raise TrajvalInputError(f"{self._prefix}{task.label}: field '{self.settings.prompt_key}': {exc}") from None
         if cut_from is None:
             return prompt, STATUS_OK
         self.counters.truncated += 1
