@@ -12,6 +12,10 @@ from trajval_ops.experiment.protocol import Unit, _grpo_unit, main, run_units
 from trajval_ops.experiment.reuse import check_reusable_run, reuse_units, without_run_paths
 
 
+#: what a CPU machine resolves the validation config's precision and generation auto to
+CPU = {"precision": "fp32", "generation": "transformers"}
+
+
 def _run(root, pool_weights=None, data=b'{"id": "t0"}\n'):
     """A validation run's folder: protocol marker, one data file, and (optionally) a training pool."""
     (root / "data").mkdir(parents=True)
@@ -31,10 +35,10 @@ def _unit(root, name, seed=0, weight_column=None):
     return _grpo_unit(f"arms/{name}/seed-{seed}", folder, spec)
 
 
-def _finish(unit):
+def _finish(unit, result='{"steps": 4}'):
     unit.prepare()
     unit.folder.mkdir(parents=True)
-    (unit.folder / "result.json").write_text('{"steps": 4}')
+    (unit.folder / "result.json").write_text(result)
     unit.log.write_text("trained\n")
 
 
@@ -44,10 +48,23 @@ def test_equal_units_are_copied_and_others_are_not(tmp_path):
         _finish(unit)
     mine = [_unit(out, "uniform"), _unit(out, "uniform", seed=1)]
     mine[1] = _grpo_unit(mine[1].name, mine[1].folder, {"seed": 2})  # another seed: another spec
-    assert reuse_units(mine, source, out) == ["arms/uniform/seed-0"]
+    assert reuse_units(mine, source, out, CPU) == ["arms/uniform/seed-0"]
     assert mine[0].done() and (mine[0].folder / "result.json").read_text() == '{"steps": 4}'
     assert mine[0].log.read_text() == "trained\n"
     assert not mine[1].done()
+
+
+def test_a_unit_trained_with_other_numerics_is_not_copied(tmp_path, caplog_loguru):
+    source, out = _run(tmp_path / "a", [1.0]), _run(tmp_path / "b", [1.0])
+    _finish(_unit(source, "uniform"), json.dumps({"steps": 4, "precision": "bf16-mixed", "generation": "transformers"}))
+    _finish(_unit(source, "uniform", seed=1), json.dumps({"steps": 4, **CPU}))
+    mine = [_unit(out, "uniform"), _unit(out, "uniform", seed=1)]
+    assert reuse_units(mine, source, out, CPU) == ["arms/uniform/seed-1"]
+    assert not mine[0].done()
+    assert "arms/uniform/seed-0 not reused from" in caplog_loguru.text
+    assert "it trained with precision bf16-mixed (here fp32)" in caplog_loguru.text
+    gpu = {"precision": "bf16-mixed", "generation": "transformers"}
+    assert reuse_units(mine, source, out, gpu) == ["arms/uniform/seed-0"]
 
 
 def test_an_arm_is_copied_only_once_its_prior_is_known_and_equal(tmp_path):
@@ -55,13 +72,13 @@ def test_an_arm_is_copied_only_once_its_prior_is_known_and_equal(tmp_path):
     _finish(_unit(source, "trajval", weight_column="w"))
     out = tmp_path / "b"
     _run(out)  # no training pool yet
-    assert reuse_units([_unit(out, "trajval", weight_column="w")], source, out) == []
+    assert reuse_units([_unit(out, "trajval", weight_column="w")], source, out, CPU) == []
     (out / "priors").mkdir()
     pool = out / "priors" / "train_pool.jsonl"
     pool.write_text("".join(json.dumps({"id": f"t{i}", "w": w}) + "\n" for i, w in enumerate([1.0, 0.25])))
-    assert reuse_units([_unit(out, "trajval", weight_column="w")], source, out) == []  # a weight differs
+    assert reuse_units([_unit(out, "trajval", weight_column="w")], source, out, CPU) == []  # a weight differs
     pool.write_text("".join(json.dumps({"id": f"t{i}", "w": w}) + "\n" for i, w in enumerate([1.0, 0.5])))
-    assert reuse_units([_unit(out, "trajval", weight_column="w")], source, out) == ["arms/trajval/seed-0"]
+    assert reuse_units([_unit(out, "trajval", weight_column="w")], source, out, CPU) == ["arms/trajval/seed-0"]
 
 
 def test_rows_in_another_order_are_another_prior(tmp_path):
@@ -71,7 +88,7 @@ def test_rows_in_another_order_are_another_prior(tmp_path):
     (out / "priors").mkdir()
     (out / "priors" / "train_pool.jsonl").write_text(
         json.dumps({"id": "t1", "w": 0.5}) + "\n" + json.dumps({"id": "t0", "w": 1.0}) + "\n")
-    assert reuse_units([_unit(out, "trajval", weight_column="w")], source, out) == []
+    assert reuse_units([_unit(out, "trajval", weight_column="w")], source, out, CPU) == []
 
 
 def test_another_split_or_a_folder_without_a_run_is_an_error(tmp_path):

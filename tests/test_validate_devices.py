@@ -137,3 +137,43 @@ def test_the_specs_and_the_probe_recipe_carry_the_placement(tmp_path):
     path.write_text(yaml.safe_dump(raw))
     probe = probe_recipe(load_config(path), tmp_path)["process"][0]["trajval_probe_trainer"]
     assert (probe["device"], probe["precision"]) == ("cpu", "bf16") and "generation" not in probe
+
+
+def test_numerics_here_resolve_auto_per_machine(tmp_path, monkeypatch, gpu_of_capability):
+    from trajval_ops.experiment.devices import numerics_here
+    from trajval_ops.probe import config as probe_config
+
+    config = load_config(SMOKE)
+    assert numerics_here(config, []) == {"precision": "fp32", "generation": "transformers"}
+    monkeypatch.setattr(probe_config, "vllm_importable", lambda: False)
+    gpu_of_capability((9, 0))
+    assert numerics_here(config, ["0"]) == {"precision": "bf16-mixed", "generation": "transformers"}
+    gpu_of_capability((7, 0))
+    assert numerics_here(config, ["0"]) == {"precision": "fp32", "generation": "transformers"}
+    monkeypatch.setattr(probe_config, "vllm_importable", lambda: True)  # vLLM installed, but no GPU here
+    with pytest.raises(ConfigError, match="generation: vllm needs a GPU, and torch sees none"):
+        numerics_here(load_config(config_file(tmp_path, generation="vllm")), [])
+
+
+def test_resuming_units_that_trained_with_other_numerics_exits_2_before_anything_runs(tmp_path, capsys):
+    """A run moved from a GPU with bf16 to this CPU: its finished unit trained in bf16-mixed, the
+    rest would train in fp32 here, and the comparison would mix them."""
+    from trajval_ops.experiment.protocol import check_same_protocol, main
+
+    out = tmp_path / "run"
+    out.mkdir()
+    check_same_protocol(load_config(SMOKE), out)  # the run as a GPU machine claimed it
+    finished = out / "arms" / "uniform" / "seed-0"
+    finished.mkdir(parents=True)
+    (finished / "result.json").write_text(json.dumps({"precision": "bf16-mixed", "generation": "transformers"}))
+    code = main(["--config", str(SMOKE), "--out", str(out)])
+    error = capsys.readouterr().err
+    assert code == 2, error
+    assert ("1 finished unit(s) of this run trained with other numerics than this machine gives the units left "
+            "(arms/uniform/seed-0: precision bf16-mixed (here fp32))") in error
+    assert not (out / "data").exists()  # nothing prepared, nothing trained
+    (finished / "result.json").write_text(json.dumps({"precision": "fp32", "generation": "transformers"}))
+    from trajval_ops.experiment.devices import check_same_numerics, numerics_here
+    from trajval_ops.experiment.grpo_run import finished_results
+
+    check_same_numerics(finished_results(out), numerics_here(load_config(SMOKE), []))  # the same: it goes on

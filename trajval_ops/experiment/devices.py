@@ -6,6 +6,12 @@ process that sees one GPU (``CUDA_VISIBLE_DEVICES``), the least busy one, so ``w
 (by default one per visible GPU) train side by side without sharing a card; its evaluation
 passes run on the same card. On CPU the children see no GPU at all, so nothing inside a CPU
 run can pick one up by ``auto``.
+
+A unit's numbers depend on two things its spec names only as the config does: ``precision`` and
+``generation``, whose ``auto`` resolves per machine (bf16-mixed on a GPU with native bf16, fp32
+elsewhere; vLLM where it imports on a GPU). A run that moves between machines, or reuses another
+run's units, would compare arms trained one way with arms trained the other: every finished unit
+must have resolved them as this machine does (:func:`check_same_numerics`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from trajval_ops.experiment.validation_config import ConfigError, ValidationConf
 CPU_WORKERS = 2
 #: the run's record of where each finished unit ran and for how long
 UNITS_RECORD = "units.json"
+#: the settings a unit resolves on its machine that decide its numbers (recorded in its result)
+NUMERICS = ("precision", "generation")
 
 
 def visible_gpus(device: str) -> list[str]:
@@ -80,3 +88,42 @@ def record_unit(path: Path, name: str, record: dict) -> None:
     records = json.loads(path.read_text()) if path.is_file() else {}
     records[name] = record
     write_json(path, records)
+
+
+def numerics_here(config: ValidationConfig, gpus: list[str]) -> dict[str, str]:
+    """What the config's ``precision`` and ``generation`` resolve to for units on this machine
+    (on ``gpus``, or on CPU when there are none); a choice this machine cannot run is a
+    :class:`ConfigError`, before anything trains."""
+    from trajval_ops.probe.config import resolve_generation, resolve_precision
+
+    device = "cuda" if gpus else "cpu"
+    try:
+        generation, _ = resolve_generation(config.generation, device)
+    except RuntimeError as error:  # generation: vllm where device auto found no GPU
+        raise ConfigError(str(error)) from None
+    return {"precision": resolve_precision(config.precision, device), "generation": generation}
+
+
+def numerics_differ(result: dict, here: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """``{setting: (the unit's, here)}`` for each of :data:`NUMERICS` that a finished unit's
+    result resolved otherwise (a result from before it recorded a setting differs in none)."""
+    return {key: (result[key], here[key]) for key in NUMERICS if key in result and result[key] != here[key]}
+
+
+def describe_numerics(differ: dict[str, tuple[str, str]]) -> str:
+    return ", ".join(f"{key} {theirs} (here {ours})" for key, (theirs, ours) in differ.items())
+
+
+def check_same_numerics(results: dict[str, dict], here: dict[str, str]) -> None:
+    """A resumed run's finished units (``{name: result}``) must have trained as the rest will
+    here, or its arms would be compared across precisions or generation engines."""
+    clashes = {name: differ for name, result in results.items() if (differ := numerics_differ(result, here))}
+    if not clashes:
+        return
+    listed = "; ".join(f"{name}: {describe_numerics(differ)}" for name, differ in list(clashes.items())[:3])
+    more = f"; and {len(clashes) - 3} more" if len(clashes) > 3 else ""
+    raise ConfigError(
+        f"{len(clashes)} finished unit(s) of this run trained with other numerics than this machine gives the "
+        f"units left ({listed}{more}); their comparisons would mix them. Go on on a machine like the one they ran "
+        f"on, or set precision and generation in the config (every machine then resolves them alike) and use "
+        f"another --out")

@@ -38,6 +38,13 @@ def unit_file(folder: Path, kind: str) -> Path:
     return folder.parent / f"{folder.name}.{kind}"
 
 
+def finished_results(run: Path) -> dict[str, dict]:
+    """Every finished training unit's result in a validation run's folder, by unit name
+    (``oracle/context-a``, ``arms/...``)."""
+    return {str(path.parent.relative_to(run)): json.loads(path.read_text())
+            for path in sorted(run.glob(f"*/**/{RESULT_FILE}"))}
+
+
 UNIFORM_COLUMN = "trajval_uniform_weight"
 
 

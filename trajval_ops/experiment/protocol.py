@@ -44,7 +44,7 @@ from trajval_ops.pools.io import write_rows
 from trajval_ops.experiment.validation_config import (ARMS, ConfigError, ValidationConfig, arm_reads_priors,
                                                      load_config, protocol_hash, recorded_settings)
 from trajval_ops.experiment.devices import UNITS_RECORD, record_unit
-from trajval_ops.experiment.grpo_run import RESULT_FILE, unit_file
+from trajval_ops.experiment.grpo_run import RESULT_FILE, finished_results, unit_file
 from trajval_ops.experiment import unit_process
 from trajval_ops.experiment.priors import (
     ADAPTIVE_LATE, ORACLE_PRIORS, OTHER_MODEL_PASS, PRIOR_COLUMNS, SAMPLED_SHORT, SAMPLED_SHORT_N,
@@ -450,14 +450,16 @@ def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = 
     from trajval_ops.experiment.results import compute_results, write_index
     from trajval_ops.lifetime import guard_descendants
 
-    from trajval_ops.experiment.devices import unit_workers, visible_gpus
+    from trajval_ops.experiment.devices import check_same_numerics, numerics_here, unit_workers, visible_gpus
 
     guard_descendants()
     gpus = visible_gpus(config.device)  # device: cuda without a GPU stops here, before any folder
+    here = numerics_here(config, gpus)  # so does generation: vllm where there is none
     out = Path(out).resolve()  # the units run in other folders: every path they get is absolute
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     check_same_protocol(config, out)
+    check_same_numerics(finished_results(out), here)
     data = prepare_data(config, out)
     finished: set[str] = set()
     units = oracle_units(config, out, data) + [probe_unit(config, out)] + arm_units(config, out)
@@ -467,7 +469,8 @@ def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = 
 
         reuse_from = Path(reuse_from).resolve()
         check_reusable_run(reuse_from, out)
-        reuse = lambda: reuse_units(units, reuse_from, out)  # noqa: E731 (again for the arms, once the priors exist)
+        # again for the arms, once the priors exist
+        reuse = lambda: reuse_units(units, reuse_from, out, here)  # noqa: E731
         reuse()
     if (out / "priors" / "train_pool.jsonl").is_file():
         finished.add("priors")

@@ -488,13 +488,11 @@ def unit_records(out: Path) -> dict[str, dict]:
     memory; the probe: its manifest's device, generation engine and wall time). Units copied by
     ``--reuse-from`` carry their own record."""
     from trajval_ops.experiment.devices import UNITS_RECORD
-    from trajval_ops.experiment.grpo_run import RESULT_FILE
+    from trajval_ops.experiment.grpo_run import finished_results
 
     path = out / UNITS_RECORD
     records = json.loads(path.read_text()) if path.is_file() else {}
-    for result in sorted(out.glob(f"*/**/{RESULT_FILE}")):
-        name = str(result.parent.relative_to(out))
-        unit = json.loads(result.read_text())
+    for name, unit in finished_results(out).items():
         records.setdefault(name, {}).update(
             {key: unit[key] for key in ("device", "precision", "generation", "peak_memory_gib") if key in unit},
             unit_wall_time_s=unit.get("wall_time_s"))

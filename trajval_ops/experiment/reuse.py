@@ -10,6 +10,8 @@ A training unit of the source run is copied into this run when all of these hold
 - for an arm, every column of the training pool it reads (its prior's weight, BOTS's reference
   pass rates) holds the same values in the same row order in both pools, so an arm waits for
   this run's priors before it can be compared.
+- it trained with the precision and generation engine that this machine resolves the config's
+  to (``auto`` resolves per machine: a CPU run's fp32 units do not join a GPU run in bf16).
 
 The probe unit is never copied (its files hold their own run's paths; it takes minutes). Units
 here are run as child processes, so a copied unit's files are exactly what a rerun would write
@@ -75,15 +77,23 @@ def _column_values(pool: Path, columns: list[str]) -> list:
     return [(row.get("id"), *[get_path(row, column, None) for column in columns]) for row in read_rows(pool)]
 
 
-def reuse_units(units, source: Path, out: Path) -> list[str]:
+def reuse_units(units, source: Path, out: Path, here: dict[str, str]) -> list[str]:
     """Copy every unit of ``units`` that the rules above allow and that is not done here yet;
     arms that read the training pool are skipped until this run has written it. Returns the
-    copied units' names."""
+    copied units' names.
+
+    :param here: the numerics units resolve to on this machine (:func:`.devices.numerics_here`).
+    """
+    from trajval_ops.experiment.devices import describe_numerics, numerics_differ
+
     copied, columns_equal = [], {}
     for unit in units:
         folder = source / unit.folder.relative_to(out)
         source_spec = unit_file(folder, "spec.json")
         if unit.done() or unit.prepare is None or not (folder / RESULT_FILE).is_file() or not source_spec.is_file():
+            continue
+        if differ := numerics_differ(json.loads((folder / RESULT_FILE).read_text()), here):
+            logger.info(f"validate: {unit.name} not reused from {source}: it trained with {describe_numerics(differ)}")
             continue
         theirs = without_run_paths(json.loads(source_spec.read_text()), source)
         columns = pool_columns(theirs)
