@@ -95,6 +95,28 @@ def test_interrupted_run_resumes_with_only_the_missing_rows(tmp_path):
     op.release()
 
 
+def test_a_pass_resumed_with_another_dtype_says_its_rows_are_mixed(tmp_path, caplog_loguru):
+    """The rollout cache is keyed by what defines the distribution, not by the engine or dtype: a
+    pass resumed in another dtype keeps its cached rows, and the end of the pass says so."""
+    import pyarrow as pa
+
+    rows = arithmetic_rows()[:4]
+    first = _op(tmp_path, dtype="float32")
+    first.process_batched(_batch(rows[:1]))
+    first.release()
+    again = _op(tmp_path, dtype="bfloat16")
+    out = again.process_batched(_batch(rows))
+    assert [p["dtype"] for p in out["trajval_acc_early_provenance"]] == ["float32"] + ["bfloat16"] * 3
+    again.finish_pool(pa.Table.from_pydict(out), 1.0)
+    assert ("the rows were sampled by more than one engine or dtype (3 by transformers in bfloat16, 1 by "
+            "transformers in float32; each row's trajval_acc_early_provenance names its own)") in caplog_loguru.text
+    again.release()
+    alone = _op(tmp_path / "other", dtype="bfloat16")
+    alone.finish_pool(pa.Table.from_pydict(alone.process_batched(_batch(rows))), 1.0)
+    assert caplog_loguru.text.count("more than one engine or dtype") == 1
+    alone.release()
+
+
 def test_a_run_killed_mid_call_resumes_to_the_uninterrupted_bytes(tmp_path):
     """transformers samples a generate call as a whole: a kill after two of a call's four rows
     reached the cache must not regroup the other two into a new call (other completions)."""

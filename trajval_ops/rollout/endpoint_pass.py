@@ -568,7 +568,28 @@ class EndpointPass:
             f"{counts[STATUS_BAD_TRUTH]} rows with a bad ground truth, {counts[STATUS_TRUNCATED]} prompts truncated"
             + (f", {statuses.count(STATUS_NOT_SAMPLED)} rows not sampled" if self.sample is not None else "")
         )
+        self.warn_mixed_engines(table)
         self.check_bad_truth_share(statuses)
+
+    def warn_mixed_engines(self, table) -> None:
+        """Say so when the pass's rows were sampled by more than one engine or dtype: a resumed
+        pass keeps its cached rows, and the cache is keyed by what defines the distribution (model,
+        sampling, verifier, prompt), not by the engine that samples it; the two engines' numerics
+        differ (vLLM seeds each prompt; bf16 on a GPU, fp32 on CPU by ``dtype: auto``)."""
+        from collections import Counter
+
+        from trajval_ops.pools.io import table_path_values
+
+        provenance = f"{self.output_key}_provenance"
+        engines = table_path_values(table, f"{provenance}.engine") or []
+        dtypes = table_path_values(table, f"{provenance}.dtype") or []
+        kinds = Counter((engine, dtype) for engine, dtype in zip(engines, dtypes) if engine is not None)
+        if len(kinds) > 1:
+            listed = ", ".join(f"{count} by {engine} in {dtype}" for (engine, dtype), count in kinds.most_common())
+            logger.warning(f"{self.what} [{self.output_key}]: the rows were sampled by more than one engine or dtype "
+                           f"({listed}; each row's {provenance} names its own): a resumed pass keeps the rows its "
+                           f"rollout cache holds from an earlier engine; for one engine throughout, rerun with "
+                           f"another cache_dir or use_cache: false")
 
     def check_bad_truth_share(self, statuses: list[str]) -> None:
         """Stop the run when more rows than ``max_bad_truth_share`` have a bad ground truth."""
