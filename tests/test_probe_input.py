@@ -70,3 +70,46 @@ def test_overlong_probe_prompt_names_row(tmp_path):
     pool[1]["prompt"] = "add " * 2100 + "1 and 1"
     with pytest.raises(TrajvalInputError, match=r"probe row 1 \(id='t1'\): field 'prompt': the rendered prompt has \d+ tokens"):
         run_probe(pool, ["t0", "t1"], CONFIG, tmp_path / "probe")
+
+
+def _unfinished_probe(out, config, probe_ids) -> dict:
+    """The manifest an interrupted probe of ``config`` would leave in ``out`` on this CPU."""
+    from trajval_ops.models import resolve_model
+    from trajval_ops.probe.manifest import STATUS_RUNNING, config_hash, write_manifest
+    from trajval_ops.probe.run import _start_manifest, library_versions
+
+    identity = {"config": config.identity(), "probe_ids": list(probe_ids), "device": "cpu",
+                "trl": library_versions()["trl"]}
+    manifest = _start_manifest(config, probe_ids, resolve_model(config.model), config_hash(identity), "cpu", 1, None)
+    assert manifest["status"] == STATUS_RUNNING and (manifest["precision"], manifest["generation_engine"]) == (
+        "fp32", "transformers")
+    return manifest
+
+
+def test_an_unfinished_probe_goes_on_only_where_its_numerics_resolve_alike(tmp_path, monkeypatch):
+    """``precision: auto`` and ``generation: auto`` resolve per machine and are kept out of the
+    probe's identity at their defaults: a probe started on a GPU (bf16-mixed) does not go on here
+    in fp32 (nor one started with vLLM without it); the error comes before any model loads."""
+    from trajval_ops import models
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.probe.manifest import write_manifest
+
+    out = tmp_path / "probe"
+    manifest = _unfinished_probe(out, CONFIG, ["t0", "t1"])
+    write_manifest(out, manifest | {"precision": "bf16-mixed"})  # as if it started on a GPU
+    monkeypatch.setattr(models, "resolve_model", lambda *a, **k: pytest.fail("the model was looked up"))
+    with pytest.raises(ProbeDirectoryError, match=r"holds an unfinished probe whose steps so far trained otherwise "
+                                                  r"than this machine would train the rest: precision bf16-mixed "
+                                                  r"\(here fp32\); resume it on a machine like"):
+        run_probe(rows(2), ["t0", "t1"], CONFIG, out)
+    write_manifest(out, manifest | {"generation_engine": "vllm"})
+    with pytest.raises(TrajvalInputError, match=r"generation vllm \(here transformers\)"):
+        run_probe(rows(2), ["t0", "t1"], CONFIG, out)
+
+
+def test_a_refused_probe_directory_is_a_user_error():
+    """Under dj-process a user error is one readable block and exit 2, not Data-Juicer's traceback."""
+    from trajval_ops.ops.dj.error_exit import user_error_of
+
+    refused = ProbeDirectoryError("probe: /x holds a probe run with a different configuration")
+    assert user_error_of(refused) is refused

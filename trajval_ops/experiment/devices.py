@@ -26,8 +26,6 @@ from trajval_ops.experiment.validation_config import ConfigError, ValidationConf
 CPU_WORKERS = 2
 #: the run's record of where each finished unit ran and for how long
 UNITS_RECORD = "units.json"
-#: the settings a unit resolves on its machine that decide its numbers (recorded in its result)
-NUMERICS = ("precision", "generation")
 
 
 def visible_gpus(device: str) -> list[str]:
@@ -94,29 +92,19 @@ def numerics_here(config: ValidationConfig, gpus: list[str]) -> dict[str, str]:
     """What the config's ``precision`` and ``generation`` resolve to for units on this machine
     (on ``gpus``, or on CPU when there are none); a choice this machine cannot run is a
     :class:`ConfigError`, before anything trains."""
-    from trajval_ops.probe.config import resolve_generation, resolve_precision
+    from trajval_ops.probe.config import resolved_numerics
 
-    device = "cuda" if gpus else "cpu"
     try:
-        generation, _ = resolve_generation(config.generation, device)
+        return resolved_numerics(config.precision, config.generation, "cuda" if gpus else "cpu")
     except RuntimeError as error:  # generation: vllm where device auto found no GPU
         raise ConfigError(str(error)) from None
-    return {"precision": resolve_precision(config.precision, device), "generation": generation}
-
-
-def numerics_differ(result: dict, here: dict[str, str]) -> dict[str, tuple[str, str]]:
-    """``{setting: (the unit's, here)}`` for each of :data:`NUMERICS` that a finished unit's
-    result resolved otherwise (a result from before it recorded a setting differs in none)."""
-    return {key: (result[key], here[key]) for key in NUMERICS if key in result and result[key] != here[key]}
-
-
-def describe_numerics(differ: dict[str, tuple[str, str]]) -> str:
-    return ", ".join(f"{key} {theirs} (here {ours})" for key, (theirs, ours) in differ.items())
 
 
 def check_same_numerics(results: dict[str, dict], here: dict[str, str]) -> None:
     """A resumed run's finished units (``{name: result}``) must have trained as the rest will
     here, or its arms would be compared across precisions or generation engines."""
+    from trajval_ops.probe.config import describe_numerics, numerics_differ
+
     clashes = {name: differ for name, result in results.items() if (differ := numerics_differ(result, here))}
     if not clashes:
         return

@@ -84,7 +84,7 @@ def reuse_units(units, source: Path, out: Path, here: dict[str, str]) -> list[st
 
     :param here: the numerics units resolve to on this machine (:func:`.devices.numerics_here`).
     """
-    from trajval_ops.experiment.devices import describe_numerics, numerics_differ
+    from trajval_ops.probe.config import describe_numerics, numerics_differ
 
     copied, columns_equal = [], {}
     for unit in units:

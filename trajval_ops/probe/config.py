@@ -249,6 +249,27 @@ def resolve_precision(precision: str, device: str) -> str:
     return precision
 
 
+#: the settings whose ``auto`` resolves per machine (bf16-mixed with native bf16, fp32 elsewhere;
+#: vLLM where it imports on a GPU) and that decide a run's numbers as much as its seed does
+NUMERICS = ("precision", "generation")
+
+
+def resolved_numerics(precision: str, generation: str, device: str) -> dict[str, str]:
+    """What ``precision`` and ``generation`` resolve to on ``device``, keyed by :data:`NUMERICS`."""
+    return {"precision": resolve_precision(precision, device), "generation": resolve_generation(generation, device)[0]}
+
+
+def numerics_differ(recorded: dict, here: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """``{setting: (recorded, here)}`` for each of :data:`NUMERICS` that a run (or a finished
+    unit) recorded otherwise than ``here``; a record from before it held a setting differs in none."""
+    return {key: (recorded[key], here[key]) for key in NUMERICS
+            if recorded.get(key) is not None and recorded[key] != here[key]}
+
+
+def describe_numerics(differ: dict[str, tuple[str, str]]) -> str:
+    return ", ".join(f"{key} {theirs} (here {ours})" for key, (theirs, ours) in differ.items())
+
+
 def precision_note(precision: str, device: str) -> str | None:
     """What a run on ``device`` should say about ``precision``: why ``auto`` chose fp32 on a GPU,
     or that an asked-for bf16 runs emulated there (slowly, with no error from torch)."""

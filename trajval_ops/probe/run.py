@@ -19,8 +19,9 @@ from trajval_ops.probe.checkpoints import (
     MERGED_DIR, base_entry, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints,
 )
 from trajval_ops.probe.config import (
-    EXECUTION_SETTINGS, ProbeConfig, check_autocast, grpo_arguments, lora_config, precision_note,
-    resolve_device, resolve_generation, resolve_precision, strategy_mismatch, torch_dtype,
+    EXECUTION_SETTINGS, ProbeConfig, check_autocast, describe_numerics, grpo_arguments, lora_config, numerics_differ,
+    precision_note, resolve_device, resolve_generation, resolve_precision, resolved_numerics, strategy_mismatch,
+    torch_dtype,
 )
 from trajval_ops.probe.manifest import (
     FORMAT,
@@ -36,8 +37,9 @@ from trajval_ops.errors import TrajvalInputError
 from trajval_ops.rows import row_label
 
 
-class ProbeDirectoryError(RuntimeError):
-    """The output directory holds a different probe run (or something that is not a probe)."""
+class ProbeDirectoryError(TrajvalInputError):
+    """The output directory holds a different probe run (or something that is not a probe): under
+    ``dj-process`` one readable block and exit 2, as for bad input."""
 
 
 def run_probe(
@@ -74,6 +76,7 @@ def run_probe(
         if previous["status"] == STATUS_COMPLETE:
             logger.info(f"probe: run in {output_dir} is already complete (config {digest[:19]}); not repeating it")
             return previous
+        _check_same_numerics(output_dir, previous, resolved_numerics(config.precision, config.generation, device))
 
     from trajval_ops.models import resolve_model
 
@@ -344,6 +347,18 @@ def _check_same_probe(output_dir: Path, previous: dict, identity: dict, digest: 
         f"{output_dir} holds a probe run with a different configuration (hash {previous.get('config_hash')} "
         f"vs {digest}; differs in {changed or 'unknown fields'}); use another output_dir or delete it"
     )
+
+
+def _check_same_numerics(output_dir: Path, previous: dict, here: dict[str, str]) -> None:
+    """An unfinished probe goes on only where its ``auto`` precision and generation resolve as they
+    did where it started (the config's identity holds them as set, so a GPU probe resumed on a
+    node without vLLM, or without native bf16, would train its other steps otherwise)."""
+    recorded = {"precision": previous.get("precision"), "generation": previous.get("generation_engine")}
+    if differ := numerics_differ(recorded, here):
+        raise ProbeDirectoryError(
+            f"{output_dir} holds an unfinished probe whose steps so far trained otherwise than this machine would "
+            f"train the rest: {describe_numerics(differ)}; resume it on a machine like the one it started on, or "
+            f"use another output_dir")
 
 
 def max_context_of(base_model: Path) -> int:
