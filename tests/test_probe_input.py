@@ -75,7 +75,7 @@ def test_overlong_probe_prompt_names_row(tmp_path):
 def _unfinished_probe(out, config, probe_ids) -> dict:
     """The manifest an interrupted probe of ``config`` would leave in ``out`` on this CPU."""
     from trajval_ops.models import resolve_model
-    from trajval_ops.probe.manifest import STATUS_RUNNING, config_hash, write_manifest
+    from trajval_ops.probe.manifest import STATUS_RUNNING, config_hash
     from trajval_ops.probe.run import _start_manifest, library_versions
 
     identity = {"config": config.identity(), "probe_ids": list(probe_ids), "device": "cpu",
