@@ -226,6 +226,11 @@ def test_the_cost_of_a_resampled_or_concatenated_pool_is_its_runs_record(tmp_pat
      "process[2]: trajval_endpoint_reward_mapper: round_size must be in [1, n = 16], got 32"),
     (lambda p: p[3]["trajval_endpoint_reward_mapper"].update(sample_seed=5),
      "draw different samples (sample_seed 0 vs 5)"),
+    (lambda p: p[3]["trajval_endpoint_reward_mapper"].update(max_new_tokens=64),
+     "process[4] trajval_learnability_mapper compares the pass rates of trajval_r_early (process[2]) and "
+     "trajval_r_late (process[3]), which are set to measure otherwise (max_new_tokens 8 vs 64)"),
+    (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(verifier_options={"fallback_last_number": False}),
+     "which are set to measure otherwise (verifier {'name': 'math', 'fallback_last_number': False, "),
 ])
 def test_cost_refuses_what_dj_process_refuses(tmp_path, capsys, edit, message):
     """Issue 36, item 6: `trajval cost --config` checks the recipe with Data-Juicer's preflight and

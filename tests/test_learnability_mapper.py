@@ -413,3 +413,40 @@ def test_a_weight_of_the_users_own_is_refused_unless_overwrite(caplog_loguru):
     expected = core.sampling_weight(core.learnability_score(np.full(3, 0.25), np.full(3, 0.75)))
     assert [r["trajval_weight"] for r in out] == expected.tolist()
     assert "replacing the pool's own column(s) trajval_weight" in caplog_loguru.text
+
+
+def _pass_provenance(**changes):
+    """An endpoint pass's provenance as the mapper writes it (the measurement and the rest)."""
+    return {"model": "base", "n": 16, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 512, "seed": 0,
+            "verifier": {"name": "math", "fallback_last_number": False}, "template": "auto", "prompt_key": "prompt",
+            "ground_truth_key": "reward_model.ground_truth", "engine": "vllm", "dtype": "bfloat16", **changes}
+
+
+def _scored_rows(early, late):
+    return [{"id": f"t{i}", "trajval_r_early": 0.25, "trajval_r_late": 0.75, "trajval_r_early_provenance": early,
+             "trajval_r_late_provenance": late} for i in range(3)]
+
+
+def test_passes_measured_otherwise_are_refused_naming_both_and_the_settings():
+    """TrajVal's gain compares two pass rates: a late pass with room for longer answers (or another
+    verifier, template or temperature) would show a gain the training did not make."""
+    late = _pass_provenance(max_new_tokens=1024, verifier={"name": "math", "fallback_last_number": True})
+    with pytest.raises(TrajvalInputError, match=(
+            r"the passes behind trajval_r_early and trajval_r_late measured otherwise \(max_new_tokens 512 vs 1024; "
+            r"verifier \{'name': 'math', 'fallback_last_number': False\} vs \{'name': 'math', "
+            r"'fallback_last_number': True\}\), as their provenance records it: the trajval prior compares")):
+        run(_scored_rows(_pass_provenance(), late))
+    # another model, n, seed, engine or dtype is what the passes are for, or noise: scored
+    alike = _pass_provenance(model="late", n=8, seed=1, engine="transformers", dtype="float32", extra="kept")
+    out = run(_scored_rows(_pass_provenance(), alike))
+    assert [row["trajval_score"] for row in out] == [0.375] * 3
+
+
+def test_windows_are_compared_and_a_pass_without_provenance_is_not():
+    rows = [{"e0": 0.0, "e1": 0.5, "l0": 1.0, "l1": 0.5, "e0_provenance": _pass_provenance(),
+             "e1_provenance": _pass_provenance(temperature=0.6), "l0_provenance": _pass_provenance()}]
+    with pytest.raises(TrajvalInputError, match=r"the passes behind e0 and e1 measured otherwise \(temperature 1.0 "
+                                                r"vs 0.6\)"):
+        run(rows, early_window_keys=["e0", "e1"], late_window_keys=["l0", "l1"])
+    rows[0]["e1_provenance"] = _pass_provenance()
+    assert run(rows, early_window_keys=["e0", "e1"], late_window_keys=["l0", "l1"])[0]["trajval_r_late"] == 0.75

@@ -120,6 +120,16 @@ def test_sampled_passes_that_draw_different_samples_are_refused_before_anything_
     assert not (tmp_path / "probe").exists() and not (tmp_path / "out.jsonl").exists()
 
 
+def test_passes_set_to_measure_otherwise_are_refused_before_anything_runs(tmp_path):
+    """A late pass with another temperature than the early one's: TrajVal's gain between them
+    would be partly the temperature's; the run stops before the probe, naming both passes."""
+    result = dj_process(_sampled_recipe(tmp_path, temperature=0.7), tmp_path)
+    _ends_with_one_error_block(result, "trajval_learnability_mapper compares the pass rates of trajval_r_early "
+                                       "(process[2]) and trajval_r_late (process[3]), which are set to measure "
+                                       "otherwise (temperature 1.0 vs 0.7)")
+    assert not (tmp_path / "probe").exists() and not (tmp_path / "out.jsonl").exists()
+
+
 def test_a_sampled_pass_refuses_to_draw_another_sample_than_the_pools(tmp_path):
     """The same across two runs: a late pass on a pool an earlier recipe's early pass sampled."""
     import pyarrow as pa

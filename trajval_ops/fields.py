@@ -65,6 +65,25 @@ def window_keys(window: str, k: int) -> list[str]:
     return [window_checkpoint_key(window, i) for i in range(int(k))]
 
 
+def learnability_windows(early_window_keys: list[str] | None, late_window_keys: list[str] | None,
+                         window_k: int | None) -> tuple[list[str] | None, list[str] | None]:
+    """The per-checkpoint fields the learnability mapper averages for each window: the lists it
+    is given, else ``window_k``'s derived fields (K > 1), else None (one field per window)."""
+    if window_k and window_k > 1:
+        early_window_keys = early_window_keys or window_keys("early", window_k)
+        late_window_keys = late_window_keys or window_keys("late", window_k)
+    return (list(early_window_keys) if early_window_keys else None,
+            list(late_window_keys) if late_window_keys else None)
+
+
+def compared_passes(early_window_keys: list[str] | None, late_window_keys: list[str] | None, r_early_key: str,
+                    r_late_key: str, one_pass: bool) -> list[str]:
+    """The pass-rate fields a prior reads: the early window's, and the late one's unless it is a
+    one-pass prior."""
+    early = early_window_keys or [r_early_key]
+    return early if one_pass else early + (late_window_keys or [r_late_key])
+
+
 def endpoint_output_key(window: str | None, window_index: int | None, output_key: str | None) -> str:
     """The endpoint mapper's output field: ``output_key`` when given (an override); else derived
     from the window (``window_index`` None: K = 1, the window mean itself); else ``trajval_acc``."""

@@ -126,11 +126,8 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         self.estimator = estimator
         self.r_early_key = r_early_key
         self.r_late_key = r_late_key
-        if window_k and window_k > 1:
-            early_window_keys = early_window_keys or fields.window_keys("early", window_k)
-            late_window_keys = late_window_keys or fields.window_keys("late", window_k)
-        self.early_window_keys = list(early_window_keys) if early_window_keys else None
-        self.late_window_keys = list(late_window_keys) if late_window_keys else None
+        self.early_window_keys, self.late_window_keys = fields.learnability_windows(early_window_keys,
+                                                                                   late_window_keys, window_k)
         self.delta_key = delta_key
         self.score_key = score_key
         self.weight_key = weight_key
@@ -245,8 +242,8 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
 
     def pass_keys(self) -> list[str]:
         """The pass-rate fields the prior reads."""
-        keys = self.early_window_keys or [self.r_early_key]
-        return keys if self.one_pass else keys + (self.late_window_keys or [self.r_late_key])
+        return fields.compared_passes(self.early_window_keys, self.late_window_keys, self.r_early_key,
+                                      self.r_late_key, self.one_pass)
 
     def input_columns(self) -> list[str]:
         keys = self.pass_keys() + [f"{key}_status" for key in self.pass_keys()]
@@ -412,6 +409,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         described = ", ".join(f"{key}={value}" for key, value in self.prior.settings().items()
                               if key in ("alpha", "eps", "band_low", "band_high"))
         logger.info(f"{OP_NAME}: scoring {table.num_rows} rows ({self.prior.name} prior, {described})")
+        self.check_passes_alike(table)
         table, (r_early, r_late, columns) = self.score_table(table, self.log_cost(table))
         measured = ~np.asarray(columns[self.predicted_key], dtype=bool) if self.predicted_key in columns else None
         pass_rates = {"r_early": r_early} if self.one_pass else {"r_early": r_early, "r_late": r_late}
@@ -424,6 +422,30 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
                 (r_early, r_late, columns) if measured is None else
                 (r_early[measured], r_late[measured], {k: np.asarray(v)[measured] for k, v in columns.items()})))
         return table
+
+    def check_passes_alike(self, table) -> None:
+        """The passes the prior compares (early and late, every window) must have sampled and
+        verified alike, as their provenance records it: a late pass at a longer ``max_new_tokens``
+        would show a gain the training did not make. A pass without provenance is not compared."""
+        from trajval_ops.pools.io import table_path_values
+        from trajval_ops.measured_alike import measurement_difference
+
+        recorded = []
+        for key in self.pass_keys():
+            values = table_path_values(table.slice(0, 1), f"{key}_provenance") or []
+            if not values or not isinstance(values[0], dict):  # the first row lacks it: look further
+                values = table_path_values(table, f"{key}_provenance") or []
+            provenance = next((value for value in values if isinstance(value, dict)), None)
+            if provenance is not None:
+                recorded.append((key, provenance))
+        for key, provenance in recorded[1:]:
+            first_key, first = recorded[0]
+            if differ := measurement_difference(first, provenance):
+                raise TrajvalInputError(
+                    f"{OP_NAME}: the passes behind {first_key} and {key} measured otherwise ({differ}), as their "
+                    f"provenance records it: the {self.prior.name} prior compares their pass rates, so both must "
+                    "sample and verify alike; rerun one pass with the other's settings (the rollout cache keeps the "
+                    "other pass)")
 
     def _log_noise(self, table, r_early, r_late, columns) -> None:
         """The rollout noise of the scores, and per group when ``group_key`` is set."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from trajval_ops.errors import TrajvalInputError
+from trajval_ops.measured_alike import check_alike_passes
 from trajval_ops.recipe import ENDPOINT_OP, budget_priors, check_same_sample, operator_entries, pass_name
 
 
@@ -48,3 +49,4 @@ def check_recipe(recipe: Mapping[str, Any]) -> None:
         if release is not None:
             release()
     check_same_sample(passes)
+    check_alike_passes(entries)

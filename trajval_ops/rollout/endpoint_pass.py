@@ -208,6 +208,11 @@ def group_settings(values: dict[str, Any]) -> dict[type, Any]:
             for group in SETTING_GROUPS}
 
 
+def measured_with(decoding: DecodingConfig, verifier_spec: dict, prompt: "PromptSettings") -> dict:
+    """The pass's settings as its provenance records them: how it samples, verifies and prompts."""
+    return {**decoding.as_dict(), "verifier": verifier_spec, **prompt.as_dict()}
+
+
 def _adaptive_budget(settings: BudgetSettings, window, decoding: DecodingConfig):
     """The pass's adaptive budget (None: a fixed n), refused where it has no meaning or where the
     pass is not told which prior's weight to bound."""
@@ -311,7 +316,7 @@ class EndpointPass:
                         f"({len(self._cache)} rows already done)")
         self._provenance = {
             "model": self.model, "model_path": str(self._model_path), "checkpoint": checkpoint,
-            **self.decoding.as_dict(), "verifier": self.verifier.spec, **prompt_settings,
+            **measured_with(self.decoding, self.verifier.spec, self.prompt),
             "completions": str(self._cache.directory) if self.cache_settings.keep_completions else None,
             "trajval_ops_version": __version__,
         }

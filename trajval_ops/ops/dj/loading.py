@@ -94,6 +94,7 @@ def _read_pool(cfg, path):
     the run with one message."""
     from trajval_ops.pools.io import read_table
 
+    from trajval_ops.measured_alike import check_alike_passes
     from trajval_ops.recipe import ENDPOINT_OP, budget_priors, check_same_sample, entry_sample, pass_name
 
     note_run_log_dir(cfg)
@@ -108,6 +109,7 @@ def _read_pool(cfg, path):
         # told here the prior whose weight its budget bounds
         for index, spec in budget_priors(entries).items():
             entries[index][1]["budget_prior"] = spec
+        check_alike_passes(entries)
         check_export_spares_pool(cfg, path)
         table = read_table(path)
         check_column_names(table, path)

@@ -1,0 +1,80 @@
+"""Endpoint passes whose pass rates a prior compares (TrajVal's early and late, every window) must
+measure alike: the same sampling, verifier and prompt. Otherwise their difference is partly the
+settings' (a late pass with a longer ``max_new_tokens`` truncates fewer answers), which the score
+would read as learning. Checked twice: on a recipe's entries before anything runs (``dj-process``
+and ``trajval cost``), and by the learnability mapper on the passes' provenance (pools whose passes
+ran in other recipes).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from trajval_ops import fields
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.recipe import ENDPOINT_OP, LEARNABILITY_OP, learnability_prior_spec, pass_name
+
+#: What an endpoint pass measures with, beside its model, as its provenance records it. Not here:
+#: ``n`` and ``seed`` (noise, not bias), the engine and dtype (each row records its own).
+MEASUREMENT_SETTINGS = ("temperature", "top_p", "top_k", "max_new_tokens", "verifier", "template", "prompt_key",
+                        "ground_truth_key")
+
+
+def measurement_difference(first: Mapping[str, Any], second: Mapping[str, Any]) -> str:
+    """The :data:`MEASUREMENT_SETTINGS` two passes' provenance disagree on, ``max_new_tokens 8 vs
+    16; ...`` ("" when none); a setting either does not record is not compared."""
+    return "; ".join(f"{key} {first[key]!r} vs {second[key]!r}" for key in MEASUREMENT_SETTINGS
+                     if key in first and key in second and first[key] != second[key])
+
+
+def entry_measurement(settings: dict[str, Any]) -> dict:
+    """What an endpoint entry of a recipe will measure with, as its provenance will record it
+    (declared defaults for the settings it leaves out), before anything runs. A setting its
+    declaration refuses raises ``ValueError``."""
+    from trajval_ops.rollout.endpoint_pass import DecodingConfig, VerifierSettings, group_settings, measured_with
+    from trajval_ops.rollout.pass_rates import PromptSettings
+    from trajval_ops.rollout.verifiers import build_verifier
+
+    groups = group_settings(settings)
+    checks = groups[VerifierSettings]
+    verifier = build_verifier(checks.verifier, **(checks.verifier_options or {}))
+    recorded = measured_with(groups[DecodingConfig], verifier.spec, groups[PromptSettings])
+    return {key: recorded[key] for key in MEASUREMENT_SETTINGS if key in recorded}
+
+
+def check_alike_passes(entries: list[tuple[str, Mapping[str, Any]]]) -> None:
+    """Refuse a recipe whose learnability mapper compares endpoint passes set to measure otherwise.
+
+    :raises TrajvalInputError: naming the mapper, both passes and the settings that differ.
+    """
+    from trajval_ops.priors import prior_from_spec
+
+    measured = {}
+    for index, (name, settings) in enumerate(entries):
+        if name != ENDPOINT_OP or not isinstance(settings, Mapping):
+            continue
+        try:
+            key = fields.endpoint_output_key(settings.get("window"), settings.get("window_index"),
+                                             settings.get("output_key"))
+            measured[key] = (pass_name(settings, index), entry_measurement(dict(settings)))
+        except (ValueError, TypeError):
+            continue  # a setting its operator refuses, naming it, when it is built
+    for index, (name, settings) in enumerate(entries):
+        if name != LEARNABILITY_OP or not isinstance(settings, Mapping):
+            continue
+        try:
+            one_pass = prior_from_spec(learnability_prior_spec(settings, index)).one_pass
+        except (ValueError, TypeError):  # TrajvalInputError is a ValueError
+            continue  # likewise
+        early, late = fields.learnability_windows(settings.get("early_window_keys"), settings.get("late_window_keys"),
+                                                  settings.get("window_k"))
+        keys = [key for key in fields.compared_passes(early, late, settings.get("r_early_key") or fields.R_EARLY,
+                                                      settings.get("r_late_key") or fields.R_LATE, one_pass)
+                if key in measured]
+        for key in keys[1:]:
+            (first, reference), (other, measurement) = measured[keys[0]], measured[key]
+            if differ := measurement_difference(reference, measurement):
+                raise TrajvalInputError(
+                    f"process[{index}] {LEARNABILITY_OP} compares the pass rates of {first} and {other}, which are "
+                    f"set to measure otherwise ({differ}): a gain between them would be partly the settings'; give "
+                    "both passes the same sampling, verifier and prompt settings")
