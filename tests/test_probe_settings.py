@@ -195,3 +195,26 @@ def test_a_non_finite_loss_or_gradient_stops_the_run_naming_step_precision_and_r
         NonFiniteGuard("probe", "bf16-mixed", 1e-5).on_log(None, state, None, logs={"grad_norm": float("nan")})
     with pytest.raises(TrainingDiverged, match="loss is inf .* Remedy: a lower learning_rate"):
         NonFiniteGuard("probe", "fp32", 1e-5).on_log(None, state, None, logs={"loss": float("inf")})
+
+
+def test_out_of_gpu_memory_in_training_names_the_levers_the_run_has_left():
+    """With gradient checkpointing already on and TRL's vLLM sharing the GPU, the message leaves
+    the first out and names vLLM's share."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from trajval_ops.errors import DeviceOutOfMemory
+    from trajval_ops.probe.progress import training_memory
+
+    trainer = SimpleNamespace(args=SimpleNamespace(gradient_checkpointing=True, use_vllm=True),
+                              state=SimpleNamespace(global_step=6))
+    with pytest.raises(DeviceOutOfMemory) as raised:
+        with training_memory("grpo_run arms/uniform/seed-0", ProbeConfig(), "cuda", trainer):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB.")
+    assert str(raised.value) == (
+        "grpo_run arms/uniform/seed-0: out of memory on cuda at step 7 (CUDA out of memory. Tried to allocate 1.00 "
+        "GiB); lower micro_batch_size (now 16), max_completion_length (now 1024) or num_generations (now 16), or "
+        "set use_lora: true (a LoRA adapter trains far fewer weights) or a lower vllm_gpu_memory_utilization (now 0.3: "
+        "vLLM's share of the GPU)")
+    assert isinstance(raised.value.__cause__, torch.OutOfMemoryError)  # torch's traceback kept for the log file

@@ -304,3 +304,31 @@ def test_a_poisoned_step_stops_the_probe_before_a_nan_checkpoint(tmp_path):
         run_probe(rows, [r["id"] for r in rows], tiny_config(epochs=1), out, show_progress=False,
                   extra_callbacks=[Poison()])
     assert not list(out.glob("checkpoint-*")) and not list(out.glob("epoch-*"))
+
+
+def test_a_step_out_of_gpu_memory_names_the_step_and_the_settings_that_lower_it(tmp_path):
+    """A training step that runs out of GPU memory (raised here in the second step as torch raises
+    it on a GPU) stops the probe with the step and the settings to lower, not the allocator's
+    traceback; no checkpoint is written."""
+    import torch
+    from transformers import TrainerCallback
+
+    from trajval_ops.errors import DeviceOutOfMemory
+
+    class Exhaust(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == 1:
+                raise torch.OutOfMemoryError(
+                    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of "
+                    "which 1.06 GiB is free. Of the allocated memory 75.1 GiB is allocated by PyTorch, ...")
+
+    rows = pool(4)
+    out = tmp_path / "probe"
+    with pytest.raises(DeviceOutOfMemory, match=(
+            r"probe: out of memory on cpu at step 2 \(CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+            r"total capacity of 79.19 GiB of which 1.06 GiB is free\); lower micro_batch_size \(now 4\), "
+            r"max_completion_length \(now 8\) or num_generations \(now 2\), or set gradient_checkpointing: true or "
+            r"use_lora: true \(a LoRA adapter trains far fewer weights\)$")):
+        run_probe(rows, [r["id"] for r in rows], tiny_config(epochs=1), out, show_progress=False,
+                  extra_callbacks=[Exhaust()])
+    assert not list(out.glob("checkpoint-*")) and not list(out.glob("epoch-*"))

@@ -117,6 +117,36 @@ def test_a_pass_resumed_with_another_dtype_says_its_rows_are_mixed(tmp_path, cap
     alone.release()
 
 
+def test_a_generate_call_out_of_gpu_memory_names_its_rows_and_the_settings_that_lower_it(tmp_path, monkeypatch):
+    """The transformers engine's generate call raising torch's out-of-memory error (as it does on
+    a GPU; raised here by hand) stops the pass with the call's size and the settings to lower;
+    the message names the call's first rows, not all of them; nothing of the call is cached."""
+    import torch
+    import transformers
+
+    def exhausted(self, *args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.50 GiB. GPU 0 has a total capacity of "
+                                     "79.19 GiB of which 3.12 GiB is free. Of the allocated memory 70 GiB is ...")
+
+    monkeypatch.setattr(transformers.GenerationMixin, "generate", exhausted)
+    rows = arithmetic_rows()[:6]
+    op = _op(tmp_path, prompts_per_generate=6)
+    with pytest.raises(TrajvalInputError) as raised:
+        op.process_batched(_batch(rows))
+    op.release()
+    from trajval_ops.errors import DeviceOutOfMemory
+
+    assert isinstance(raised.value, DeviceOutOfMemory)
+    labels = ", ".join(f"row {i} (id={row['id']!r})" for i, row in enumerate(rows[:4]))
+    assert str(raised.value) == (
+        f"trajval_endpoint_reward_mapper: the generate call of {labels} and 2 more: transformers engine: out of "
+        "memory on cpu in a generate call of 6 prompt(s) x 3 completion(s) of up to 6 new tokens (CUDA out of "
+        "memory. Tried to allocate 9.50 GiB. GPU 0 has a total capacity of 79.19 GiB of which 3.12 GiB is free); "
+        "lower prompts_per_generate (the prompts of one call) or max_new_tokens, or use engine: vllm (it pages its "
+        "KV cache)")
+    assert [line for log in (tmp_path / "rollouts").rglob("results-*.jsonl") for line in open(log)] == []
+
+
 def test_a_run_killed_mid_call_resumes_to_the_uninterrupted_bytes(tmp_path):
     """transformers samples a generate call as a whole: a kill after two of a call's four rows
     reached the cache must not regroup the other two into a new call (other completions)."""

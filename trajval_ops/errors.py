@@ -19,6 +19,12 @@ class NonFiniteLogits(TrajvalInputError):
     the remedy (a model that overflows in float16, or a checkpoint holding NaN weights)."""
 
 
+class DeviceOutOfMemory(TrajvalInputError):
+    """A GPU ran out of memory for what the settings ask of it (a generate call, a training step):
+    stopped with the settings that lower the need named; torch's own message says how much was
+    asked, not which setting asked it."""
+
+
 class CheckpointWithoutModel(TrajvalInputError):
     """A probe checkpoint the manifest would name holds no model ``from_pretrained`` loads (a
     sharded training engine saved only its own state); the message names the setting that makes

@@ -87,6 +87,15 @@ def device_name(device: str) -> str:
     return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
 
 
+def out_of_memory_summary(error: BaseException) -> str:
+    """torch's out-of-memory message up to what it says of the GPU (what was asked, what is free);
+    the rest is allocator advice."""
+    text = " ".join(str(error).split())
+    for advice in (" Of the allocated memory", " See documentation for Memory Management"):
+        text = text.split(advice)[0]
+    return text.rstrip(". ")
+
+
 def peak_memory_gib(device: str) -> float:
     """This process's peak memory so far: torch's peak allocation on its GPU, or its peak
     resident set on CPU (Linux reports ``ru_maxrss`` in KiB)."""

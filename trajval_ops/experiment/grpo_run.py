@@ -60,7 +60,7 @@ def run(spec: dict[str, Any]) -> dict:
     from trajval_ops.hardware import device_name, peak_memory_gib
     from trajval_ops.probe.config import (ProbeConfig, check_autocast, grpo_arguments, resolve_device,
                                           resolve_generation, resolve_precision)
-    from trajval_ops.probe.progress import NonFiniteGuard
+    from trajval_ops.probe.progress import NonFiniteGuard, training_memory
     from trajval_ops.probe.rewards import verifier_reward
     from trajval_ops.probe.run import load_policy, load_tokenizer, max_context_of, probe_examples, training_dataset
     from trajval_ops.rollout.verifiers import build_verifier
@@ -111,7 +111,8 @@ def run(spec: dict[str, Any]) -> dict:
         _evaluate_with_trainers_vllm(trainer, evaluations)
     start = time.monotonic()
     _announce(spec, out, len(rows), device, (config.precision, precision), generation, why)
-    trainer.train()
+    with training_memory(f"grpo_run {spec.get('name', out.name)}", config, device, trainer):
+        trainer.train()
     verifier.close()
     result = {"name": spec.get("name", out.name), "steps": trainer.state.global_step,
               "wall_time_s": round(time.monotonic() - start, 2),

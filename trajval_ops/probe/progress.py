@@ -4,6 +4,8 @@ saves there too). Imported only when a probe trains (transformers at import)."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import math
 import time
 from pathlib import Path
@@ -142,6 +144,32 @@ class NonFiniteGuard(TrainerCallback):
                     f"{self.what}: step {state.global_step}: {key} is {value} (precision {self.precision}, learning "
                     f"rate {self.learning_rate:g}); training stopped before a checkpoint of this step was written. "
                     f"Remedy: {remedy}")
+
+
+@contextmanager
+def training_memory(what: str, config, device: str, trainer):
+    """Around ``trainer.train()``: a GPU out-of-memory error becomes :class:`DeviceOutOfMemory`
+    naming the step and the settings of ``config`` (a :class:`ProbeConfig`) that lower the need."""
+    import torch
+
+    try:
+        yield
+    except torch.OutOfMemoryError as error:
+        from trajval_ops.errors import DeviceOutOfMemory
+        from trajval_ops.hardware import out_of_memory_summary
+
+        levers = [f"micro_batch_size (now {config.micro_batch_size})",
+                  f"max_completion_length (now {config.max_completion_length})",
+                  f"num_generations (now {config.num_generations})"]
+        others = [] if getattr(trainer.args, "gradient_checkpointing", False) else ["gradient_checkpointing: true"]
+        others += [] if config.use_lora else ["use_lora: true (a LoRA adapter trains far fewer weights)"]
+        if getattr(trainer.args, "use_vllm", False):
+            others.append(f"a lower vllm_gpu_memory_utilization (now {config.vllm_gpu_memory_utilization}: vLLM's "
+                          "share of the GPU)")
+        raise DeviceOutOfMemory(
+            f"{what}: out of memory on {device} at step {trainer.state.global_step + 1} "
+            f"({out_of_memory_summary(error)}); lower {', '.join(levers[:-1])} or {levers[-1]}"
+            + (f", or set {' or '.join(others)}" if others else "")) from error
 
 
 def quiet_trainer(trainer) -> None:

@@ -86,7 +86,7 @@ def run_probe(
     args = _grpo_config(config, output_dir, device, show_progress)  # sets up a launched run's process group
     main = args.process_index == 0
     manifest = _start_manifest(config, probe_ids, base_model, digest, device, steps_per_epoch, previous)
-    from trajval_ops.probe.progress import NonFiniteGuard, ProbeProgress, quiet_trainer
+    from trajval_ops.probe.progress import NonFiniteGuard, ProbeProgress, quiet_trainer, training_memory
 
     progress = ProbeProgress(config, output_dir, base_model, steps_per_epoch, manifest, show_progress)
     precision = resolve_precision(config.precision, device)
@@ -108,7 +108,8 @@ def run_probe(
                         precision_note(config.precision, device)):
             if warning:
                 logger.warning(f"probe: {warning}")
-    trainer.train(resume_from_checkpoint=str(resume.path) if resume else None)
+    with training_memory("probe", config, device, trainer):
+        trainer.train(resume_from_checkpoint=str(resume.path) if resume else None)
     return _finish_probe(trainer, args, config, output_dir, base_model, device, manifest, progress)
 
 

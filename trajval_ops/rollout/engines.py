@@ -157,8 +157,18 @@ class TransformersEngine:
         if self.dtype == "float16" or greedy:
             options["logits_processor"] = finite_logits_check(self.dtype, inputs["input_ids"].shape[1])
         torch.manual_seed(derive_seed(decoding.seed, *prompts))
-        with torch.inference_mode():
-            output = self.model.generate(**inputs, **options)
+        try:
+            with torch.inference_mode():
+                output = self.model.generate(**inputs, **options)
+        except torch.OutOfMemoryError as error:
+            from trajval_ops.errors import DeviceOutOfMemory
+            from trajval_ops.hardware import out_of_memory_summary
+
+            raise DeviceOutOfMemory(
+                f"transformers engine: out of memory on {self.device} in a generate call of {len(prompts)} prompt(s) x "
+                f"{options['num_return_sequences']} completion(s) of up to {decoding.max_new_tokens} new tokens "
+                f"({out_of_memory_summary(error)}); lower prompts_per_generate (the prompts of one call) or "
+                "max_new_tokens, or use engine: vllm (it pages its KV cache)") from error
         new_tokens = output[:, inputs["input_ids"].shape[1]:]
         eos_ids = _eos_ids(self.model, self.tokenizer)
         lengths = [_completion_length(row, eos_ids) for row in new_tokens.tolist()]

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from loguru import logger
 
-from trajval_ops.errors import NonFiniteLogits, TrajvalInputError
+from trajval_ops.errors import DeviceOutOfMemory, NonFiniteLogits, TrajvalInputError
 from trajval_ops.rollout.budget import STATUS_SKIPPED, STATUS_STOPPED
 from trajval_ops.rollout.engines import DecodingConfig, derive_seed
 from trajval_ops.rollout.prompts import (
@@ -43,6 +43,8 @@ STATUS_NOT_SAMPLED = "not_sampled"
 NO_COST = {"completions": 0, "generated_tokens": 0}
 #: How many warnings of each kind a pass logs before it only counts.
 WARN_LIMIT = 20
+#: rows a stopped generate call's message names (a call may hold hundreds)
+MAX_ROWS_NAMED = 4
 
 
 @dataclass(frozen=True)
@@ -283,14 +285,15 @@ class RolloutPass:
         return f"{self.what}: " if self.what else ""
 
     def _generate(self, prompts: list[str], tasks: list[Task], decoding) -> tuple[list[list[str]], list[int]]:
-        """One generate call, timed and counted; an engine stopped by non-finite logits names the
-        call's rows (an overflow can depend on the prompt)."""
+        """One generate call, timed and counted; an engine stopped by non-finite logits or out of
+        memory names the call's rows (an overflow, or a long prompt, can depend on the row)."""
         start = time.perf_counter()
         try:
             completions, tokens = self.session.generate_counted(prompts, decoding)
-        except NonFiniteLogits as exc:
-            rows = ", ".join(task.label for task in tasks)
-            raise NonFiniteLogits(f"{self._prefix}the generate call of {rows}: {exc}") from None
+        except (NonFiniteLogits, DeviceOutOfMemory) as exc:
+            shown = ", ".join(task.label for task in tasks[:MAX_ROWS_NAMED])
+            more = f" and {len(tasks) - MAX_ROWS_NAMED:,} more" if len(tasks) > MAX_ROWS_NAMED else ""
+            raise type(exc)(f"{self._prefix}the generate call of {shown}{more}: {exc}") from exc
         self.counters.generate_s += time.perf_counter() - start
         self.counters.completions += sum(len(c) for c in completions)
         return completions, tokens
