@@ -450,3 +450,14 @@ def test_windows_are_compared_and_a_pass_without_provenance_is_not():
         run(rows, early_window_keys=["e0", "e1"], late_window_keys=["l0", "l1"])
     rows[0]["e1_provenance"] = _pass_provenance()
     assert run(rows, early_window_keys=["e0", "e1"], late_window_keys=["l0", "l1"])[0]["trajval_r_late"] == 0.75
+
+
+def test_a_late_pass_of_the_early_checkpoint_is_warned_of(caplog_loguru):
+    """A recipe whose late pass names the early checkpoint (``early[0]`` copied into both) scores
+    rollout noise as learning: said in a warning naming both passes and the checkpoint."""
+    base = _pass_provenance(model_path="/models/base")
+    run(_scored_rows(base, _pass_provenance(model_path="/models/base", seed=1)))
+    assert ("the late pass trajval_r_late evaluated the checkpoint the early pass trajval_r_early evaluated "
+            "(/models/base): the gain between them is rollout noise") in caplog_loguru.text
+    run(_scored_rows(base, _pass_provenance(model_path="/probe/checkpoint-75", seed=1)))
+    assert caplog_loguru.text.count("rollout noise, not learning") == 1

@@ -426,9 +426,33 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
     def check_passes_alike(self, table) -> None:
         """The passes the prior compares (early and late, every window) must have sampled and
         verified alike, as their provenance records it: a late pass at a longer ``max_new_tokens``
-        would show a gain the training did not make. A pass without provenance is not compared."""
-        from trajval_ops.pools.io import table_path_values
+        would show a gain the training did not make. A pass without provenance is not compared.
+        A late pass of the very checkpoint an early pass evaluated is warned of: its gain is noise."""
         from trajval_ops.measured_alike import measurement_difference
+
+        recorded = self._pass_provenance(table)
+        for key, provenance in recorded[1:]:
+            first_key, first = recorded[0]
+            if differ := measurement_difference(first, provenance):
+                raise TrajvalInputError(
+                    f"{OP_NAME}: the passes behind {first_key} and {key} measured otherwise ({differ}), as their "
+                    f"provenance records it: the {self.prior.name} prior compares their pass rates, so both must "
+                    "sample and verify alike; rerun one pass with the other's settings (the rollout cache keeps the "
+                    "other pass)")
+        if self.one_pass:
+            return
+        early_keys = self.early_window_keys or [self.r_early_key]
+        early = {p["model_path"]: key for key, p in recorded if key in early_keys and p.get("model_path")}
+        for key, provenance in recorded:
+            path = provenance.get("model_path")
+            if key not in early_keys and path in early:
+                logger.warning(f"{OP_NAME}: the late pass {key} evaluated the checkpoint the early pass {early[path]} "
+                               f"evaluated ({path}): the gain between them is rollout noise, not learning; point the "
+                               "late pass at a later checkpoint of the probe (e.g. manifest:<probe dir>#late[-1])")
+
+    def _pass_provenance(self, table) -> list[tuple[str, dict]]:
+        """``(pass key, provenance)`` of each pass the prior reads that records one (its first row's)."""
+        from trajval_ops.pools.io import table_path_values
 
         recorded = []
         for key in self.pass_keys():
@@ -438,14 +462,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
             provenance = next((value for value in values if isinstance(value, dict)), None)
             if provenance is not None:
                 recorded.append((key, provenance))
-        for key, provenance in recorded[1:]:
-            first_key, first = recorded[0]
-            if differ := measurement_difference(first, provenance):
-                raise TrajvalInputError(
-                    f"{OP_NAME}: the passes behind {first_key} and {key} measured otherwise ({differ}), as their "
-                    f"provenance records it: the {self.prior.name} prior compares their pass rates, so both must "
-                    "sample and verify alike; rerun one pass with the other's settings (the rollout cache keeps the "
-                    "other pass)")
+        return recorded
 
     def _log_noise(self, table, r_early, r_late, columns) -> None:
         """The rollout noise of the scores, and per group when ``group_key`` is set."""
