@@ -4,10 +4,9 @@ saves there too). Imported only when a probe trains (transformers at import)."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import math
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
