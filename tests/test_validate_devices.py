@@ -169,11 +169,21 @@ def test_resuming_units_that_trained_with_other_numerics_exits_2_before_anything
     code = main(["--config", str(SMOKE), "--out", str(out)])
     error = capsys.readouterr().err
     assert code == 2, error
-    assert ("1 finished unit(s) of this run trained with other numerics than this machine gives the units left "
+    assert ("1 unit(s) of this run trained with other numerics than this machine gives the units left "
             "(arms/uniform/seed-0: precision bf16-mixed (here fp32))") in error
     assert not (out / "data").exists()  # nothing prepared, nothing trained
     (finished / "result.json").write_text(json.dumps({"precision": "fp32", "generation": "transformers"}))
     from trajval_ops.experiment.devices import check_same_numerics, numerics_here
-    from trajval_ops.experiment.grpo_run import finished_results
+    from trajval_ops.experiment.protocol import trained_numerics
+    from trajval_ops.experiment.results import probe_manifest_path
 
-    check_same_numerics(finished_results(out), numerics_here(load_config(SMOKE), []))  # the same: it goes on
+    here = numerics_here(load_config(SMOKE), [])
+    check_same_numerics(trained_numerics(out), here)  # the same: it goes on
+    # an unfinished probe that began with vLLM on a GPU; finished, it would only be read
+    manifest = probe_manifest_path(out)
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"status": "running", "precision": "fp32", "generation_engine": "vllm"}))
+    with pytest.raises(ConfigError, match=r"\(probe: generation vllm \(here transformers\)\)"):
+        check_same_numerics(trained_numerics(out), here)
+    manifest.write_text(json.dumps({"status": "complete", "precision": "fp32", "generation_engine": "vllm"}))
+    check_same_numerics(trained_numerics(out), here)

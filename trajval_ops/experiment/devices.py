@@ -101,8 +101,9 @@ def numerics_here(config: ValidationConfig, gpus: list[str]) -> dict[str, str]:
 
 
 def check_same_numerics(results: dict[str, dict], here: dict[str, str]) -> None:
-    """A resumed run's finished units (``{name: result}``) must have trained as the rest will
-    here, or its arms would be compared across precisions or generation engines."""
+    """A resumed run's units that trained (``{name: result}``, :func:`.protocol.trained_numerics`)
+    must have trained as the rest will here, or its arms would be compared across precisions or
+    generation engines (and an unfinished probe would train its other steps otherwise)."""
     from trajval_ops.probe.config import describe_numerics, numerics_differ
 
     clashes = {name: differ for name, result in results.items() if (differ := numerics_differ(result, here))}
@@ -111,7 +112,7 @@ def check_same_numerics(results: dict[str, dict], here: dict[str, str]) -> None:
     listed = "; ".join(f"{name}: {describe_numerics(differ)}" for name, differ in list(clashes.items())[:3])
     more = f"; and {len(clashes) - 3} more" if len(clashes) > 3 else ""
     raise ConfigError(
-        f"{len(clashes)} finished unit(s) of this run trained with other numerics than this machine gives the "
-        f"units left ({listed}{more}); their comparisons would mix them. Go on on a machine like the one they ran "
+        f"{len(clashes)} unit(s) of this run trained with other numerics than this machine gives the units "
+        f"left ({listed}{more}); their comparisons would mix them. Go on on a machine like the one they ran "
         f"on, or set precision and generation in the config (every machine then resolves them alike) and use "
         f"another --out")

@@ -437,6 +437,22 @@ def _start_unit(unit: Unit, env: dict[str, str], fork: bool):
     return unit_process.start(unit.command, unit.entry, env, unit.log, Path(__file__).resolve().parents[2], fork)
 
 
+def trained_numerics(out: Path) -> dict[str, dict]:
+    """What each unit that trained in ``out`` resolved its numerics to: every finished training
+    unit's result, and the probe's manifest while the probe is unfinished (a finished probe is
+    only read, wherever the run goes on)."""
+    from trajval_ops.experiment.results import probe_manifest_path
+    from trajval_ops.probe.manifest import STATUS_COMPLETE
+
+    records = finished_results(out)
+    manifest = probe_manifest_path(out)
+    if manifest.is_file():
+        probe = json.loads(manifest.read_text())
+        if probe.get("status") != STATUS_COMPLETE:
+            records["probe"] = {"precision": probe.get("precision"), "generation": probe.get("generation_engine")}
+    return records
+
+
 def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = None,
                  no_start_after_s: float | None = None) -> dict | None:
     """Run (or resume) every unit, then write ``results.json`` and ``index.html``.
@@ -459,7 +475,7 @@ def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = 
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     check_same_protocol(config, out)
-    check_same_numerics(finished_results(out), here)
+    check_same_numerics(trained_numerics(out), here)
     data = prepare_data(config, out)
     finished: set[str] = set()
     units = oracle_units(config, out, data) + [probe_unit(config, out)] + arm_units(config, out)
