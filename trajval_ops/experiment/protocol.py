@@ -442,14 +442,14 @@ def trained_numerics(out: Path) -> dict[str, dict]:
     unit's result, and the probe's manifest while the probe is unfinished (a finished probe is
     only read, wherever the run goes on)."""
     from trajval_ops.experiment.results import probe_manifest_path
-    from trajval_ops.probe.manifest import STATUS_COMPLETE
+    from trajval_ops.probe.manifest import STATUS_COMPLETE, manifest_numerics
 
     records = finished_results(out)
     manifest = probe_manifest_path(out)
     if manifest.is_file():
         probe = json.loads(manifest.read_text())
         if probe.get("status") != STATUS_COMPLETE:
-            records["probe"] = {"precision": probe.get("precision"), "generation": probe.get("generation_engine")}
+            records["probe"] = manifest_numerics(probe)
     return records
 
 

@@ -54,6 +54,12 @@ def write_manifest(output_dir: str | os.PathLike, manifest: Mapping[str, Any]) -
     return target
 
 
+def manifest_numerics(manifest: Mapping[str, Any]) -> dict:
+    """The precision and generation engine a probe run recorded, keyed as the resolvers key them
+    (:data:`trajval_ops.probe.config.NUMERICS`); None where a manifest predates them."""
+    return {"precision": manifest.get("precision"), "generation": manifest.get("generation_engine")}
+
+
 def read_manifest(path_or_dir: str | os.PathLike) -> dict | None:
     """The raw manifest, or None when there is none (used to decide resume / reuse / refuse)."""
     path = manifest_path(path_or_dir)

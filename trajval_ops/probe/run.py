@@ -28,6 +28,7 @@ from trajval_ops.probe.manifest import (
     STATUS_COMPLETE,
     STATUS_RUNNING,
     config_hash,
+    manifest_numerics,
     read_manifest,
     write_manifest,
 )
@@ -354,8 +355,7 @@ def _check_same_numerics(output_dir: Path, previous: dict, here: dict[str, str])
     """An unfinished probe goes on only where its ``auto`` precision and generation resolve as they
     did where it started (the config's identity holds them as set, so a GPU probe resumed on a
     node without vLLM, or without native bf16, would train its other steps otherwise)."""
-    recorded = {"precision": previous.get("precision"), "generation": previous.get("generation_engine")}
-    if differ := numerics_differ(recorded, here):
+    if differ := numerics_differ(manifest_numerics(previous), here):
         raise ProbeDirectoryError(
             f"{output_dir} holds an unfinished probe whose steps so far trained otherwise than this machine would "
             f"train the rest: {describe_numerics(differ)}; resume it on a machine like the one it started on, or "
