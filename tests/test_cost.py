@@ -244,6 +244,23 @@ def test_cost_refuses_what_dj_process_refuses(tmp_path, capsys, edit, message):
     assert message in captured.err and not captured.out
 
 
+def test_a_reused_pass_is_not_compared_with_the_settings_it_never_had():
+    """A reused pass samples nothing and records no sampling settings: the declared defaults
+    (temperature 1.0, ...) are not its own, so a late pass at another temperature is not refused on
+    them (it was, before 2026-11-27); two measured passes still are."""
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.measured_alike import check_alike_passes
+
+    late = ("trajval_endpoint_reward_mapper", {"window": "late", "model": "smollm2-135m-instruct",
+                                               "temperature": 0.6})
+    mapper = ("trajval_learnability_mapper", {"prior": "trajval"})
+    for reused in ({"reuse_preset": "big_math"}, {"reuse_key": "base_rate", "reuse_n": 16}):
+        check_alike_passes([("trajval_endpoint_reward_mapper", {"window": "early", **reused}), late, mapper])
+    with pytest.raises(TrajvalInputError, match=r"set to measure otherwise \(temperature 1.0 vs 0.6\)"):
+        check_alike_passes([("trajval_endpoint_reward_mapper", {"window": "early", "model": "smollm2-135m-instruct"}),
+                            late, mapper])
+
+
 @pytest.mark.parametrize("option, value", [("--main-epochs", "nan"), ("--main-epochs", "inf"), ("--main-n", "0"),
                                            ("--pool-rows", "0"), ("--main-epochs", "-1")])
 def test_cost_refuses_a_main_run_that_is_no_number(capsys, option, value):

@@ -29,13 +29,17 @@ def measurement_difference(first: Mapping[str, Any], second: Mapping[str, Any]) 
 
 def entry_measurement(settings: dict[str, Any]) -> dict:
     """What an endpoint entry of a recipe will measure with, as its provenance will record it
-    (declared defaults for the settings it leaves out), before anything runs. A setting its
-    declaration refuses raises ``ValueError``."""
-    from trajval_ops.rollout.endpoint_pass import DecodingConfig, VerifierSettings, group_settings, measured_with
+    (declared defaults for the settings it leaves out), before anything runs; ``{}`` for a reused
+    pass (``reuse_key`` / ``reuse_preset``): it samples nothing, and how its source sampled is not
+    known, so there is nothing to compare. A setting its declaration refuses raises ``ValueError``."""
+    from trajval_ops.rollout.endpoint_pass import (DecodingConfig, ReuseSettings, VerifierSettings, group_settings,
+                                                   measured_with)
     from trajval_ops.rollout.pass_rates import PromptSettings
     from trajval_ops.rollout.verifiers import build_verifier
 
     groups = group_settings(settings)
+    if groups[ReuseSettings].settings() is not None:
+        return {}
     checks = groups[VerifierSettings]
     verifier = build_verifier(checks.verifier, **(checks.verifier_options or {}))
     recorded = measured_with(groups[DecodingConfig], verifier.spec, groups[PromptSettings])
