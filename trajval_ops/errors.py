@@ -33,3 +33,10 @@ class CheckpointWithoutModel(TrajvalInputError):
 
 class InputOverwriteError(TrajvalInputError):
     """An output path that would replace (or join) an input of the same run."""
+
+
+def first_few(names, limit: int, sep: str = ", ") -> str:
+    """The first ``limit`` of ``names`` joined, `` and N more`` for the rest: how a message names
+    rows or units that can number thousands."""
+    names = [str(name) for name in names]
+    return sep.join(names[:limit]) + (f" and {len(names) - limit:,} more" if len(names) > limit else "")

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from trajval_ops.errors import TrajvalInputError
+from trajval_ops.errors import TrajvalInputError, first_few
 from trajval_ops.fields import ID_CANDIDATES
 from trajval_ops.pools.io import decoded_values, is_json_type, struct_path_array, table_path_values, table_row
 from trajval_ops.rows import batch_row, path_root, row_label
@@ -210,7 +210,7 @@ def group_values(table, key: str, what: str, id_key: str | None = None) -> list:
         if root in table.column_names and root != key:
             children = sorted({child for row in table_path_values(table, root) or [] if isinstance(row, Mapping)
                                for child in row})
-            known = f"; the rows' '{root}' holds {', '.join(repr(c) for c in children[:20]) or 'nothing'}"
+            known = f"; the rows' '{root}' holds {first_few(map(repr, children), 20) or 'nothing'}"
         raise TrajvalInputError(f"{what}: group_key '{key}' is not found on any row{known}")
     missing = [position for position, value in enumerate(values) if value is None]
     if missing:

@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         mix_summary,
         preset_mix,
     )
+    from trajval_ops.errors import first_few
     from trajval_ops.pools.io import read_rows, write_rows
     from trajval_ops.rows import row_label
 
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     if args.check:
         failures = [row_label(row, i) for i, row in enumerate(read_rows(args.check)) if check_row(row) != 1.0]
         if failures:
-            print(f"{len(failures)} rows fail reasoning-gym's score_answer: {', '.join(failures[:10])}", file=sys.stderr)
+            print(f"{len(failures)} rows fail reasoning-gym's score_answer: {first_few(failures, 10)}", file=sys.stderr)
             return 1
         print(f"all rows of {args.check} verify with reasoning-gym")
         return 0

@@ -20,6 +20,7 @@ import json
 import os
 from pathlib import Path
 
+from trajval_ops.errors import first_few
 from trajval_ops.experiment.validation_config import ConfigError, ValidationConfig
 
 #: workers on CPU when the config leaves them unset (two cores here; one torch thread each)
@@ -109,10 +110,9 @@ def check_same_numerics(results: dict[str, dict], here: dict[str, str]) -> None:
     clashes = {name: differ for name, result in results.items() if (differ := numerics_differ(result, here))}
     if not clashes:
         return
-    listed = "; ".join(f"{name}: {describe_numerics(differ)}" for name, differ in list(clashes.items())[:3])
-    more = f"; and {len(clashes) - 3} more" if len(clashes) > 3 else ""
+    listed = first_few((f"{name}: {describe_numerics(differ)}" for name, differ in clashes.items()), 3, "; ")
     raise ConfigError(
         f"{len(clashes)} unit(s) of this run trained with other numerics than this machine gives the units "
-        f"left ({listed}{more}); their comparisons would mix them. Go on on a machine like the one they ran "
+        f"left ({listed}); their comparisons would mix them. Go on on a machine like the one they ran "
         f"on, or set precision and generation in the config (every machine then resolves them alike) and use "
         f"another --out")

@@ -22,7 +22,7 @@ from trajval_ops.ops.dj.table_mapper import TableMapper, run_whole_pool
 from trajval_ops.ops.dj.tables import append_columns
 from trajval_ops.summary import group_noise, log_group_noise, log_rollout_noise, log_weight_summary, rollout_noise
 from trajval_ops.input_checks import arrow_numeric_column, check_unique_ids, group_values
-from trajval_ops.errors import TrajvalInputError
+from trajval_ops.errors import TrajvalInputError, first_few
 
 OP_NAME = "trajval_learnability_mapper"
 
@@ -361,7 +361,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         fallback_groups = sorted({repr(groups[i]) for i in np.flatnonzero(prediction.fallback)}) if groups else []
         if fallback_groups:
             logger.warning(f"{OP_NAME}: {int(prediction.fallback.sum())} rows in {len(fallback_groups)} groups "
-                           f"({', '.join(fallback_groups[:10])}) have no measured row: they get the measured rows' "
+                           f"({first_few(fallback_groups, 10)}) have no measured row: they get the measured rows' "
                            f"mean score (flagged: {self.predicted_key}_fallback)")
         how = (f"gradient boosting on {self.predict_features}{' and ' + self.group_key if self.group_key else ''}"
                if prediction.predictor == "gradient_boosting" else

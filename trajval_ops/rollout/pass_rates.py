@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from loguru import logger
 
-from trajval_ops.errors import DeviceOutOfMemory, NonFiniteLogits, TrajvalInputError
+from trajval_ops.errors import DeviceOutOfMemory, NonFiniteLogits, TrajvalInputError, first_few
 from trajval_ops.rollout.budget import STATUS_SKIPPED, STATUS_STOPPED
 from trajval_ops.rollout.engines import DecodingConfig, derive_seed
 from trajval_ops.rollout.prompts import (
@@ -291,9 +291,8 @@ class RolloutPass:
         try:
             completions, tokens = self.session.generate_counted(prompts, decoding)
         except (NonFiniteLogits, DeviceOutOfMemory) as exc:
-            shown = ", ".join(task.label for task in tasks[:MAX_ROWS_NAMED])
-            more = f" and {len(tasks) - MAX_ROWS_NAMED:,} more" if len(tasks) > MAX_ROWS_NAMED else ""
-            raise type(exc)(f"{self._prefix}the generate call of {shown}{more}: {exc}") from exc
+            shown = first_few((task.label for task in tasks), MAX_ROWS_NAMED)
+            raise type(exc)(f"{self._prefix}the generate call of {shown}: {exc}") from exc
         self.counters.generate_s += time.perf_counter() - start
         self.counters.completions += sum(len(c) for c in completions)
         return completions, tokens
