@@ -137,6 +137,40 @@ def test_open_r1_prefers_answer_and_boxes_solutions(tmp_path):
     assert [r[TASK_ID] for r in rows] == ["u1", "u2"]
 
 
+def test_open_r1_solution_marking_no_answer_is_refused_not_taken_whole(tmp_path):
+    """A worked solution with neither `####` nor a box was the whole ground truth, and the verifier
+    read some number of the working as the answer (12 here, where 5 is right)."""
+    source = [{"problem": "Half of one?", "solution": "so \\boxed{\\frac{1}{2}}", "uuid": "u1"},
+              {"problem": "Apples?", "solution": "2+3=5 apples, 7 fewer than Ann's 12.", "uuid": "u2"}]
+    with pytest.raises(TrajvalInputError, match=r"row 1: ground-truth field 'solution' is a worked "
+                                                r"solution that marks no final answer"):
+        run_import(tmp_path, source)
+    assert not (tmp_path / "out.jsonl").exists()
+    source[1]["answer"] = "5"  # a short answer is taken as it is
+    rows, _ = run_import(tmp_path, source)
+    assert [r["reward_model"]["ground_truth"] for r in rows] == ["\\frac{1}{2}", "5"]
+
+
+def test_a_rows_own_source_field_wins_over_data_source(tmp_path):
+    """`--data-source` is for rows that have none: a mixed pool's own labels pick verl's reward
+    function, and were overwritten by it before 2026-11-27."""
+    source = [{"input": "What is 2+2?", "label": "4", "datasource": "gsm8k"},
+              {"input": "What is 3+3?", "label": "6"}]
+    rows, _ = run_import(tmp_path, source, data_source="fallback")
+    assert [r["data_source"] for r in rows] == ["gsm8k", "fallback"]
+
+
+def test_a_null_role_hashes_as_a_missing_one_so_parquet_and_jsonl_agree(tmp_path):
+    """Parquet stores a role that some messages lack as null; it hashed as the role 'None'."""
+    assert prompt_hash([{"content": "q3"}]) == prompt_hash([{"role": None, "content": "q3"}]) == \
+        prompt_hash("q3")
+    source = [{"prompt": [{"role": "user", "content": "q1"}], "reward_model": {"ground_truth": "1"}},
+              {"prompt": [{"content": "q3"}], "reward_model": {"ground_truth": "3"}}]
+    from_jsonl, _ = run_import(tmp_path, source)
+    from_parquet, _ = run_import(tmp_path, write_parquet(tmp_path / "in.parquet", source))
+    assert [r[PROMPT_HASH] for r in from_parquet] == [r[PROMPT_HASH] for r in from_jsonl]
+
+
 def test_nested_dotted_keys_with_json_string_levels(tmp_path):
     source = [{"meta": {"q": "Capital of France?", "uid": 17}, "target": json.dumps({"value": "Paris"})},
               {"meta": {"q": "Capital of Italy?", "uid": 18}, "target": json.dumps({"value": "Rome"})}]

@@ -3,7 +3,8 @@
 The hash is what deduplication and prior transfer match on, so it is defined once, here:
 SHA-256 of the prompt's messages as ``[[role, content.strip()], ...]`` in compact JSON, first
 32 hex digits. A plain-string prompt hashes as one user message, so the same question stored as
-a string (OpenRLHF, GSM8K) or as a chat list (verl) gets the same hash.
+a string (OpenRLHF, GSM8K) or as a chat list (verl) gets the same hash; a message without a role,
+or with a null one (parquet stores a role some rows lack as null), is a user message too.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def prompt_messages(prompt: Any) -> list[list[str]]:
         for message in prompt:
             if not isinstance(message, dict) or not isinstance(message.get("content"), str):
                 raise ValueError(f"chat message {message!r} has no string 'content'")
-            messages.append([str(message.get("role", "user")), message["content"].strip()])
+            messages.append([str(message.get("role") or "user"), message["content"].strip()])
         return messages
     raise ValueError(f"prompt must be a string or a non-empty chat list, got {type(prompt).__name__} {prompt!r}")
 

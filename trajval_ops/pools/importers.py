@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from loguru import logger
 
-from trajval_ops.pools.answers import canonical_ground_truth, extract_answer
+from trajval_ops.pools.answers import BOXED_MARKER, GSM8K_MARKER, canonical_ground_truth, extract_answer
 from trajval_ops.pools.identity import PROMPT_HASH, TASK_ID, prompt_hash, prompt_messages
 from trajval_ops.atomic import atomic_open, check_output_spares_inputs, write_json
 from trajval_ops.pools.io import write_rows
@@ -50,6 +50,9 @@ class PoolFormat:
     id_keys: tuple[str, ...]
     answer_extract: str = "none"
     data_source_key: Optional[str] = "data_source"
+    #: fields holding a worked solution: under ``answer_extract: auto`` their final answer is cut
+    #: out (``####`` or the last ``\\boxed{}``), and one that marks none is an error, not the truth
+    worked_solution_keys: tuple[str, ...] = ()
 
 
 _VERL = PoolFormat("verl", ("prompt",), ("reward_model.ground_truth",),
@@ -64,7 +67,7 @@ FORMATS: dict[str, PoolFormat] = {
     "gsm8k": PoolFormat("gsm8k", ("question",), ("answer",), (TASK_ID, "id", "index"),
                         answer_extract="gsm8k"),
     "open-r1": PoolFormat("open-r1", ("problem",), ("answer", "solution"), (TASK_ID, "uuid", "id"),
-                          answer_extract="auto"),
+                          answer_extract="auto", worked_solution_keys=("solution",)),
 }
 
 
@@ -275,10 +278,16 @@ def _ground_truth(row: dict, position: int, fmt: PoolFormat) -> str:
     if key is None:
         raise TrajvalInputError(f"{row_label(row, position)}: ground-truth field {_names(fmt.answer_keys)} is missing")
     truth = canonical_ground_truth(value)
+    how = fmt.answer_extract
+    if how == "auto" and key in fmt.worked_solution_keys and GSM8K_MARKER not in truth and BOXED_MARKER not in truth:
+        # taken whole, the verifier would read some number of the working as the answer
+        raise TrajvalInputError(f"{row_label(row, position)}: ground-truth field '{key}' is a worked solution that "
+                                f"marks no final answer ('{GSM8K_MARKER}' or \\boxed{{}}); give the row its short "
+                                "answer in 'answer', or leave it out of the pool")
     try:
         # With "auto", a field named "answer" is taken as it is (open-r1 keeps the short answer
         # there); other fields (a worked "solution") yield their "####" or boxed answer.
-        how = "none" if fmt.answer_extract == "auto" and key == "answer" else fmt.answer_extract
+        how = "none" if how == "auto" and key == "answer" else how
         truth = extract_answer(truth, how).strip()
     except ValueError as err:
         raise TrajvalInputError(f"{row_label(row, position)}: ground-truth field '{key}': {err}") from None
@@ -321,7 +330,7 @@ def _canonical_row(row: dict, fmt: PoolFormat, prompt_key: str, messages: list[l
     out["reward_model"] = reward_model
     if out.get("data_source") is None:
         source = get_path(row, fmt.data_source_key, None) if fmt.data_source_key else None
-        out["data_source"] = data_source or (str(source) if source is not None else fmt.name)
+        out["data_source"] = str(source) if source is not None else (data_source or fmt.name)
     if out.get("extra_info") is None:
         out["extra_info"] = {"index": task_id}
     out[TASK_ID] = task_id
