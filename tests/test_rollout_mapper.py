@@ -78,6 +78,28 @@ def test_same_seed_same_output_and_cache_reuse(tmp_path):
     other.release()
 
 
+def test_a_verifier_that_reads_answers_otherwise_does_not_reuse_cached_rewards(tmp_path, monkeypatch):
+    """The cache keeps rewards, not a way to recompute them: a release whose math verifier reads
+    answers otherwise (revision 2: percent answers, truncated boxes) samples afresh instead of
+    reusing the rewards an earlier reading gave."""
+    from trajval_ops.rollout.verifiers import MathVerifier
+
+    rows = arithmetic_rows()[:2]
+    first = _op(tmp_path)
+    first.process_batched(_batch(rows))
+    assert first.endpoint._cache.run_key["verifier_revision"] == MathVerifier.revision
+    first.release()
+    again = _op(tmp_path)
+    again.process_batched(_batch(rows))
+    assert again.endpoint.stats["completions"] == 0  # the same reading: every row from the cache
+    again.release()
+    monkeypatch.setattr(MathVerifier, "revision", MathVerifier.revision + 1)
+    revised = _op(tmp_path)
+    revised.process_batched(_batch(rows))
+    assert revised.endpoint.stats["completions"] == 6
+    revised.release()
+
+
 def test_interrupted_run_resumes_with_only_the_missing_rows(tmp_path):
     rows = arithmetic_rows(10)
     pool = write_jsonl(tmp_path / "pool.jsonl", rows)

@@ -34,6 +34,11 @@ def math_fallback():
     ("\\boxed{1,000}", "1000", 1.0),
     ("The answer is 5.", "5", 0.0),  # no box, no fallback
     ("\\boxed{5", "5", 0.0),  # truncated box
+    ("\\boxed{3} wait, no: \\boxed{4", "3", 0.0),  # the last box is truncated: not the revised-away one
+    ("\\boxed{50\\%}", "50", 1.0),  # math-verify reads a boxed percent or degree only inline
+    ("\\boxed{12.5\\%}", "12.5", 1.0),
+    ("\\boxed{45°}", "45", 1.0),
+    ("\\boxed{51\\%}", "50", 0.0),
     ("", "5", 0.0),
 ])
 def test_math_verifier(math_verifier, completion, truth, expected):
@@ -48,6 +53,20 @@ def test_math_fallback_last_number_is_named_and_recorded(math_fallback, math_ver
     assert math_fallback.spec["fallback_last_number"] is True
     assert math_verifier.spec == {"name": "math", "fallback_last_number": False, "timeout_s": 2.0,
                                   "max_completion_chars": 100_000}
+
+
+@pytest.mark.parametrize("completion, truth, expected", [
+    ("so x = \\frac{1}{2}", "1/2", 1.0),  # a LaTeX fraction is a/b, not its denominator
+    ("so x = \\frac{1}{2}", "2", 0.0),
+    ("it is \\dfrac{-3}{4}.", "-3/4", 1.0),
+    ("\\sqrt{2}", "2", 0.0),  # a root's, an exponent's or an index's number is not the answer
+    ("2^{10}", "10", 0.0),
+    ("x^2", "2", 0.0),
+    ("the total is 1,024 apples", "1024", 1.0),
+    ("\\boxed{3} wait, no: \\boxed{4", "3", 0.0),  # a truncated last box: no earlier box, no number in it
+])
+def test_math_fallback_reads_the_last_number_that_stands_alone(math_fallback, completion, truth, expected):
+    assert math_fallback(completion, truth) == expected
 
 
 def test_last_boxed_balances_braces():

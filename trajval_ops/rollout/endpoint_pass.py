@@ -307,6 +307,8 @@ class EndpointPass:
             root = self.cache_settings.cache_dir or default_cache_root() / "rollouts"
             run_key = {"model": model_fingerprint(self._model_path), "sampling": self.decoding.as_dict(),
                        "verifier": self.verifier.spec, "prompt": prompt_settings}
+            if self.verifier.revision > 1:  # kept out at 1, so caches written before revisions resume
+                run_key["verifier_revision"] = self.verifier.revision
             if self.budget is not None:
                 run_key["budget"] = self.budget.as_dict()
             if self.sample is not None:  # a sample's generate calls group other rows than a full pass's

@@ -60,6 +60,9 @@ class Verifier:
     """Base class: subclasses implement ``_check``; this class adds the limits and logging."""
 
     name: str = ""
+    #: how this release reads answers; raised when a reading changes, so rewards cached by an
+    #: earlier reading are not reused (the rollout cache's key holds it beyond 1)
+    revision: int = 1
 
     def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S,
                  max_completion_chars: int = DEFAULT_MAX_COMPLETION_CHARS):
@@ -237,6 +240,10 @@ def _serve_checks(conn, verifier: "Verifier") -> None:
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _NUMBER_RE = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+_LATEX_FRACTION_RE = re.compile(r"\\[dt]?frac\s*\{\s*(-?\d+)\s*\}\s*\{\s*(\d+)\s*\}")
+#: what a number is part of, not the answer, when it follows one of these: an exponent, an index,
+#: an argument (``\sqrt{2}``, ``2^{10}``) or an unclosed (truncated) box
+_NOT_AN_ANSWER_AFTER = "^_{"
 _SHORT_INTEGER_RE = re.compile(r"-?\d{1,100}")
 
 
@@ -248,26 +255,34 @@ def _integer_truth(ground_truth: Any) -> str | None:
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (balanced braces, nested boxes allowed), or None."""
+    """Content of the last ``\\boxed{...}`` (balanced braces, nested boxes allowed), or None, also
+    when the last box does not close (a truncated completion): an earlier box is an answer the
+    completion went on to revise, and verl's math rewards find none there either."""
     starts = [m.end() for m in _BOX_RE.finditer(text)]
-    for start in reversed(starts):
-        depth = 1
-        for i in range(start, len(text)):
-            char = text[i]
-            if char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:i]
-        # unbalanced (truncated completion): try an earlier box
+    if not starts:
+        return None
+    depth = 1
+    for i in range(starts[-1], len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[starts[-1]:i]
     return None
 
 
 def last_number(text: str) -> str | None:
-    """The last number in the text (integers, decimals, thousands separators, a/b)."""
-    matches = _NUMBER_RE.findall(text)
-    return matches[-1].replace(",", "") if matches else None
+    """The last number in the text (integers, decimals, thousands separators, a/b, ``\\frac{a}{b}``
+    as a/b), or None when it is part of something else: an exponent, an index or an argument
+    (``2^{10}``, ``\\sqrt{2}``, ``x_1``) is not the answer, nor is a denominator."""
+    text = _LATEX_FRACTION_RE.sub(r"\1/\2", text)
+    last = None
+    for last in _NUMBER_RE.finditer(text):
+        pass
+    if last is None or (last.start() > 0 and text[last.start() - 1] in _NOT_AN_ANSWER_AFTER):
+        return None
+    return last.group().replace(",", "")
 
 
 def max_nesting(text: str) -> int:
@@ -290,6 +305,9 @@ class MathVerifier(Verifier):
     """
 
     name = "math"
+    #: 2 (2026-11-27): a truncated last box is no answer, a boxed percent or degree is read inline,
+    #: the last-number fallback reads LaTeX fractions and skips exponents, indices and arguments
+    revision = 2
 
     def __init__(self, fallback_last_number: bool = False, **limits):
         super().__init__(**limits)
@@ -352,7 +370,7 @@ class MathVerifier(Verifier):
         if max_nesting(answer) > MAX_NESTING:
             return CheckResult(0.0, method, f"answer nested deeper than {MAX_NESTING}")
         # our time limit wraps the whole check; math-verify's own alarms would reset it
-        pred = _parse_boxed(answer)
+        pred = _parse_answer(answer)
         if not pred:
             return CheckResult(0.0, method)
         return CheckResult(1.0 if verify(gold, pred, timeout_seconds=None) else 0.0, method)
@@ -366,6 +384,21 @@ def _parse_boxed(text: str):
     from math_verify import parse
 
     return parse(f"\\boxed{{{text}}}", parsing_timeout=None)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_answer(text: str):
+    """math-verify's reading of a boxed answer; read as inline math (``$...$``) when the box
+    yields no value, as a ground truth is (:func:`_parse_gold`): math-verify 0.9 reads
+    ``\\boxed{50\\%}`` and ``\\boxed{45°}`` as raw text only, so a right answer written with a
+    percent or degree sign scored 0 against the truth ``50`` or ``45``."""
+    boxed = _parse_boxed(text)
+    if _comparable(boxed):
+        return boxed
+    from math_verify import parse
+
+    inline = parse(f"${text}$", parsing_timeout=None)
+    return inline if _comparable(inline) else boxed
 
 
 @functools.lru_cache(maxsize=1 << 14)
