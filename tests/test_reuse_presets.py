@@ -88,6 +88,8 @@ def test_each_preset_reads_its_pools_column_as_a_pass_rate(rows, settings, rates
      r"row 1 \(task_id='bm-1'\): field 'llama8b_solve_rate' \(the reused pass rate\) is missing"),
     (polaris(["3/8", "9/8"]), {"reuse_preset": "polaris", "id_key": "task_id"},
      r"row 1 \(task_id='po-1'\): field 'difficulty' = '9/8' is not a 'k/n' string"),
+    (polaris(["3/8", "²/8"]), {"reuse_preset": "polaris", "id_key": "task_id"},  # a digit int() cannot read
+     r"row 1 \(task_id='po-1'\): field 'difficulty' = '²/8' is not a 'k/n' string"),
     (polaris(["3/8", "3/16"]), {"reuse_preset": "polaris", "id_key": "task_id"},
      r"field 'difficulty' = '3/16' stands on 16 samples, not 8"),
     (skywork([3, 17]), {"reuse_preset": "skywork_7b"},

@@ -131,7 +131,8 @@ def _fraction_strings(rows, key: str, n: int | None, id_key, first_row, prefix: 
         value = get_path(row, key, None)
         label = row_label(row, None if first_row is None else first_row + position, id_key)
         correct, _, total = value.partition("/") if isinstance(value, str) else ("", "", "")
-        if not (correct.strip().isdigit() and total.strip().isdigit() and 0 < int(total) and
+        # isdecimal, not isdigit: a superscript "²" is a digit int() cannot read
+        if not (correct.strip().isdecimal() and total.strip().isdecimal() and 0 < int(total) and
                 int(correct) <= int(total)):
             raise TrajvalInputError(f"{prefix}{label}: field '{key}' = {value!r} is not a 'k/n' string of k correct "
                                     "samples of n")
