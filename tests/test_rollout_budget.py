@@ -180,6 +180,13 @@ def test_adaptive_budget_needs_a_window_and_sampling(tmp_path):
         _op(tmp_path, window="late", output_key=None, **ADAPTIVE, temperature=0)  # refused when built
 
 
+def test_adaptive_budget_is_refused_for_one_checkpoint_of_a_window(tmp_path):
+    """A window's mean decides the weight: one checkpoint's pass cannot bound it (a checkpoint at
+    0 of 8 stopped, its unsampled rollouts still moving the mean; measured off by up to 0.44)."""
+    with pytest.raises(ValueError, match="checkpoint 1 of a late window, whose mean decides the weight"):
+        _op(tmp_path, window="late", window_index=1, output_key=None, **ADAPTIVE)
+
+
 def test_a_changed_early_pass_gets_the_fresh_runs_late_pass_from_a_shared_cache(tmp_path):
     """The cache key of an adaptive late pass holds the early pass rates its stopping rule read
     (issue 36, item 1): a rerun on the same cache after the early pass changed writes what a run

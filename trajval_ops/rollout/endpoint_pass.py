@@ -213,13 +213,20 @@ def measured_with(decoding: DecodingConfig, verifier_spec: dict, prompt: "Prompt
     return {**decoding.as_dict(), "verifier": verifier_spec, **prompt.as_dict()}
 
 
-def _adaptive_budget(settings: BudgetSettings, window, decoding: DecodingConfig):
-    """The pass's adaptive budget (None: a fixed n), refused where it has no meaning or where the
-    pass is not told which prior's weight to bound."""
+def _adaptive_budget(settings: BudgetSettings, window, window_index, decoding: DecodingConfig):
+    """The pass's adaptive budget (None: a fixed n), refused where it has no meaning, where the
+    pass is not told which prior's weight to bound, or where its pass rate alone does not decide
+    that weight (one checkpoint of a window)."""
     if settings.budget == "fixed":
         return None
     if window is None:
         raise ValueError("an adaptive budget stops rows by their prior's weight: set window (early or late)")
+    if window_index is not None:
+        # each checkpoint's own interval can be pinned while the window's mean is not (a row at 0
+        # of 8 stops, its unsampled rollouts still moving the mean): measured off by up to 0.44
+        raise ValueError(f"an adaptive budget bounds the weight this pass's own pass rate gives, and this pass is "
+                         f"checkpoint {window_index} of a {window} window, whose mean decides the weight: use "
+                         "budget: fixed for a window's passes, or window_k: 1")
     if settings.budget_prior is None:
         raise ValueError("budget: adaptive stops rows on the weight the learnability mapper writes, and this pass is "
                          "not told which prior that is: put the trajval_learnability_mapper in the same recipe after "
@@ -258,7 +265,7 @@ class EndpointPass:
             self.prompt, self.checks, self.cache_settings = groups[PromptSettings], groups[VerifierSettings], \
                 groups[CacheSettings]
             self.reuse = groups[ReuseSettings].settings()
-            self.budget = _adaptive_budget(groups[BudgetSettings], window, self.decoding)
+            self.budget = _adaptive_budget(groups[BudgetSettings], window, window_index, self.decoding)
             sample = groups[SampleSettings].drawn()
             if sample is not None and self.reuse is not None:
                 raise ValueError("a reused pass costs nothing and reads every row: drop sample_fraction")
