@@ -1,5 +1,6 @@
 """trajval_learnability_mapper on in-memory datasets (the dj-process runs are in test_recipes_e2e)."""
 
+import json
 import math
 
 import numpy as np
@@ -461,3 +462,41 @@ def test_a_late_pass_of_the_early_checkpoint_is_warned_of(caplog_loguru):
             "(/models/base): the gain between them is rollout noise") in caplog_loguru.text
     run(_scored_rows(base, _pass_provenance(model_path="/probe/checkpoint-75", seed=1)))
     assert caplog_loguru.text.count("rollout noise, not learning") == 1
+
+
+def _probe_checkpoint(ref, epoch, manifest):
+    """A pass's provenance of a probe checkpoint, as resolve_model_reference records it (the
+    manifest holds what the mapper reads of it: the probe's cost)."""
+    manifest.write_text(json.dumps({"cost": {"completions": 10, "generated_tokens": 100, "wall_time_s": 1.0}}))
+    return _pass_provenance(model=f"manifest:{manifest.parent}#{ref}", model_path=f"/probe/epoch-{epoch}", checkpoint={
+        "name": f"epoch-{epoch}", "source": "manifest", "ref": ref, "window": ref.split("[")[0], "epoch": epoch,
+        "step": 10 * epoch, "manifest": str(manifest)})
+
+
+def test_passes_of_the_other_windows_checkpoints_are_refused(tmp_path):
+    """Swapped references (``late[0]`` behind the early pass) or an early checkpoint trained after
+    a late one reverse the gain: tasks the probe learned would go to the floor. Refused, naming
+    the pass and what its provenance records."""
+    probe = tmp_path / "manifest.json"
+    with pytest.raises(TrajvalInputError, match=r"the early pass trajval_r_early evaluated the probe's late\[0\] "
+                                                r"\(epoch 20\)"):
+        run(_scored_rows(_probe_checkpoint("late[0]", 20, probe), _probe_checkpoint("early[0]", 0, probe)))
+    with pytest.raises(TrajvalInputError, match=r"the early pass trajval_r_early evaluated the probe at epoch 5, "
+                                                r"after the late pass trajval_r_late \(epoch 3\)"):
+        run(_scored_rows(_probe_checkpoint("epoch-5", 5, probe), _probe_checkpoint("epoch-3", 3, probe)))
+    # two probes' checkpoints are not ordered against each other, and the right order is scored
+    (tmp_path / "other").mkdir()
+    other = _probe_checkpoint("epoch-3", 3, tmp_path / "other" / "manifest.json")
+    assert run(_scored_rows(_probe_checkpoint("epoch-5", 5, probe), other))[0]["trajval_score"] == 0.375
+    assert run(_scored_rows(_probe_checkpoint("early[0]", 0, probe), _probe_checkpoint("late[0]", 20, probe)))[0][
+        "trajval_score"] == 0.375
+
+
+def test_one_checkpoint_twice_in_a_window_is_warned_of(tmp_path, caplog_loguru):
+    probe = tmp_path / "manifest.json"
+    rows = [{"e0": 0.0, "l0": 1.0, "l1": 0.5, "e0_provenance": _probe_checkpoint("early[0]", 0, probe),
+             "l0_provenance": _probe_checkpoint("late[0]", 19, probe),
+             "l1_provenance": _probe_checkpoint("late[0]", 19, probe)}]
+    run(rows, early_window_keys=["e0"], late_window_keys=["l0", "l1"])
+    assert ("the passes l0 and l1 of the late window evaluated one checkpoint (/probe/epoch-19): the window's mean "
+            "counts it twice") in caplog_loguru.text

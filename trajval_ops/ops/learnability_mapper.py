@@ -442,13 +442,20 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         if self.one_pass:
             return
         early_keys = self.early_window_keys or [self.r_early_key]
+        _check_checkpoint_windows(recorded, early_keys)
         early = {p["model_path"]: key for key, p in recorded if key in early_keys and p.get("model_path")}
+        seen: dict[tuple[bool, str], str] = {}
         for key, provenance in recorded:
-            path = provenance.get("model_path")
-            if key not in early_keys and path in early:
+            path, in_early = provenance.get("model_path"), key in early_keys
+            if not in_early and path in early:
                 logger.warning(f"{OP_NAME}: the late pass {key} evaluated the checkpoint the early pass {early[path]} "
                                f"evaluated ({path}): the gain between them is rollout noise, not learning; point the "
                                "late pass at a later checkpoint of the probe (e.g. manifest:<probe dir>#late[-1])")
+            elif path and (in_early, path) in seen:
+                logger.warning(f"{OP_NAME}: the passes {seen[in_early, path]} and {key} of the "
+                               f"{'early' if in_early else 'late'} window evaluated one checkpoint ({path}): the "
+                               "window's mean counts it twice and another of its checkpoints not at all")
+            seen.setdefault((in_early, path), key)
 
     def _pass_provenance(self, table) -> list[tuple[str, dict]]:
         """``(pass key, provenance)`` of each pass the prior reads that records one (its first row's)."""
@@ -506,3 +513,29 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         early = total(self.early_window_keys or [self.r_early_key])
         late = total(self.late_window_keys or [self.r_late_key])
         return None if early is None or late is None else (early, late)
+
+
+def _check_checkpoint_windows(recorded: list[tuple[str, dict]], early_keys: list[str]) -> None:
+    """Refuse passes whose recorded probe checkpoints contradict their window: a pass named by a
+    window reference of the other window (``late[0]`` behind an early pass), or an early
+    checkpoint of one probe trained after a late one. Either reverses the gain: tasks the probe
+    learned would go to the floor and tasks it forgot would be weighted up."""
+    checkpoints = [(key, key in early_keys, p["checkpoint"]) for key, p in recorded
+                   if isinstance(p.get("checkpoint"), dict) and p["checkpoint"].get("source") == "manifest"]
+    for key, in_early, checkpoint in checkpoints:
+        window, ref = "early" if in_early else "late", str(checkpoint.get("ref", ""))
+        if ref.split("[")[0] in ("early", "late") and not ref.startswith(window):
+            raise TrajvalInputError(f"{OP_NAME}: the {window} pass {key} evaluated the probe's {ref} (epoch "
+                                    f"{checkpoint.get('epoch')}), as its provenance records it: point it at "
+                                    f"manifest:<probe dir>#{window}[i]")
+    by_probe: dict[str, dict[bool, list]] = {}
+    for key, in_early, checkpoint in checkpoints:
+        if isinstance(checkpoint.get("epoch"), (int, float)):
+            by_probe.setdefault(str(checkpoint.get("manifest")), {True: [], False: []})[in_early].append(
+                (checkpoint["epoch"], key))
+    for windows in by_probe.values():
+        if windows[True] and windows[False] and max(windows[True])[0] > min(windows[False])[0]:
+            (early_epoch, early_key), (late_epoch, late_key) = max(windows[True]), min(windows[False])
+            raise TrajvalInputError(f"{OP_NAME}: the early pass {early_key} evaluated the probe at epoch {early_epoch}, "
+                                    f"after the late pass {late_key} (epoch {late_epoch}), as their provenance records "
+                                    "it: the gain would run backwards; point the early passes at earlier checkpoints")
