@@ -244,6 +244,30 @@ def test_cost_refuses_what_dj_process_refuses(tmp_path, capsys, edit, message):
     assert message in captured.err and not captured.out
 
 
+def test_a_recipe_whose_passes_read_a_probe_it_does_not_train_prices_that_probe(tmp_path, capsys):
+    """The prior needs the probe wherever it trains: a recipe of passes only (``manifest:`` models)
+    was priced without it. Now at what the probe's manifest records, or flagged as not priced."""
+    recipe = yaml.safe_load(DEMO.read_text())
+    probe = tmp_path / "probe"
+    recipe["process"] = [entry for entry in recipe["process"] if "trajval_probe_trainer" not in entry]
+    for entry in recipe["process"]:
+        settings = entry.get("trajval_endpoint_reward_mapper")
+        if settings:
+            settings["model"] = settings["model"].replace("outputs/demo/probe", str(probe))
+    path = tmp_path / "passes_only.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    assert cost_cli.main(["--config", str(path), "--pool-rows", "600"]) == 0
+    out = capsys.readouterr().out
+    assert f"probe    trained elsewhere                     0                  0 (NOT PRICED: the passes read the " \
+           f"probe at {probe}, which has recorded no cost yet" in out
+    probe.mkdir()
+    (probe / "manifest.json").write_text(json.dumps({"cost": {"completions": 4800, "generated_tokens": 16831}}))
+    report = recipe_cost(recipe, pool_rows=600)
+    assert report["stages"][0] == {"stage": "probe", "run_elsewhere": [str(probe)], "recorded": True,
+                                   "completions": 4800, "max_new_tokens_total": 16831}
+    assert report["completions"] == 4800 + sum(stage["completions"] for stage in report["stages"][1:])
+
+
 def test_a_reused_pass_is_not_compared_with_the_settings_it_never_had():
     """A reused pass samples nothing and records no sampling settings: the declared defaults
     (temperature 1.0, ...) are not its own, so a late pass at another temperature is not refused on
@@ -281,3 +305,20 @@ def test_the_price_names_the_recipes_prior_and_the_passes_it_does_not_read(tmp_p
     assert run_json(capsys, "--config", str(DEMO), "--pool-rows", "600")["prior"]["prior"] == "trajval"
     assert cost_cli.main(["--config", str(path), "--pool-rows", "600"]) == 0
     assert "the variance prior does not read this stage" in capsys.readouterr().out
+
+
+def test_a_stage_read_by_any_of_the_recipes_priors_is_not_flagged(tmp_path, capsys):
+    """Two learnability mappers (TrajVal, then variance on its own keys): the late pass TrajVal
+    reads was flagged as unread, after the last mapper's one-pass prior alone."""
+    recipe = yaml.safe_load(DEMO.read_text())
+    recipe["process"].append({"trajval_learnability_mapper": {
+        "prior": "variance", "eps": 0.05, "score_key": "variance_score", "weight_key": "variance_weight",
+        "profile_key": "variance_profile", "delta_key": "variance_delta", "provenance_key": "variance_provenance"}})
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    report = run_json(capsys, "--config", str(path), "--pool-rows", "600")
+    assert [prior["prior"] for prior in report["priors"]] == ["trajval", "variance"]
+    assert all(stage.get("read_by_prior", True) for stage in report["stages"])
+    assert cost_cli.main(["--config", str(path), "--pool-rows", "600"]) == 0
+    out = capsys.readouterr().out
+    assert "priors: trajval (" in out and "; variance (eps 0.05)" in out and "does not read" not in out

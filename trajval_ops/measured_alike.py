@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from trajval_ops import fields
 from trajval_ops.errors import TrajvalInputError
-from trajval_ops.recipe import ENDPOINT_OP, LEARNABILITY_OP, learnability_prior_spec, pass_name
+from trajval_ops.recipe import ENDPOINT_OP, LEARNABILITY_OP, learnability_reads, pass_name
 
 #: What an endpoint pass measures with, beside its model, as its provenance records it. Not here:
 #: ``n`` and ``seed`` (noise, not bias), the engine and dtype (each row records its own).
@@ -51,8 +51,6 @@ def check_alike_passes(entries: list[tuple[str, Mapping[str, Any]]]) -> None:
 
     :raises TrajvalInputError: naming the mapper, both passes and the settings that differ.
     """
-    from trajval_ops.priors import prior_from_spec
-
     measured = {}
     for index, (name, settings) in enumerate(entries):
         if name != ENDPOINT_OP or not isinstance(settings, Mapping):
@@ -67,14 +65,9 @@ def check_alike_passes(entries: list[tuple[str, Mapping[str, Any]]]) -> None:
         if name != LEARNABILITY_OP or not isinstance(settings, Mapping):
             continue
         try:
-            one_pass = prior_from_spec(learnability_prior_spec(settings, index)).one_pass
+            keys = [key for key in learnability_reads(settings, index)[1] if key in measured]
         except (ValueError, TypeError):  # TrajvalInputError is a ValueError
             continue  # likewise
-        early, late = fields.learnability_windows(settings.get("early_window_keys"), settings.get("late_window_keys"),
-                                                  settings.get("window_k"))
-        keys = [key for key in fields.compared_passes(early, late, settings.get("r_early_key") or fields.R_EARLY,
-                                                      settings.get("r_late_key") or fields.R_LATE, one_pass)
-                if key in measured]
         for key in keys[1:]:
             (first, reference), (other, measurement) = measured[keys[0]], measured[key]
             if differ := measurement_difference(reference, measurement):

@@ -104,17 +104,49 @@ def recipe_stages(recipe: Mapping[str, Any], pool_rows: int, group_sizes: Mappin
             stages.append(probe_stage(settings, pool_rows))
         elif name == ENDPOINT_OP:
             stages.append(pass_stage(settings, pool_rows, group_sizes))
+    if not any(stage["stage"] == "probe" for stage in stages) and (elsewhere := probe_run_elsewhere(recipe)):
+        stages.insert(0, elsewhere)
     return stages
 
 
-def recipe_prior(recipe: Mapping[str, Any]):
-    """The prior the recipe's (last) learnability mapper writes, from the registry, or None."""
-    from trajval_ops.priors import prior_from_spec
-    from trajval_ops.recipe import LEARNABILITY_OP, learnability_prior_spec
+def probe_run_elsewhere(recipe: Mapping[str, Any]) -> dict | None:
+    """The probe stage of a recipe whose passes evaluate a probe's checkpoints (``manifest:``
+    models) that it does not train itself: the prior needs that probe all the same. Priced at
+    what its manifest records (``recorded: true``), or at 0 with ``recorded: false`` while no
+    probe there has recorded a cost (price the recipe that trains it)."""
+    import json
 
-    scorers = [(index, settings) for index, (name, settings) in enumerate(operator_entries(recipe))
-               if name == LEARNABILITY_OP]
-    return prior_from_spec(learnability_prior_spec(scorers[-1][1], scorers[-1][0])) if scorers else None
+    from trajval_ops.models import MANIFEST_PREFIX
+    from trajval_ops.probe.manifest import manifest_path
+
+    locations = sorted({settings["model"][len(MANIFEST_PREFIX):].partition("#")[0]
+                        for name, settings in operator_entries(recipe) if name == ENDPOINT_OP
+                        and isinstance(settings.get("model"), str) and settings["model"].startswith(MANIFEST_PREFIX)})
+    if not locations:
+        return None
+    completions = tokens = 0
+    recorded = True
+    for location in locations:
+        try:
+            cost = json.loads(manifest_path(location).read_text()).get("cost") or {}
+        except (OSError, ValueError, AttributeError):
+            cost = {}
+        recorded = recorded and "completions" in cost
+        completions += int(cost.get("completions", 0))
+        tokens += int(cost.get("generated_tokens", 0))
+    return {"stage": "probe", "run_elsewhere": locations, "recorded": recorded,
+            "completions": completions if recorded else 0, "max_new_tokens_total": tokens if recorded else 0}
+
+
+def recipe_priors(recipe: Mapping[str, Any]) -> list[tuple[Any, list[str]]]:
+    """Each learnability mapper's prior (from the registry) and the pass-rate fields it reads,
+    in recipe order."""
+    from trajval_ops.priors import prior_from_spec
+    from trajval_ops.recipe import LEARNABILITY_OP, learnability_reads
+
+    reads = [learnability_reads(settings, index) for index, (name, settings) in enumerate(operator_entries(recipe))
+             if name == LEARNABILITY_OP]
+    return [(prior_from_spec(spec), keys) for spec, keys in reads]
 
 
 def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, main_epochs: float = 1.0,
@@ -124,25 +156,28 @@ def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, mai
     :param main_n: rollouts per prompt in the main run (the paper's 16).
     :param main_epochs: epochs of the main run, to say how many main runs the prior costs.
     :param group_sizes: the group sizes a sampled pass stratifies by (:func:`pass_stage`).
-    :return: ``{"pool_rows", "prior" (the spec of the prior the recipe writes, from the registry),
-        "stages": [{"stage", "completions", "max_new_tokens_total", ...; "read_by_prior": false for
-        a stage that prior does not read: a late pass or the probe of a one-pass prior}], "completions", "main_epochs_equivalent",
-        "main_runs_equivalent"}``.
+    :return: ``{"pool_rows", "prior" (the spec of the prior the recipe's last learnability mapper
+        writes, from the registry), "priors" (every mapper's, in recipe order), "stages": [{"stage",
+        "completions", "max_new_tokens_total", ...; "read_by_prior": false for a stage no prior of
+        the recipe reads: a late pass or the probe of one-pass priors only}], "completions",
+        "main_epochs_equivalent", "main_runs_equivalent"}``.
     """
     if pool_rows < 1:
         raise ValueError(f"the pool has {pool_rows} rows")
     if main_n < 1 or main_epochs <= 0:
         raise ValueError(f"main_n must be >= 1 and main_epochs > 0, got {main_n} and {main_epochs}")
     stages = recipe_stages(recipe, pool_rows, group_sizes)
-    prior = recipe_prior(recipe)
-    if prior is not None:  # a stage the prior does not read is priced all the same, and said so
+    priors = recipe_priors(recipe)
+    read = {key for _, keys in priors for key in keys}
+    if priors:  # a stage no prior of the recipe reads is priced all the same, and said so
         for stage in stages:
-            if stage["stage"] in ("early", "late") and stage["stage"] not in prior.passes or (
-                    stage["stage"] == "probe" and prior.one_pass):
+            if stage["stage"] in ("early", "late") and stage["output_key"] not in read or (
+                    stage["stage"] == "probe" and all(prior.one_pass for prior, _ in priors)):
                 stage["read_by_prior"] = False
     total = sum(stage["completions"] for stage in stages)
     epoch = pool_rows * main_n
-    return {"pool_rows": pool_rows, "prior": None if prior is None else prior.spec(), "stages": stages,
+    return {"pool_rows": pool_rows, "prior": priors[-1][0].spec() if priors else None,
+            "priors": [prior.spec() for prior, _ in priors], "stages": stages,
             "completions": total,
             "max_new_tokens_total": sum(stage["max_new_tokens_total"] for stage in stages),
             "main_n": main_n, "main_epochs": main_epochs,

@@ -82,6 +82,18 @@ def learnability_prior_spec(settings: Mapping[str, Any], index: int) -> dict:
         raise TrajvalInputError(f"process[{index}] {LEARNABILITY_OP}: {exc}") from None
 
 
+def learnability_reads(settings: Mapping[str, Any], index: int) -> tuple[dict, list[str]]:
+    """A learnability mapper entry's prior (its spec) and the pass-rate fields it reads: the
+    early window's, and the late one's unless the prior is a one-pass prior."""
+    from trajval_ops.priors import prior_from_spec
+
+    spec = learnability_prior_spec(settings, index)
+    early, late = fields.learnability_windows(settings.get("early_window_keys"), settings.get("late_window_keys"),
+                                              settings.get("window_k"))
+    return spec, fields.compared_passes(early, late, settings.get("r_early_key") or fields.R_EARLY,
+                                        settings.get("r_late_key") or fields.R_LATE, prior_from_spec(spec).one_pass)
+
+
 def budget_priors(entries: list[tuple[str, Mapping[str, Any]]]) -> dict[int, dict]:
     """What each adaptive endpoint pass is told: the spec of the prior whose weight its budget
     bounds, that of the first learnability mapper after it in the recipe (by entry position).

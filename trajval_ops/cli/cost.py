@@ -102,14 +102,21 @@ def _recorded(path: str) -> dict:
 def _print_estimate(report: dict) -> None:
     print(f"pool: {report['pool_rows']:,} rows; one main-run epoch = {report['pool_rows']:,} x n = {report['main_n']} "
           f"= {report['pool_rows'] * report['main_n']:,} completions")
-    if report.get("prior"):
-        prior = dict(report["prior"])
-        name = prior.pop("prior")
-        print(f"prior: {name} ({', '.join(f'{k} {v}' for k, v in prior.items())})")
+    priors = report.get("priors") or []
+    if priors:
+        print(f"prior{'s' if len(priors) > 1 else ''}: " + "; ".join(
+            f"{prior['prior']} ({', '.join(f'{k} {v}' for k, v in prior.items() if k != 'prior')})"
+            for prior in priors))
     print(f"{'stage':8} {'field':24} {'completions':>14} {'max new tokens':>18}")
     for stage in report["stages"]:
         field = stage.get("output_key", f"|P| = {stage.get('probe_rows')}, {stage.get('steps')} steps")
         note = ""
+        if "run_elsewhere" in stage:
+            field = "trained elsewhere"
+            where = ", ".join(stage["run_elsewhere"])
+            note = (f" (as recorded by the probe at {where}; its tokens generated, not a bound)" if stage["recorded"]
+                    else f" (NOT PRICED: the passes read the probe at {where}, which has recorded no cost yet; price "
+                         "the recipe that trains it, and add it)")
         if stage.get("reused"):
             source = stage["reused_from"]
             note = (f" (read from the pool's {source['field']}, {source['form']}"
@@ -120,7 +127,8 @@ def _print_estimate(report: dict) -> None:
                      f" (sampled at {stage['sample_fraction']:g}: about {stage['measured_rows']:,} rows, plus at most "
                      "one per group: group sizes unknown") + ")"
         if stage.get("read_by_prior") is False:
-            note += f" (the {report['prior']['prior']} prior does not read this stage)"
+            note += (f" (the {priors[0]['prior']} prior does not read this stage)" if len(priors) == 1 else
+                     " (no prior of the recipe reads this stage)")
         print(f"{stage['stage']:8} {field:24} {stage['completions']:>14,} {stage['max_new_tokens_total']:>18,}{note}")
     print(f"{'total':33} {report['completions']:>14,} {report['max_new_tokens_total']:>18,}")
     print(f"the prior costs {report['main_epochs_equivalent']:.3g} main-run epoch(s) "
