@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
 import pytest
 
-from trajval_ops.experiment.validation_config import ConfigError
+from tests.conftest import REPO
+from trajval_ops.experiment.validation_config import ConfigError, load_config, model_identity
 from trajval_ops.experiment.protocol import Unit, _grpo_unit, main, run_units
 from trajval_ops.experiment.reuse import check_reusable_run, reuse_units, without_run_paths
 
 
 #: what a CPU machine resolves the validation config's precision and generation auto to
 CPU = {"precision": "fp32", "generation": "transformers"}
+SMOKE = REPO / "recipes" / "validation" / "smoke.yaml"
 
 
 def _run(root, pool_weights=None, data=b'{"id": "t0"}\n'):
-    """A validation run's folder: protocol marker, one data file, and (optionally) a training pool."""
+    """A validation run's folder: protocol marker (the smoke config's model), one data file, and
+    (optionally) a training pool."""
     (root / "data").mkdir(parents=True)
-    (root / "protocol.json").write_text("{}")
+    (root / "protocol.json").write_text(json.dumps({"model": model_identity(load_config(SMOKE))}))
     (root / "data" / "context-a.jsonl").write_bytes(data)
     if pool_weights is not None:
         (root / "priors").mkdir()
@@ -92,19 +96,85 @@ def test_rows_in_another_order_are_another_prior(tmp_path):
 
 
 def test_another_split_or_a_folder_without_a_run_is_an_error(tmp_path):
+    config = load_config(SMOKE)
     source = _run(tmp_path / "a")
     with pytest.raises(ConfigError, match=r"differ from this run's \(context-a.jsonl\)"):
-        check_reusable_run(source, _run(tmp_path / "b", data=b'{"id": "t9"}\n'))
+        check_reusable_run(source, _run(tmp_path / "b", data=b'{"id": "t9"}\n'), config)
     with pytest.raises(ConfigError, match="not a validation run"):
-        check_reusable_run(tmp_path / "nowhere", source)
+        check_reusable_run(tmp_path / "nowhere", source, config)
     with pytest.raises(ConfigError, match="the run's own folder"):
-        check_reusable_run(source, source)
-    check_reusable_run(source, _run(tmp_path / "c"))
+        check_reusable_run(source, source, config)
+    check_reusable_run(source, _run(tmp_path / "c"), config)
+
+
+def _other_build(tmp_path, monkeypatch):
+    """The smoke config, and the same config on a copy of its model with one setting changed:
+    another build under another folder (the specs would name each by the config's ``model``)."""
+    import shutil
+
+    from trajval_ops.models import resolve_model
+
+    monkeypatch.setenv("TRAJVAL_CACHE", str(tmp_path / "cache"))
+    config = load_config(SMOKE)
+    other = tmp_path / "other" / "tiny-arith"
+    shutil.copytree(resolve_model(config.model), other)
+    settings = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps(settings | {"initializer_range": 0.5}))
+    return config, dataclasses.replace(config, model=str(other))
+
+
+def test_a_run_of_another_model_build_is_refused_naming_both(tmp_path, monkeypatch, capsys):
+    """A spec names the model by name: a source run of other weights under the same name had its
+    units copied (audit B, finding 1); its protocol.json's model record now refuses it."""
+    config, other = _other_build(tmp_path, monkeypatch)
+    source, out = _run(tmp_path / "a"), _run(tmp_path / "b")
+    theirs = model_identity(other) | {"name": config.model}
+    (source / "protocol.json").write_text(json.dumps({"model": theirs}))
+    with pytest.raises(ConfigError) as refused:
+        check_reusable_run(source, out, config)
+    message = str(refused.value)
+    assert f"trained 'tiny-arith' with content sha256 {theirs['sha256'][:12]}" in message
+    assert f"this run trains 'tiny-arith' (content sha256 {model_identity(config)['sha256'][:12]}" in message
+    assert theirs["sha256"] != model_identity(config)["sha256"]
+    check_reusable_run(source, out, other)  # the same build: reused
+    # through the CLI: exit 2 before anything trains, the error in one block
+    run = tmp_path / "run"
+    code = main(["--config", str(SMOKE), "--out", str(run), "--reuse-from", str(source)])
+    err = capsys.readouterr().err
+    assert code == 2 and "none of its units is reused" in err and not (run / "oracle").exists()
+
+
+def test_a_run_recorded_before_the_model_record_is_checked_by_its_hash(tmp_path, monkeypatch):
+    """A protocol.json from before the ``model`` key holds the model inside its hash only: the
+    hash recomputed from its own settings tells this model's build (by content, or by folder for
+    runs recorded before 2026-11-27) from another; another build is refused."""
+    from trajval_ops.experiment.validation_config import protocol_hash
+
+    config, other = _other_build(tmp_path, monkeypatch)
+    out = _run(tmp_path / "b")
+    for n, (trained, by_location) in enumerate([(config, False), (config, True), (other, False)]):
+        source = _run(tmp_path / f"a{n}")
+        settings = trained.to_dict() | {"arms": "recorded as they were"}  # its own settings, not this run's
+        (source / "protocol.json").write_text(json.dumps(
+            {"hash": protocol_hash(trained, settings, by_location=by_location), "config": settings}))
+        if trained is config:
+            check_reusable_run(source, out, config)
+        else:
+            with pytest.raises(ConfigError, match="cannot tell which model its units trained: its protocol.json "
+                                                  "records no model content"):
+                check_reusable_run(source, out, config)
+
+
+def test_a_new_run_records_its_models_content(tmp_path):
+    from trajval_ops.experiment.protocol import check_same_protocol
+
+    config = load_config(SMOKE)
+    check_same_protocol(config, tmp_path / "run")
+    record = json.loads((tmp_path / "run" / "protocol.json").read_text())
+    assert record["model"] == {"name": "tiny-arith", "sha256": model_identity(config)["sha256"]}
 
 
 def test_cli_exits_2_when_the_run_to_reuse_is_missing(tmp_path, capsys):
-    from tests.conftest import REPO
-
     code = main(["--config", str(REPO / "recipes" / "validation" / "smoke.yaml"), "--out", str(tmp_path / "out"),
                  "--reuse-from", str(tmp_path / "nowhere")])
     assert code == 2 and "not a validation run" in capsys.readouterr().err

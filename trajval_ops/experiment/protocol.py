@@ -42,7 +42,8 @@ from trajval_ops import fields
 from trajval_ops.atomic import write_json
 from trajval_ops.pools.io import write_rows
 from trajval_ops.experiment.validation_config import (ARMS, ConfigError, ValidationConfig, arm_reads_priors,
-                                                     load_config, protocol_hash, recorded_settings)
+                                                     load_config, model_identity, protocol_hash,
+                                                     recorded_settings)
 from trajval_ops.experiment.devices import UNITS_RECORD, record_unit
 from trajval_ops.experiment.grpo_run import RESULT_FILE, finished_results, unit_file
 from trajval_ops.experiment import unit_process
@@ -484,7 +485,7 @@ def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = 
         from trajval_ops.experiment.reuse import check_reusable_run, reuse_units
 
         reuse_from = Path(reuse_from).resolve()
-        check_reusable_run(reuse_from, out)
+        check_reusable_run(reuse_from, out, config)
         # again for the arms, once the priors exist
         reuse = lambda: reuse_units(units, reuse_from, out, here)  # noqa: E731
         reuse()
@@ -564,7 +565,9 @@ def check_same_protocol(config: ValidationConfig, out: Path) -> None:
         return
     if out.is_dir() and any(p.name != "validate.log" for p in out.iterdir()):
         raise ConfigError(f"{out} is not empty and holds no validation run; choose an empty --out")
-    write_json(marker, {"hash": digest, "source": config.source, "config": config.to_dict()})
+    # the model's identity in the clear too: --reuse-from compares it with another run's
+    write_json(marker, {"hash": digest, "source": config.source, "config": config.to_dict(),
+                        "model": model_identity(config)})
 
 
 def main(argv: list[str] | None = None, *, prog: str = "trajval validate") -> int:

@@ -4,6 +4,9 @@ Comparing a new arm or probe against a finished run should not retrain the arms 
 A training unit of the source run is copied into this run when all of these hold:
 
 - it finished there (its ``result.json`` exists);
+- the source run trained the model this run trains, by content (the sha256 its
+  ``protocol.json`` records; a spec names the model only by name, so another build under the
+  same name would pass the spec's check): a run of other weights is refused whole;
 - its spec equals this run's, the two run folders' paths aside (same model, GRPO settings,
   seed, steps, sampling, evaluation);
 - both runs' data splits are byte-identical (the specs name the files, not their contents);
@@ -27,24 +30,47 @@ from typing import Any
 
 from loguru import logger
 
-from trajval_ops.experiment.validation_config import ConfigError
+from trajval_ops.experiment.validation_config import (ConfigError, ValidationConfig, model_identity,
+                                                     recorded_model_sha256)
 from trajval_ops.experiment.grpo_run import RESULT_FILE, unit_file
 
 TRAIN_POOL = Path("priors") / "train_pool.jsonl"
 RUN_ROOT = "<run>"
 
 
-def check_reusable_run(source: Path, out: Path) -> None:
-    """``source`` must be another finished-or-partial validation run on byte-identical data."""
+def check_reusable_run(source: Path, out: Path, config: ValidationConfig) -> None:
+    """``source`` must be another finished-or-partial validation run of ``config``'s model (by
+    content) on byte-identical data."""
     if not (source / "protocol.json").is_file():
         raise ConfigError(f"--reuse-from {source}: not a validation run (no protocol.json)")
     if source.resolve() == out.resolve():
         raise ConfigError(f"--reuse-from {source}: the run's own folder; a rerun resumes it already")
+    _check_same_model(source, config)
     mine, theirs = _data_files(out), _data_files(source)
     if mine.keys() != theirs.keys() or any(mine[name] != theirs[name] for name in mine):
         differ = sorted(name for name in mine.keys() | theirs.keys() if mine.get(name) != theirs.get(name))
         raise ConfigError(f"--reuse-from {source}: its data splits differ from this run's ({', '.join(differ)}); "
                           f"its units trained on other tasks (another tasks.seed or --split-seed?)")
+
+
+def _check_same_model(source: Path, config: ValidationConfig) -> None:
+    mine = model_identity(config)
+    record = json.loads((source / "protocol.json").read_text())
+    theirs = recorded_model_sha256(record, config)
+    if theirs == mine["sha256"]:
+        return
+    here = f"this run trains '{mine['name']}' (content sha256 {mine['sha256'][:12]}...)"
+    if theirs is None:
+        raise ConfigError(
+            f"--reuse-from {source}: cannot tell which model its units trained: its protocol.json records no "
+            f"model content, and its hash holds neither the content nor the folder of this run's model; "
+            f"{here}. It trained other weights (or, a run made before 2026-11-27, a model folder elsewhere): "
+            f"none of its units is reused; leave out --reuse-from")
+    name = (record.get("model") or {}).get("name") or (record.get("config") or {}).get("model")
+    raise ConfigError(
+        f"--reuse-from {source}: its units trained '{name}' with content sha256 {theirs[:12]}... and {here}: "
+        f"other weights give other results, so none of its units is reused; reuse a run of this model, or "
+        f"leave out --reuse-from")
 
 
 def _data_files(run: Path) -> dict[str, bytes]:

@@ -330,15 +330,43 @@ def protocol_hash(config: ValidationConfig, settings: dict | None = None, *, by_
     model folder's path, sizes and mtimes), so they still resume where they were made."""
     from trajval_ops.canonical import stable_hash
     from trajval_ops.models import resolve_model
-    from trajval_ops.rollout.cache import model_content_digest, model_fingerprint
+    from trajval_ops.rollout.cache import model_fingerprint
 
     settings = config.to_dict() if settings is None else settings
     # the model is its content, not the name or folder that finds it
     left_out = ("source", "workers") if by_location else ("source", "workers", "model")
     settings = {k: v for k, v in settings.items() if k not in left_out}
-    path = resolve_model(config.model)
-    model = model_fingerprint(path) if by_location else {"sha256": model_content_digest(path)}
+    if by_location:
+        model = model_fingerprint(resolve_model(config.model))
+    else:
+        model = {"sha256": model_identity(config)["sha256"]}
     return stable_hash({"settings": settings, "model": model})
+
+
+def model_identity(config: ValidationConfig) -> dict:
+    """The model a run trains as its ``protocol.json`` records it (key ``model``): the name the
+    config gives and the sha256 of its content, the identity :func:`protocol_hash` holds."""
+    from trajval_ops.models import resolve_model
+    from trajval_ops.rollout.cache import model_content_digest
+
+    return {"name": config.model, "sha256": model_content_digest(resolve_model(config.model))}
+
+
+def recorded_model_sha256(record: dict, config: ValidationConfig) -> str | None:
+    """The content sha256 of the model the run whose ``protocol.json`` is ``record`` trained.
+    A record written before the ``model`` key existed holds the model only inside its hash: the
+    hash is recomputed from the record's own settings with ``config``'s model (by content, or, for
+    runs recorded before 2026-11-27, by folder, as resuming accepts it), and gives that model's
+    sha256 when it matches; None when it does not (other weights, or a model that cannot be told)."""
+    recorded = record.get("model")
+    if isinstance(recorded, dict) and isinstance(recorded.get("sha256"), str):
+        return recorded["sha256"]
+    settings = record.get("config")
+    if not isinstance(settings, dict) or not record.get("hash"):
+        return None
+    if record["hash"] in (protocol_hash(config, settings), protocol_hash(config, settings, by_location=True)):
+        return model_identity(config)["sha256"]
+    return None
 
 
 def _field_default(cls, name: str) -> Any:
