@@ -77,6 +77,21 @@ TRAJVAL_PRIORS = frozenset({"trajval", "trajval_group", "trajval_posterior", "tr
 CEILING_PRIORS = ORACLE_PRIORS
 
 
+#: the training-pool columns BOTS reads as its two reference models: the probe's endpoint passes
+#: (the base model's and the probe-trained model's pass rates)
+BOTS_REFERENCE_COLUMNS = (fields.R_EARLY, fields.R_LATE)
+
+
+def arm_columns(arm: str) -> tuple[str | None, tuple[str, ...]]:
+    """What an arm reads of the training pool: its prior's weight column (None: uniform draws)
+    and its online scheduler's reference columns (BOTS's; empty for the others). The arm's spec
+    is built from it, and its charge in results.json is what these columns cost."""
+    from trajval_ops.experiment.validation_config import ARMS
+
+    prior, online = ARMS[arm]
+    return (PRIOR_COLUMNS[prior] if prior else None), (BOTS_REFERENCE_COLUMNS if online == "bots" else ())
+
+
 def units_the_priors_wait_for(arms) -> tuple[str, ...]:
     """The units whose results the training pool's priors are computed from: the probe, and
     oracle A when a ceiling arm is among ``arms``."""

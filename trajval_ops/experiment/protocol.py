@@ -38,7 +38,6 @@ from typing import Any, Callable
 import numpy as np
 from loguru import logger
 
-from trajval_ops import fields
 from trajval_ops.atomic import write_json
 from trajval_ops.pools.io import write_rows
 from trajval_ops.experiment.validation_config import (ARMS, ConfigError, ValidationConfig, arm_reads_priors,
@@ -48,7 +47,7 @@ from trajval_ops.experiment.devices import UNITS_RECORD, record_unit
 from trajval_ops.experiment.grpo_run import RESULT_FILE, finished_results, unit_file
 from trajval_ops.experiment import unit_process
 from trajval_ops.experiment.priors import (
-    ADAPTIVE_LATE, ORACLE_PRIORS, OTHER_MODEL_PASS, PRIOR_COLUMNS, SAMPLED_SHORT, SAMPLED_SHORT_N,
+    ADAPTIVE_LATE, ORACLE_PRIORS, OTHER_MODEL_PASS, SAMPLED_SHORT, SAMPLED_SHORT_N, arm_columns,
     units_the_priors_wait_for, write_priors,
 )
 from trajval_ops.pools.io import read_rows
@@ -321,14 +320,14 @@ def arm_units(config: ValidationConfig, out: Path) -> list[Unit]:
     content the priors' pool keeps, from the start."""
     units = []
     for name, arm, mode in config.training_runs():
-        prior, online = ARMS[arm]
+        weight_column, reference_columns = arm_columns(arm)
         reads_priors = arm_reads_priors(arm)
         pool = out / "priors" / "train_pool.jsonl" if reads_priors else out / "data" / "context-a.jsonl"
         for seed in config.training_seeds():
             folder = out / "arms" / name / f"seed-{seed}"
             spec = _base_spec(config, folder, pool, seed=seed) | {
-                "weight_column": PRIOR_COLUMNS[prior] if prior else None, "online": online,
-                "bots_reference_columns": [fields.R_EARLY, fields.R_LATE] if online == "bots" else None,
+                "weight_column": weight_column, "online": ARMS[arm][1],
+                "bots_reference_columns": list(reference_columns) or None,
                 "steps": config.training.steps, "dynamic_sampling": mode == "dynamic",
                 "max_generation_rounds": config.training.max_generation_rounds,
                 "evaluations": [{"tasks": str(out / "data" / "heldout.jsonl"), "output": str(folder / "heldout.jsonl"),

@@ -230,9 +230,10 @@ def probe_manifest_path(out: Path) -> Path:
 
 
 def prior_costs(config: ValidationConfig, out: Path) -> dict:
-    """What each arm's static prior cost, recorded by the probe unit's run (its endpoint passes'
-    provenance and the probe manifest): probe and both passes for TrajVal, the early pass alone
-    for the one-pass priors, nothing for uniform and the online schedulers' own weights."""
+    """What each arm is charged (:func:`arm_charge`) from the costs recorded by the probe unit's
+    run (its endpoint passes' provenance and the probe manifest) and oracle A's run: probe and
+    both passes for TrajVal, and for BOTS, whose reference models are those two passes; the
+    early pass alone for the one-pass priors; nothing for uniform, GRESO and another model's pass."""
     from itertools import compress
 
     from trajval_ops.prior_cost import recorded_cost
@@ -252,30 +253,54 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
     def probe_manifest(named: str) -> Path:  # the rows name it where the probe ran: the run may have moved since
         return probe_manifest_path(out)
 
+    def stages(cost: dict, renamed: dict[str, str] | None = None) -> dict[str, int]:
+        """{stage: completions}; a stage that is another pass than the probe unit's own early or
+        late pass is renamed, so that reading two priors charges a shared stage once."""
+        return {(renamed or {}).get(stage, stage): part["completions"] for stage, part in cost["stages"].items()}
+
     full = recorded_cost(column, early, late, locate_manifest=probe_manifest)
-    one_pass = recorded_cost(column, early, None)
     if "probe" in full["stages"]:  # named within the run, wherever it sits
         full["stages"]["probe"]["manifests"] = [str(Path(p).relative_to(out)) for p in full["stages"]["probe"]["manifests"]]
-    by_prior = {None: 0, **{prior: full["completions"] for prior in TRAJVAL_PRIORS}}
+    passes = stages(full)
+    reads = {prior: passes for prior in TRAJVAL_PRIORS}  # prior -> the stages its column is computed from
+    reads.update({kind: stages(recorded_cost(column, early, None)) for kind in ONE_PASS_PRIORS})
     if config.probe.adaptive_late:
-        by_prior["trajval_adaptive"] = recorded_cost(column, early, [ADAPTIVE_LATE],
-                                                     locate_manifest=probe_manifest)["completions"]
+        adaptive = recorded_cost(column, early, [ADAPTIVE_LATE], locate_manifest=probe_manifest)
+        reads["trajval_adaptive"] = stages(adaptive, {"late": "adaptive_late"})
     if "trajval_sampled" in config.training.arms:  # the probe, the sample's passes, the short pass
         measured = sampled_rows(rows, config.group_key)
         sample = recorded_cost(lambda name: list(compress(column(name), measured)), early, late,
                                locate_manifest=probe_manifest)
-        short = recorded_cost(column, [SAMPLED_SHORT], None)
-        by_prior["trajval_sampled"] = sample["completions"] + short["completions"]
-    by_prior.update({kind: one_pass["completions"] for kind in ONE_PASS_PRIORS})
+        reads["trajval_sampled"] = (stages(sample, {"early": "sampled_early", "late": "sampled_late"})
+                                    | stages(recorded_cost(column, [SAMPLED_SHORT], None), {"early": "sampled_short"}))
     # another model's pass stands in for a column a public pool ships: it costs its user nothing
-    by_prior.update({kind: 0 for kind in OTHER_MODEL_PRIORS})
+    reads.update({kind: {} for kind in OTHER_MODEL_PRIORS})
     # a ceiling's knowledge comes from oracle A's full-pool run: its training and its evaluations
     oracle = config.oracle
     evaluations = oracle.steps // oracle.every_steps + 1
     oracle_cost = (sum(_oracle_step_completions(out, config))
                    + evaluations * oracle.n * len(rows))
-    by_prior.update({kind: oracle_cost for kind in ORACLE_PRIORS})
-    return {"stages": full["stages"], "by_arm": {arm: by_prior[ARMS[arm][0]] for arm in config.training.arms}}
+    reads.update({kind: {"oracle": oracle_cost} for kind in ORACLE_PRIORS})
+    return {"stages": full["stages"], "by_arm": {arm: arm_charge(arm, reads, passes) for arm in config.training.arms}}
+
+
+def arm_charge(arm: str, reads: dict[str, dict[str, int]], passes: dict[str, int]) -> int:
+    """The completions an arm is charged: the rollouts behind every training-pool column its spec
+    reads (:func:`.priors.arm_columns`: its prior's weight, BOTS's reference passes), each stage
+    once (BOTS+TrajVal reads the probe's two passes twice and pays for them once).
+
+    :param reads: prior -> {stage: completions} its weight column was computed from.
+    :param passes: the probe unit's probe and two endpoint passes, {stage: completions}.
+    """
+    from trajval_ops.experiment.priors import BOTS_REFERENCE_COLUMNS, PRIOR_COLUMNS, arm_columns
+
+    by_column = {PRIOR_COLUMNS[prior]: read for prior, read in reads.items()}
+    by_column.update({name: passes for name in BOTS_REFERENCE_COLUMNS})
+    weight, references = arm_columns(arm)
+    charged: dict[str, int] = {}
+    for name in filter(None, (weight, *references)):
+        charged |= by_column[name]
+    return sum(charged.values())
 
 
 def _oracle_step_completions(out: Path, config: ValidationConfig) -> list[int]:
