@@ -6,6 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+import yaml
+
 from tests.conftest import REPO
 from trajval_ops import fields
 from trajval_ops.experiment.validation_config import load_config
@@ -61,3 +64,61 @@ def test_each_arm_is_charged_what_its_spec_reads_each_stage_once(tmp_path):
     }
     assert 0 < measured < len(rows)
     assert prior_costs(config, tmp_path)["by_arm"] == expected
+
+
+def _steps_the_callback_evaluates(tmp_path, steps: int, every: int) -> list[int]:
+    """The steps a TrajectoryCallback evaluates over a run of ``steps`` steps, driven through the
+    trainer's events (the evaluation itself left out)."""
+    from types import SimpleNamespace
+
+    from trajval_ops.experiment.trajectory_callback import TrajectoryCallback
+    from trajval_ops.regime.tasks import VERIFIER, generate_tasks
+
+    callback = TrajectoryCallback(generate_tasks(2, seed=1), tmp_path / f"{steps}-{every}.jsonl", every_steps=every,
+                                  n=1, verifier=VERIFIER[0], verifier_options=VERIFIER[1])
+    callback._load = lambda step: None
+    callback._evaluate_and_write = lambda model, processing_class, step: callback.steps.append(step)
+    args, state = SimpleNamespace(fsdp=None), SimpleNamespace(global_step=0, is_world_process_zero=True)
+    callback.on_train_begin(args, state, None)
+    for step in range(1, steps + 1):
+        state.global_step = step
+        callback.on_step_end(args, state, None)
+    callback.on_train_end(args, state, None)
+    return callback.steps
+
+
+def test_evaluations_are_counted_as_the_callback_writes_them(tmp_path):
+    """The callback also evaluates the last step when every_steps does not divide the steps; the
+    dry run and the ceilings' charge counted steps // every + 1 (audit B, finding 3)."""
+    from trajval_ops.experiment.dry_run import unit_costs
+    from trajval_ops.experiment.results import prior_costs
+    from trajval_ops.experiment.validation_config import evaluation_count
+
+    for steps, every in ((10, 4), (12, 4), (4, 2), (7, 10), (1, 1)):
+        assert len(_steps_the_callback_evaluates(tmp_path, steps, every)) == evaluation_count(steps, every)
+    assert _steps_the_callback_evaluates(tmp_path, 10, 4) == [0, 4, 8, 10]
+    base = load_config(SMOKE)
+    config = dataclasses.replace(
+        base, oracle=dataclasses.replace(base.oracle, steps=10, every_steps=4),
+        training=dataclasses.replace(base.training, steps=10, arms=("uniform", "oracle"), sampling=("standard",)),
+        evaluation=dataclasses.replace(base.evaluation, every_steps=4))
+    units = {unit["unit"]: unit for unit in unit_costs(config)}
+    assert units["oracle/context-a"]["evaluation_completions"] == 4 * config.oracle.n * config.tasks.pool_size
+    assert units["arms/uniform/seed-0"]["evaluation_completions"] == 4 * config.evaluation.n * config.tasks.heldout_size
+    rows = _probe_run(tmp_path)
+    batch = config.grpo.prompts_per_batch * config.grpo.num_generations
+    assert prior_costs(config, tmp_path)["by_arm"]["oracle"] == 10 * batch + 4 * config.oracle.n * len(rows)
+
+
+def test_the_oracle_window_check_counts_the_last_steps_evaluation(tmp_path):
+    from trajval_ops.experiment.validation_config import ConfigError
+
+    raw = yaml.safe_load(SMOKE.read_text())
+    for window in (2, 3):
+        raw["oracle"] |= {"steps": 10, "every_steps": 4, "window": window}  # evaluated at 0, 4, 8 and 10
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+        if window == 2:
+            assert load_config(tmp_path / "c.yaml").oracle.window == 2
+        else:
+            with pytest.raises(ConfigError, match="oracle.window 3 needs at least 6 evaluations"):
+                load_config(tmp_path / "c.yaml")

@@ -7,10 +7,10 @@ prior after the probe (and oracle A, for the ceiling arms), uniform and GRESO fr
 ``--gpus N`` plans a run on another machine. Nothing is written.
 
 The counts follow the protocol's units (:mod:`trajval_ops.experiment.protocol`): an oracle run
-per context (``oracle.steps`` GRPO steps, an evaluation of every pool task at step 0 and every
-``oracle.every_steps``), the probe unit (the probe's GRPO epochs over P, then every endpoint
-pass over the pool), and an arm run per arm, sampling mode and seed (``training.steps`` steps,
-held-out evaluations); a dynamic-sampling arm is bounded by ``max_generation_rounds`` rounds a
+per context (``oracle.steps`` GRPO steps, an evaluation of every pool task at step 0, every
+``oracle.every_steps`` and at the last step), the probe unit (the probe's GRPO epochs over P,
+then every endpoint pass over the pool), and an arm run per arm, sampling mode and seed
+(``training.steps`` steps, held-out evaluations counted alike); a dynamic-sampling arm is bounded by ``max_generation_rounds`` rounds a
 step.
 """
 
@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from trajval_ops.experiment.priors import SAMPLED_SHORT_N, units_the_priors_wait_for
-from trajval_ops.experiment.validation_config import ValidationConfig, arm_reads_priors
+from trajval_ops.experiment.validation_config import ValidationConfig, arm_reads_priors, evaluation_count
 
 
 def data_sizes(config: ValidationConfig) -> dict[str, int]:
@@ -34,10 +34,6 @@ def data_sizes(config: ValidationConfig) -> dict[str, int]:
     if config.data.context_b:
         sizes["context-b"] = count_rows(config.data.context_b)
     return sizes
-
-
-def _evaluations(steps: int, every: int) -> int:
-    return steps // every + 1  # step 0 and every ``every`` steps (as results.py counts the oracle's)
 
 
 def unit_costs(config: ValidationConfig) -> list[dict[str, Any]]:
@@ -58,7 +54,7 @@ def unit_costs(config: ValidationConfig) -> list[dict[str, Any]]:
     for context in ("context-a", "context-b"):
         if sizes.get(context):
             add(f"oracle/{context}", oracle.steps * batch,
-                _evaluations(oracle.steps, oracle.every_steps) * oracle.n * sizes[context])
+                evaluation_count(oracle.steps, oracle.every_steps) * oracle.n * sizes[context])
     probe, pool = config.probe, sizes["context-a"]
     probe_rows = probe_size_for(pool, None, probe.probe_fraction)
     passes = (2 * probe.window_k + len(probe.stability_epochs) + int(probe.adaptive_late)
@@ -66,7 +62,7 @@ def unit_costs(config: ValidationConfig) -> list[dict[str, Any]]:
     short = SAMPLED_SHORT_N * pool if "trajval_sampled" in config.training.arms else 0
     add("probe", probe.epochs * (probe_rows // g.prompts_per_batch) * batch, passes * probe.n * pool + short,
         bound=probe.adaptive_late)
-    evaluation = _evaluations(config.training.steps, config.evaluation.every_steps) * config.evaluation.n
+    evaluation = evaluation_count(config.training.steps, config.evaluation.every_steps) * config.evaluation.n
     priors_wait_for = units_the_priors_wait_for(config.training.arms)
     for name, arm, mode in config.training_runs():
         rounds = config.training.max_generation_rounds if mode == "dynamic" else 1

@@ -23,7 +23,8 @@ from trajval_ops import core, fields
 from trajval_ops.analysis import agreement, curves
 from trajval_ops.analysis.html_table import html_table
 from trajval_ops.analysis.trajectories import trajectory_profiles
-from trajval_ops.experiment.validation_config import ARMS, BASELINE_ARM, MODE_SUFFIX, ValidationConfig, protocol_hash
+from trajval_ops.experiment.validation_config import (ARMS, BASELINE_ARM, MODE_SUFFIX, ValidationConfig,
+                                                     evaluation_count, protocol_hash)
 from trajval_ops.experiment.trajectory_callback import read_trajectories
 from trajval_ops.pools.io import read_rows
 from trajval_ops.priors import ONE_PASS_PRIORS
@@ -277,9 +278,8 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
     reads.update({kind: {} for kind in OTHER_MODEL_PRIORS})
     # a ceiling's knowledge comes from oracle A's full-pool run: its training and its evaluations
     oracle = config.oracle
-    evaluations = oracle.steps // oracle.every_steps + 1
     oracle_cost = (sum(_oracle_step_completions(out, config))
-                   + evaluations * oracle.n * len(rows))
+                   + evaluation_count(oracle.steps, oracle.every_steps) * oracle.n * len(rows))
     reads.update({kind: {"oracle": oracle_cost} for kind in ORACLE_PRIORS})
     return {"stages": full["stages"], "by_arm": {arm: arm_charge(arm, reads, passes) for arm in config.training.arms}}
 

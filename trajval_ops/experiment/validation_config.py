@@ -59,6 +59,15 @@ SAMPLING_MODES = ("standard", "dynamic")
 MODE_SUFFIX = {"standard": "", "dynamic": "+dynamic"}
 
 
+def evaluation_count(steps: int, every_steps: int) -> int:
+    """The evaluations a run of ``steps`` steps writes with a
+    :class:`~trajval_ops.experiment.trajectory_callback.TrajectoryCallback` every ``every_steps``:
+    step 0, every ``every_steps``-th step, and the last step when ``every_steps`` does not divide
+    ``steps`` (the callback's ``on_train_end``). The dry run, the ceilings' charge and the oracle's
+    window check count with it."""
+    return -(-steps // every_steps) + 1
+
+
 class ConfigError(ValueError):
     """A validation config that cannot run (raised before any training starts)."""
 
@@ -316,7 +325,7 @@ def check_config(config: ValidationConfig) -> None:
             value = getattr(config.data, name)
             if value is not None and not Path(value).is_file():
                 raise ConfigError(f"{where}: data.{name}: file not found: {value}")
-    if config.oracle.window * 2 > config.oracle.steps // config.oracle.every_steps + 1:
+    if config.oracle.window * 2 > evaluation_count(config.oracle.steps, config.oracle.every_steps):
         raise ConfigError(f"{where}: oracle.window {config.oracle.window} needs at least "
                           f"{2 * config.oracle.window} evaluations; raise oracle.steps or lower every_steps")
 
