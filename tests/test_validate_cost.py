@@ -122,3 +122,23 @@ def test_the_oracle_window_check_counts_the_last_steps_evaluation(tmp_path):
         else:
             with pytest.raises(ConfigError, match="oracle.window 3 needs at least 6 evaluations"):
                 load_config(tmp_path / "c.yaml")
+
+
+def test_one_main_run_is_plain_uniforms_whatever_the_order_of_the_sampling_modes(monkeypatch):
+    """The cost in "main runs" read the first mode listed: [dynamic, standard] made uniform+dynamic's
+    2.8x larger run the unit (audit B, finding 4)."""
+    import numpy as np
+
+    from trajval_ops.experiment import results
+
+    monkeypatch.setattr(results, "prior_costs", lambda config, out: {"stages": {}, "by_arm": {"uniform": 0}})
+    curve = np.array([[0.3, 0.32, 0.34, 0.36, 0.38, 0.40, 0.41]] * 2)
+    per_step = {"uniform": 1920.0, "uniform+dynamic": 5427.0}
+    data = {"curves": {name: curve for name in per_step},
+            "completions": {name: np.arange(7) * spent for name, spent in per_step.items()}}
+    base = load_config(SMOKE)
+    for sampling, expected in ((("standard", "dynamic"), 6 * 1920.0), (("dynamic", "standard"), 6 * 1920.0),
+                               (("dynamic",), 6 * 5427.0)):
+        config = dataclasses.replace(base, training=dataclasses.replace(base.training, arms=("uniform",),
+                                                                        sampling=sampling))
+        assert results.accounting(config, None, data)["main_run_completions"] == expected
