@@ -611,3 +611,30 @@ def test_no_start_after_pauses_a_run_that_the_same_command_resumes(tmp_path):
     assert not (out / "arms").exists() and not (out / "probe" / "weighted.jsonl").exists()
     assert len(json.loads((out / "wall_time.json").read_text())["invocations_s"]) == 1
     assert protocol.main(["--config", str(SMOKE), "--out", str(out), "--no-start-after", "-1"]) == 2
+
+
+def test_grpo_temperature_samples_training_only(tmp_path):
+    """As docs/validation.md says: held-out and oracle evaluations and the probe's endpoint passes
+    sample at 1.0 whatever grpo.temperature trains at; the probe's own training follows it."""
+    from trajval_ops.experiment.grpo_run import _evaluation_callbacks, unit_file
+    from trajval_ops.experiment.protocol import arm_units, oracle_units, probe_recipe
+    from trajval_ops.pools.io import write_rows
+    from trajval_ops.regime.tasks import generate_tasks
+
+    config = load_config(config_file(tmp_path, grpo__temperature=0.6))
+    out = tmp_path / "run"
+    (out / "data").mkdir(parents=True)
+    for name in ("heldout", "context-a"):
+        write_rows(out / "data" / f"{name}.jsonl", generate_tasks(4, seed=3))
+    arm = next(unit for unit in arm_units(config, out) if unit.name == "arms/uniform/seed-0")
+    oracle = oracle_units(config, out, {"context-a": 4})[0]
+    for unit in (arm, oracle):
+        unit.prepare()
+        spec = json.loads(unit_file(unit.folder, "spec.json").read_text())
+        assert spec["grpo"]["temperature"] == 0.6
+        assert [callback.decoding.temperature for callback in _evaluation_callbacks(spec)] == [1.0]
+    recipe = probe_recipe(config, out)
+    assert recipe["process"][0]["trajval_probe_trainer"]["temperature"] == 0.6
+    passes = [entry["trajval_endpoint_reward_mapper"] for entry in recipe["process"]
+              if "trajval_endpoint_reward_mapper" in entry]
+    assert passes and {entry["temperature"] for entry in passes} == {1.0}

@@ -189,6 +189,8 @@ def _evaluation_callbacks(spec: dict[str, Any]) -> list:
     from trajval_ops.experiment.trajectory_callback import TrajectoryCallback
     from trajval_ops.pools.io import read_rows
 
+    # temperature 1.0 whatever grpo.temperature trains at: the paper's pass-rate setting, so every
+    # config measures alike (docs/validation.md)
     return [
         TrajectoryCallback(
             tasks=list(read_rows(evaluation["tasks"])), output_path=evaluation["output"],

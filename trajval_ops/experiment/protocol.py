@@ -248,6 +248,7 @@ def probe_recipe(config: ValidationConfig, out: Path) -> dict:
     g = config.grpo
     epochs = config.probe.epochs
     stability_epochs = sorted(config.probe.stability_epochs)
+    # the passes sample at 1.0 whatever grpo.temperature trains at (the paper's pass-rate setting)
     endpoint = {"engine": config.probe.engine, "n": config.probe.n, "temperature": 1.0,
                 "max_new_tokens": g.max_completion_length, "verifier": verifier, "verifier_options": options,
                 "template": config.template, "prompts_per_generate": 64, "cache_dir": str(folder / "rollout_cache"),
