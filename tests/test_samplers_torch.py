@@ -64,3 +64,38 @@ def test_online_feedback_between_batches_shapes_later_draws():
         sampler.feedback(ids, rewards)
         counts += np.bincount(batch.numpy(), minlength=n)
     assert counts[10:].sum() > 1.5 * counts[:10].sum()
+
+
+def test_a_state_saved_between_epochs_resumes_on_the_next_epochs_own_stream():
+    w = np.arange(1, 11, dtype=float)
+    uninterrupted = TrajvalSampler(w, seed=7, chunk_size=4)
+    list(uninterrupted)
+    second_epoch = list(uninterrupted)
+    stopped = TrajvalSampler(w, seed=7, chunk_size=4)
+    list(stopped)  # the checkpoint is taken after epoch 0 ended
+    resumed = TrajvalSampler(w, seed=7, chunk_size=4)
+    resumed.load_state_dict(stopped.state_dict())
+    assert list(resumed) == second_epoch
+
+
+def test_set_epoch_after_a_resume_keeps_the_resume_point():
+    w = np.arange(1, 13, dtype=float)
+    sampler = TrajvalSampler(w, seed=0, chunk_size=4)
+    sampler.set_epoch(0)
+    it = iter(DataLoader(list(range(12)), batch_size=4, sampler=sampler))
+    next(it), next(it)
+    state = sampler.state_dict()  # stopped after 2 of the epoch's 3 batches
+    rest = [batch.tolist() for batch in it]
+    resumed = TrajvalSampler(w, seed=0, chunk_size=4)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(0)  # what a training loop does at the top of every epoch
+    assert [b.tolist() for b in DataLoader(list(range(12)), batch_size=4, sampler=resumed)] == rest
+    resumed.set_epoch(0)  # a second pass over epoch 0 replays it whole
+    assert len(list(resumed)) == 12
+
+
+def test_a_seed_that_the_source_does_not_use_is_refused():
+    source = ComposedSampler(np.ones(50), seed=4)
+    with pytest.raises(ValueError, match=r"seed=5 but the source draws with its own seed 4.*ComposedSampler"):
+        TrajvalSampler(source=source, seed=5)
+    assert list(TrajvalSampler(source=ComposedSampler(np.ones(50), seed=4), seed=4)) == list(TrajvalSampler(source=source))

@@ -27,7 +27,8 @@ class TrajvalSampler(Sampler[int]):
     :param source: a :class:`~trajval_ops.samplers.online.ComposedSampler` (prior times online
         weight) to draw from instead of plain weights.
     :param num_samples: indices per epoch over all ranks (default: the pool size).
-    :param seed: stream seed, the same on every rank.
+    :param seed: stream seed, the same on every rank (default 0). With ``source`` the stream is
+        the source's own: leave it unset, or give the source's seed.
     :param chunk_size: indices drawn per call to the core sampler (e.g. the batch size).
     :param num_replicas: number of ranks sharing the stream.
     :param rank: this process's rank.
@@ -39,14 +40,18 @@ class TrajvalSampler(Sampler[int]):
         *,
         source: ComposedSampler | None = None,
         num_samples: int | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         num_replicas: int = 1,
         rank: int = 0,
     ):
         if (weights is None) == (source is None):
             raise ValueError("give exactly one of weights or source")
-        self.source = source if source is not None else ComposedSampler(weights, seed=seed)
+        if source is not None and seed is not None and int(seed) != source.sampler.seed:
+            raise ValueError(f"TrajvalSampler: seed={seed} but the source draws with its own seed "
+                             f"{source.sampler.seed}; set the seed on the source (ComposedSampler(weights, "
+                             f"seed={seed}, ...)) and leave TrajvalSampler's seed unset")
+        self.source = source if source is not None else ComposedSampler(weights, seed=0 if seed is None else seed)
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} outside [0, {num_replicas})")
         if chunk_size < 1:
@@ -65,7 +70,11 @@ class TrajvalSampler(Sampler[int]):
         return self.total_size // self.num_replicas
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch of the next iteration (as with ``DistributedSampler``)."""
+        """Select the epoch of the next iteration (as with ``DistributedSampler``). The epoch a
+        :meth:`load_state_dict` stopped in keeps its resume point (a training loop calls
+        ``set_epoch`` at the top of every epoch, the resumed one included)."""
+        if self._resuming and int(epoch) == self.epoch:
+            return
         self.epoch = int(epoch)
         self._resuming = False
 
@@ -101,9 +110,12 @@ class TrajvalSampler(Sampler[int]):
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume: the next iteration continues the saved epoch where it stopped."""
+        """Resume: the next iteration continues the saved epoch where it stopped (or, for a state
+        saved between epochs, starts the next epoch's own stream)."""
         self.source.load_state_dict(state["source"])
         self.epoch = int(state["epoch"])
         self._yielded = int(state["yielded"])
         self._pending = deque(int(i) for i in state["pending"])
-        self._resuming = True
+        # Saved between epochs, the source still stands at the end of the previous epoch's
+        # stream: the next iteration must start epoch (seed, epoch) afresh, not continue it.
+        self._resuming = self._yielded > 0 or bool(self._pending)
