@@ -243,3 +243,25 @@ def test_bots_adaptive_rho_halves_rho_when_the_implicit_pass_rates_miss_by_a_qua
     restored = BotsScheduler(2, rho=0.2, adaptive_rho=True)
     restored.load_state_dict(bots.state_dict())
     assert restored.rho == pytest.approx(0.1)
+
+
+def test_draws_counted_in_pool_sizes_start_each_epochs_own_stream():
+    weights = np.arange(1, 6, dtype=float)
+    counted = ComposedSampler(weights, seed=3)
+    drawn = np.concatenate([counted.draw_counting_epochs(k, so_far) for k, so_far in ((3, 0), (4, 3), (6, 7))])
+    by_epoch = ComposedSampler(weights, seed=3)
+    expected = []
+    for epoch, count in ((0, 5), (1, 5), (2, 3)):  # 13 draws over a pool of 5
+        by_epoch.set_epoch(epoch)
+        expected.append(by_epoch.draw(count))
+    assert drawn.tolist() == np.concatenate(expected).tolist()
+    assert counted.draw_counting_epochs(0, 13).size == 0
+
+
+def test_greso_adapts_when_the_epochs_are_counted_in_draws():
+    greso = GresoScheduler(10)
+    source = ComposedSampler(np.ones(10), online=greso, seed=0)
+    for step in range(10):  # 50 draws: 5 passes over the pool of 10
+        tasks = source.draw_counting_epochs(5, 5 * step)
+        source.feedback(np.repeat(tasks, 4), np.ones(20))  # every task always solved
+    assert greso.epoch == 4 and greso.p_easy < 0.5

@@ -60,6 +60,37 @@ def test_state_dict_is_json_and_resumes():
     assert [resumed.get_indices(8).tolist() for _ in range(3)] == expected
 
 
+def test_greso_adapts_once_the_draws_pass_a_pool_size():
+    selector, _ = _selector(online="greso")
+    for _ in range(20):  # 160 draws: 8 passes over the pool of 20
+        indices = selector.get_indices(8)
+        selector.feedback(indices.tolist(), [1.0] * len(indices))  # every task always solved
+    greso = selector.source.online
+    assert greso.epoch == 7 and greso.p_easy < 0.5
+
+
+def test_a_resumed_selector_goes_on_counting_the_epochs():
+    selector, _ = _selector(online="greso")
+    for _ in range(3):  # 24 draws: 4 into the second pass over the pool
+        selector.get_indices(8)
+    state = json.loads(json.dumps(selector.state_dict()))
+    expected = [selector.get_indices(8).tolist() for _ in range(5)]
+    resumed, _ = _selector(online="greso")
+    resumed.load_state_dict(state)
+    assert [resumed.get_indices(8).tolist() for _ in range(5)] == expected
+    assert resumed.source.online.epoch == selector.source.online.epoch == 3
+
+
+def test_a_state_saved_before_draws_were_counted_resumes_on_epoch_0s_stream():
+    selector, _ = _selector(online="greso")
+    selector.get_indices(8)
+    legacy = json.loads(json.dumps(selector.state_dict()["source"]))  # what earlier releases saved
+    expected = [selector.get_indices(8).tolist() for _ in range(3)]
+    resumed, _ = _selector(online="greso")
+    resumed.load_state_dict(legacy)
+    assert resumed.draws == 8 and [resumed.get_indices(8).tolist() for _ in range(3)] == expected
+
+
 def test_feedback_moves_mass_away_from_solved_tasks():
     selector, _ = _selector(online="greso")
     for _ in range(6):

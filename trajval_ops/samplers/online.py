@@ -362,6 +362,19 @@ class ComposedSampler:
             self._rebuild(self.sampler.rng)
         return self.sampler.draw(k)
 
+    def draw_counting_epochs(self, k: int, drawn: int) -> np.ndarray:
+        """``k`` task indices for a trainer that calls no ``set_epoch`` (Trinity's selector,
+        verl's dataset), ``drawn`` being the draws so far: epoch ``e`` is the ``e``-th pool-sized
+        run of draws, each on its own ``(seed, e)`` stream, so GRESO adapts from the second on."""
+        parts = []
+        while k > 0:
+            if drawn % self.num_tasks == 0:
+                self.set_epoch(drawn // self.num_tasks)
+            take = min(k, self.num_tasks - drawn % self.num_tasks)
+            parts.append(self.draw(take))
+            drawn, k = drawn + take, k - take
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
     def feedback(self, task_ids, rewards) -> np.ndarray:
         """Feed one step's rollouts (one task index and reward per rollout) to the scheduler.
 

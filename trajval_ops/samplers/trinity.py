@@ -144,9 +144,11 @@ class TrajvalSelector(BaseSelector):
         elif online_name is not None:
             online = ONLINE_SCHEDULERS[online_name](weights.size, **kwargs)
         self.source = ComposedSampler(weights, online=online, seed=int(config.seed))
+        self.draws = 0  # Trinity calls no set_epoch: the epoch is counted in draws (GRESO needs it)
 
     def get_indices(self, batch_size: int, return_extra_info: bool = False):
-        indices = self.source.draw(batch_size)
+        indices = self.source.draw_counting_epochs(batch_size, self.draws)
+        self.draws += int(batch_size)
         if return_extra_info:
             return indices, {"indices": indices.tolist(), "prob": self.source.sampler.prob[indices].tolist()}
         return indices
@@ -167,10 +169,16 @@ class TrajvalSelector(BaseSelector):
         logger.warning(f"trajval selector: {count} feedback value(s) skipped ({why}); {self.feedback_skipped} so far")
 
     def state_dict(self) -> Dict:
-        return _jsonable(self.source.state_dict())
+        return {"source": _jsonable(self.source.state_dict()), "draws": self.draws}
 
     def load_state_dict(self, state_dict: Dict) -> None:
-        self.source.load_state_dict(state_dict)
+        if "source" not in state_dict:
+            # saved before draws were counted (the source's state alone): every draw was epoch 0's
+            self.source.load_state_dict(state_dict)
+            self.draws = int(state_dict["sampler"]["drawn"])
+            return
+        self.source.load_state_dict(state_dict["source"])
+        self.draws = int(state_dict["draws"])
 
 
 def _check_scheduler_kwargs(online: str | None, kwargs: Mapping[str, Any]) -> None:

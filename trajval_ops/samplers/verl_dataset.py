@@ -351,12 +351,9 @@ class TrajvalVerlDataset(RLHFDataset):
         if self.trajval_source is None:
             return row
         # The sampler may shuffle the indices: the epoch is the count of draws so far, in pool sizes.
-        # GRESO adapts from the second epoch on; each epoch has its own stream, seeded (seed, epoch).
-        epoch = self._trajval_drawn // len(self.dataframe)
-        if self._trajval_drawn % len(self.dataframe) == 0:
-            self.trajval_source.set_epoch(epoch)
+        drawn = self.trajval_source.draw_counting_epochs(1, self._trajval_drawn)
         self._trajval_drawn += 1
-        return int(self.trajval_source.draw(1)[0])
+        return int(drawn[0])
 
     def epoch_rows(self, epoch: int) -> np.ndarray:
         """Positions in ``self.dataframe`` of virtual epoch block ``epoch``, in index order."""
