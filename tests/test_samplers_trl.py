@@ -57,7 +57,7 @@ N_TASKS = 8
 HEAVY = {0, 1}
 
 
-def _grpo_run(tmp_path, reward, online_scheduler=None, **trainer_options):
+def _grpo_run(tmp_path, reward, online_scheduler=None, weights=None, config=None, resume=None, **trainer_options):
     os.environ["HF_HUB_OFFLINE"] = "1"
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -69,18 +69,18 @@ def _grpo_run(tmp_path, reward, online_scheduler=None, **trainer_options):
     dataset = Dataset.from_dict({
         "prompt": [[{"role": "user", "content": f"What is {i} + {i}?"}] for i in range(N_TASKS)],
         "task_id": list(range(N_TASKS)),
-        "trajval_weight": [1.0 if i in HEAVY else 0.05 for i in range(N_TASKS)],
+        "trajval_weight": weights or [1.0 if i in HEAVY else 0.05 for i in range(N_TASKS)],
     })
-    args = GRPOConfig(
-        output_dir=str(tmp_path), use_cpu=True, bf16=False, use_vllm=False, report_to="none",
-        num_generations=2, per_device_train_batch_size=8, max_completion_length=8,
-        gradient_checkpointing=False, max_steps=4, logging_steps=1, save_strategy="no", seed=11,
-    )
+    args = GRPOConfig(**{
+        "output_dir": str(tmp_path), "use_cpu": True, "bf16": False, "use_vllm": False, "report_to": "none",
+        "num_generations": 2, "per_device_train_batch_size": 8, "max_completion_length": 8,
+        "gradient_checkpointing": False, "max_steps": 4, "logging_steps": 1, "save_strategy": "no", "seed": 11,
+        **(config or {})})
     trainer = TrajvalGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=reward,
                                  args=args, train_dataset=dataset,
                                  processing_class=AutoTokenizer.from_pretrained(model_dir),
                                  online_scheduler=online_scheduler, **trainer_options)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     return trainer
 
 
@@ -102,6 +102,36 @@ def test_grpo_run_draws_heavier_rows_more_often(tmp_path):
     heavy_share = sum(i in heavy for i in ids) / len(ids)
     # p(heavy) = 2 / (2 + 6 * 0.05) = 0.87; uniform would give 0.25
     assert heavy_share >= 0.6, heavy_share
+
+
+def test_a_resumed_online_run_serves_the_uninterrupted_runs_prompts(tmp_path):
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.samplers.online import BotsScheduler
+    from trajval_ops.samplers.trl import SAMPLER_STATE_FILE
+
+    def run(folder, resume=None):
+        served = []
+
+        def solved_below_4(prompts, completions, task_id, **kwargs):
+            served.append(list(task_id))
+            return [1.0 if t < 4 else 0.0 for t in task_id]
+
+        bots = BotsScheduler(N_TASKS, m=2)  # a Thompson sample per feedback: the stream moves with it
+        # 2 prompts a step: 4 steps an epoch; checkpoint-4 ends epoch 0, checkpoint-6 is inside epoch 1
+        config = {"per_device_train_batch_size": 4, "max_completion_length": 2, "max_steps": 10,
+                  "save_strategy": "steps", "save_steps": 2, "disable_tqdm": True}
+        _grpo_run(tmp_path / folder, solved_below_4, online_scheduler=bots, weights=[1.0] * N_TASKS,
+                  config=config, resume=resume)
+        return served, bots
+
+    full, bots = run("full")
+    for step in (4, 6):
+        resumed, resumed_bots = run(f"from_{step}", resume=str(tmp_path / "full" / f"checkpoint-{step}"))
+        assert resumed == full[step:], step
+        assert resumed_bots.pseudo_successes.tolist() == bots.pseudo_successes.tolist()
+    (tmp_path / "full" / "checkpoint-6" / SAMPLER_STATE_FILE).unlink()  # as an earlier release saved it
+    with pytest.raises(TrajvalInputError, match=f"checkpoint .*checkpoint-6 has no {SAMPLER_STATE_FILE}"):
+        run("from_old", resume=str(tmp_path / "full" / "checkpoint-6"))
 
 
 @pytest.mark.slow

@@ -5,9 +5,9 @@ Keeps TRL's ``RepeatSampler`` structure (checked against trl 1.16.0): chunks of
 ``generation_batch_size // num_generations`` prompts, each prompt repeated ``num_generations``
 times, each chunk repeated ``num_iterations * steps_per_generation`` times. Only the choice of
 the prompts changes: drawn with replacement by weight instead of a permutation. Every process
-draws the same stream (seed and epoch), so repeated groups line up across processes; the
-stream of an epoch is fixed (``Trainer`` calls ``set_epoch``), so replaying an epoch's first
-batches on resume gives the same prompts.
+draws the same stream (seed and epoch), so repeated groups line up across processes. Every
+checkpoint holds the sampler's state (:data:`SAMPLER_STATE_FILE`: the online scheduler, the
+stream, the epoch's prompts so far), so a resumed run serves the uninterrupted run's prompts.
 
 ``trl.experimental.async_grpo.AsyncGRPOTrainer`` takes no sampler: its rollout worker reads the
 training set in order and resumes at a row position. The mixin refuses it
@@ -16,14 +16,19 @@ training set in order and resumes at a row position. The mixin refuses it
 
 from __future__ import annotations
 
-from typing import Sized
+import json
+import os
+from typing import Any, Mapping, Sized
 
 import numpy as np
 import torch
 from accelerate.utils import gather_object
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer, RLOOTrainer
 from trl.trainer.utils import RepeatSampler
 
+from trajval_ops.atomic import atomic_open, jsonable
+from trajval_ops.errors import TrajvalInputError
 from trajval_ops.fields import TRAIN_POSITION, WEIGHT
 from trajval_ops.samplers.online import ComposedSampler
 from trajval_ops.samplers.weighted import weights_from_dataset
@@ -39,6 +44,11 @@ ASYNC_GRPO_ROUTE = (
     "load_dataset('json', data_files=<the export>, split='train') as train_dataset to the plain "
     "AsyncGRPOTrainer (docs/downstream.md, 'TRL async GRPO'). Online composition (GRESO, BOTS) is not "
     "available on that route.")
+
+#: The weighted sampler's state in every checkpoint folder: the composed source (scheduler and
+#: stream) and the prompts drawn so far in the epoch; a resume reads it back.
+SAMPLER_STATE_FILE = "trajval_sampler_state.json"
+SAMPLER_STATE_VERSION = 1
 
 
 class WeightedRepeatSampler(RepeatSampler):
@@ -59,20 +69,49 @@ class WeightedRepeatSampler(RepeatSampler):
                          repeat_count=repeat_count, shuffle=False, seed=source.sampler.seed)
         self.source = source
         self.epoch = 0
+        self._chunks_epoch, self._epoch_chunks = 0, []  # the prompts drawn so far in the running epoch
+        self._replay: tuple[int, list[list[int]]] | None = None  # set by load_state_dict
 
     def set_epoch(self, epoch: int) -> None:
         """Called by Trainer/accelerate at each epoch start."""
         self.epoch = int(epoch)
 
     def __iter__(self):
-        self.source.set_epoch(self.epoch)
-        for _ in range(self.num_samples // self.batch_size):
-            chunk = self.source.draw(self.batch_size).tolist()  # drawn lazily: feedback shapes later chunks
+        replay = self._take_replay()
+        if replay is None:
+            self.source.set_epoch(self.epoch)
+        self._chunks_epoch, self._epoch_chunks = self.epoch, list(replay or [])
+        for position in range(self.num_samples // self.batch_size):
+            if replay is not None and position < len(replay):
+                chunk = replay[position]
+            else:
+                chunk = self.source.draw(self.batch_size).tolist()  # drawn lazily: feedback shapes later chunks
+                self._epoch_chunks.append(chunk)
             for _ in range(self.repeat_count):
                 for index in chunk:
                     for _ in range(self.mini_repeat_count):
                         yield index
         self.epoch += 1
+
+    def _take_replay(self) -> list[list[int]] | None:
+        """The chunks a resumed epoch serves again, once; None unless a state saved inside this
+        epoch was loaded."""
+        replay, self._replay = self._replay, None
+        return replay[1] if replay is not None and replay[0] == self.epoch else None
+
+    def state_dict(self) -> dict:
+        """The source's state and the prompts drawn so far in the epoch. A resume inside the
+        epoch serves those again before drawing on, as the batches ``Trainer`` skips and any its
+        loader fetched ahead: drawing them anew would give other prompts where the feedback
+        since moved the weights, and would move the stream on (BOTS's Thompson samples)."""
+        return {"version": SAMPLER_STATE_VERSION, "source": jsonable(self.source.state_dict()),
+                "epoch": self._chunks_epoch, "chunks": self._epoch_chunks}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("version") != SAMPLER_STATE_VERSION:
+            raise ValueError(f"unknown trajval sampler state version {state.get('version')!r}")
+        self.source.load_state_dict(state["source"])
+        self._replay = (int(state["epoch"]), [[int(i) for i in chunk] for chunk in state["chunks"]])
 
 
 # ----------------------------------------------------------------------------- dynamic sampling
@@ -153,6 +192,7 @@ class TrajvalSamplerMixin:
         self.trajval_dynamic_sampling = bool(dynamic_sampling)
         self.trajval_max_rounds = int(max_generation_rounds)
         self.trajval_source: ComposedSampler | None = None
+        self.trajval_sampler: WeightedRepeatSampler | None = None
         super().__init__(*args, **kwargs)
         if self.trajval_dynamic_sampling and self.accelerator.num_processes > 1:
             raise NotImplementedError("dynamic_sampling drops groups per process; it runs on one process only "
@@ -232,13 +272,38 @@ class TrajvalSamplerMixin:
         weights = weights_from_dataset(dataset, self.trajval_weight_column)
         if self.trajval_source is None:  # built once: keeps online state across re-creations
             self.trajval_source = ComposedSampler(weights, online=self.trajval_online_scheduler, seed=self.args.seed)
-        return WeightedRepeatSampler(
+        self.trajval_sampler = WeightedRepeatSampler(
             dataset,
             self.trajval_source,
             mini_repeat_count=self.num_generations,
             batch_size=self.args.generation_batch_size // self.num_generations,
             repeat_count=self.num_iterations * self.args.steps_per_generation,
         )
+        return self.trajval_sampler
+
+    # Checkpoints: the hooks trl 1.16's GRPOTrainer uses for its own extra state (transformers 5's
+    # Trainer calls _load_optimizer_and_scheduler on every resume, after building the sampler).
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.trajval_sampler is not None and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            with atomic_open(os.path.join(folder, SAMPLER_STATE_FILE)) as out:
+                json.dump(self.trajval_sampler.state_dict(), out)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None or self.trajval_sampler is None:
+            return
+        path = os.path.join(checkpoint, SAMPLER_STATE_FILE)
+        if not os.path.exists(path):
+            if self.trajval_online_scheduler is None:
+                return  # prior only: epoch e's stream is (seed, e), which Trainer's skip replays
+            raise TrajvalInputError(
+                f"checkpoint {checkpoint} has no {SAMPLER_STATE_FILE} (saved before trajval_ops kept the online "
+                f"scheduler's state in checkpoints): resuming it would start {type(self.trajval_online_scheduler).__name__} "
+                f"afresh and serve other prompts. Resume from a checkpoint that has the file, or train from the start")
+        with open(path, encoding="utf-8") as handle:
+            self.trajval_sampler.load_state_dict(json.load(handle))
 
 
 class TrajvalGRPOTrainer(TrajvalSamplerMixin, GRPOTrainer):
