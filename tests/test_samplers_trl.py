@@ -217,20 +217,27 @@ def test_weighted_iterable_streams_rows_by_weight():
 
     weights = [0.0, 1.0, 3.0, 0.5]
     pool = _weighted_pool(weights)
-    stream = weighted_iterable_dataset(pool, seed=5, draws_per_epoch=4000, epochs=1)
+    stream = weighted_iterable_dataset(pool, seed=5, draws_per_epoch=4000)
     assert isinstance(stream, IterableDataset)
-    rows = list(stream)
+    rows = list(stream.take(4000))
     assert len(rows) == 4000 and rows[0].keys() == pool[0].keys()
     counts = np.bincount([row["task_id"] for row in rows], minlength=4)
     assert counts[0] == 0  # weight 0: never drawn
     expected = 4000 * np.array(weights[1:]) / sum(weights)
     assert chisquare(counts[1:], expected).pvalue > 1e-3
-    again = [row["task_id"] for row in weighted_iterable_dataset(pool, seed=5, draws_per_epoch=4000, epochs=1)]
+    again = [row["task_id"] for row in weighted_iterable_dataset(pool, seed=5, draws_per_epoch=4000).take(4000)]
     assert again == [row["task_id"] for row in rows]  # every process streams the same rows
-    other = [row["task_id"] for row in weighted_iterable_dataset(pool, seed=6, draws_per_epoch=4000, epochs=1)]
+    other = [row["task_id"] for row in weighted_iterable_dataset(pool, seed=6, draws_per_epoch=4000).take(4000)]
     assert other != again
-    two = [row["task_id"] for row in weighted_iterable_dataset(pool, seed=5, draws_per_epoch=100, epochs=2)]
+    two = [row["task_id"] for row in weighted_iterable_dataset(pool, seed=5, draws_per_epoch=100).take(200)]
     assert len(two) == 200 and two[:100] != two[100:]  # each epoch its own draw
+
+
+def test_weighted_iterable_refuses_a_finite_stream_a_trainer_would_replay():
+    from trajval_ops.samplers.trl import weighted_iterable_dataset
+
+    with pytest.raises(ValueError, match=r"epochs=1 is refused.*same rows.*max_steps"):
+        weighted_iterable_dataset(_weighted_pool([1.0, 2.0]), epochs=1)
 
 
 def test_weighted_iterable_refuses_bad_weights_naming_the_row():

@@ -314,9 +314,19 @@ class TrajvalRLOOTrainer(TrajvalSamplerMixin, RLOOTrainer):
     """``RLOOTrainer`` whose training prompts are drawn by the ``trajval_weight`` column."""
 
 
+#: datasets 5's generator-built IterableDataset starts its generator afresh on every pass and its
+#: set_epoch reaches no generator (it only reseeds shuffles), so a finite stream would serve a
+#: trainer's second pass the first pass's draws.
+FINITE_EPOCHS_REFUSED = (
+    "weighted_iterable_dataset: epochs={epochs} is refused: a trainer that reaches the end of a finite stream "
+    "iterates it again (Trainer's next epoch), and the stream restarts at its first draw, so every pass would "
+    "serve the same rows. Leave epochs unset (an endless stream: each epoch of draws_per_epoch rows is its own "
+    "(seed, epoch) draw) and end the run with max_steps; for a finite list of draws use .take(n)")
+
+
 def weighted_iterable_dataset(dataset, *, weight_column: str = WEIGHT, seed: int = 0,
                               draws_per_epoch: int | None = None, epochs: int | None = None):
-    """A ``datasets.IterableDataset`` that streams ``dataset``'s rows drawn by weight.
+    """An endless ``datasets.IterableDataset`` that streams ``dataset``'s rows drawn by weight.
 
     For trainers that take an iterable training set, where no sampler applies (TRL's
     ``GRPOTrainer`` accepts one and rebuilds its prompt grouping on the stream; set
@@ -324,32 +334,32 @@ def weighted_iterable_dataset(dataset, *, weight_column: str = WEIGHT, seed: int
     epoch draws ``draws_per_epoch`` rows (default: the pool size) with replacement in
     proportion to ``weight_column``, from the stream ``(seed, epoch)`` of
     :class:`~trajval_ops.samplers.weighted.WeightedIndexSampler`: every process yields the same
-    rows in the same order, as TRL's iterable path expects. ``epochs=None`` streams without end.
+    rows in the same order, as TRL's iterable path expects. A finite ``epochs`` is refused (see
+    :data:`FINITE_EPOCHS_REFUSED`); ``.take(n)`` gives the first ``n`` draws.
     Online composition (GRESO, BOTS) needs feedback into a sampler: use
     :class:`TrajvalGRPOTrainer` on the map-style dataset for that.
     """
     from datasets import IterableDataset
 
+    if epochs is not None:
+        raise ValueError(FINITE_EPOCHS_REFUSED.format(epochs=epochs))
     weights = weights_from_dataset(dataset, weight_column)  # errors name the row and the field
     draws = len(dataset) if draws_per_epoch is None else int(draws_per_epoch)
     if draws < 1:
         raise ValueError(f"draws_per_epoch must be >= 1, got {draws}")
-    if epochs is not None and int(epochs) < 1:
-        raise ValueError(f"epochs must be >= 1 or None, got {epochs}")
     return IterableDataset.from_generator(
-        _weighted_rows, gen_kwargs={"dataset": dataset, "weights": weights, "seed": int(seed),
-                                    "draws": draws, "epochs": epochs},
+        _weighted_rows, gen_kwargs={"dataset": dataset, "weights": weights, "seed": int(seed), "draws": draws},
         features=dataset.features,
     )
 
 
-def _weighted_rows(dataset, weights, seed: int, draws: int, epochs: int | None):
+def _weighted_rows(dataset, weights, seed: int, draws: int):
     from itertools import count
 
     from trajval_ops.samplers.weighted import WeightedIndexSampler
 
     sampler = WeightedIndexSampler(weights, seed=seed)
-    for epoch in count() if epochs is None else range(epochs):
+    for epoch in count():
         sampler.set_epoch(epoch)
         for first in range(0, draws, 1024):  # draw in blocks: rows are read one at a time
             for index in sampler.draw(min(1024, draws - first)):
