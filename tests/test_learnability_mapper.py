@@ -289,6 +289,19 @@ def test_noise_aware_estimators_need_counts_groups_and_the_whole_pool():
         op.transform_table(pa.Table.from_pylist(rows))
 
 
+def test_a_noise_aware_estimator_refuses_a_window_whose_passes_stand_on_other_counts():
+    """The estimators read a window's mean rate as the successes of all its rollouts: rates 1 of 4
+    and 0 of 16 would read as 10 of 20, not 4. Refused naming the row and the counts."""
+    rows = [{"id": f"t{i}", "e0": 0.25, "e1": 0.25, "l0": 1.0, "l1": 0.0, "e0_n": 16, "e1_n": 16, "l0_n": 16,
+             "l1_n": 16} for i in range(3)]
+    windows = dict(early_window_keys=["e0", "e1"], late_window_keys=["l0", "l1"], estimator="posterior")
+    assert len(run(rows, **windows)) == 3
+    rows[1]["l0_n"] = 4
+    with pytest.raises(TrajvalInputError, match=r"row 1 \(id='t1'\): the passes of a window stand on different "
+                                                r"rollout counts \(l0_n 4, l1_n 16; 1 row\(s\) in all\)"):
+        run(rows, **windows)
+
+
 def test_a_group_key_no_row_has_is_refused_whichever_level_is_misspelled(caplog_loguru):
     """The pooled estimator and the group noise report read the group key as every reader does
     (issue 36, item 3): a misspelled child of an existing struct is not found, named, instead of

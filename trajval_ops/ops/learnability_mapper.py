@@ -324,6 +324,8 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         if counts is None:
             raise TrajvalInputError(f"{OP_NAME}: estimator {self.estimator!r} reads the rollouts behind each pass "
                                     "rate (the endpoint mapper's <key>_n columns), which the pool lacks")
+        for keys in (self.early_window_keys, self.late_window_keys):
+            self._check_window_shares_n(table, keys or [])
         groups = group_values(table, self.group_key, OP_NAME, self.id_key) if self.estimator == "pooled" else None
         mean, low, high, fitted = self.prior.estimate(r_early, counts[0], r_late, counts[1], groups)
         columns[self.score_key] = mean
@@ -331,6 +333,28 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         columns[self.weight_key] = self.prior.weight(mean)
         return {**self.provenance, "beta_priors": fitted, "interval_mass": core.INTERVAL_MASS,
                 "posterior_grid": core.POSTERIOR_GRID}
+
+    def _check_window_shares_n(self, table, keys: list[str]) -> None:
+        """A window's mean rate over all its rollouts (what the estimators read, as ``mean x
+        sum of n`` successes) is the successes it counted only where its passes share n: with 4
+        and 16 rollouts at rates 1 and 0 the mean 0.5 over 20 reads as 10 successes, not 4."""
+        if len(keys) < 2:
+            return
+        counts = np.stack([np.asarray(table.column(f"{key}_n").to_numpy(zero_copy_only=False), dtype=np.float64)
+                           for key in keys])
+        differ = np.flatnonzero((counts != counts[0]).any(axis=0))
+        if differ.size:
+            from trajval_ops.pools.io import table_row
+            from trajval_ops.rows import row_label
+
+            row = int(differ[0])
+            label = row_label(table_row(table, row), row, self.id_key)
+            raise TrajvalInputError(
+                f"{OP_NAME}: {label}: the passes of a window stand on different rollout counts ("
+                + ", ".join(f"{key}_n {int(counts[i, row])}" for i, key in enumerate(keys))
+                + f"; {differ.size} row(s) in all): estimator {self.estimator!r} reads a window's mean rate as the "
+                "successes of all its rollouts, which holds only for one n; give the window's passes one n, or use "
+                "estimator 'paper'")
 
     def _predict(self, table, measured, columns) -> dict:
         """Every unmeasured row's score predicted from the measured rows (:mod:`trajval_ops.priors.sampled`);
