@@ -93,3 +93,33 @@ def test_a_setting_of_an_earlier_entry_of_the_same_operator_is_not_passed_on(tmp
     cfg = init_configs(["--config", str(path)])
     assert config_merge.restore_unset_settings(cfg, argv=["--trajval_endpoint_reward_mapper.output_key", "x"]) == [
         "trajval_endpoint_reward_mapper[1].sample_fraction", "trajval_endpoint_reward_mapper[2].sample_fraction"]
+
+
+def test_data_juicers_own_operator_settings_of_an_earlier_entry_are_not_passed_on(tmp_path):
+    """The base operator's settings leaked too: an early pass's batch_size (which groups the
+    transformers engine's seeded generate calls), accelerator, num_cpus and num_proc reached the
+    late pass. Each gets what an entry without it gets: the registered default, the run's np for
+    num_proc, nothing for batch_size (the operator's own default)."""
+    import yaml
+    from data_juicer.config import init_configs
+
+    import trajval_ops.ops  # noqa: F401  (registers the operators)
+
+    recipe = {"dataset_path": "pool.jsonl", "export_path": str(tmp_path / "out.jsonl"), "np": 1, "process": [
+        {"trajval_endpoint_reward_mapper": {"model": "tiny-arith", "window": "early", "batch_size": 3,
+                                            "accelerator": "cuda", "num_cpus": 2, "num_proc": 2,
+                                            "ray_execution_mode": "task"}},
+        {"trajval_endpoint_reward_mapper": {"model": "tiny-arith", "window": "late", "batch_size": 5}},
+        {"trajval_endpoint_reward_mapper": {"model": "tiny-arith", "output_key": "other"}},
+    ]}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    cfg = init_configs(["--config", str(path)])
+    built = [entry["trajval_endpoint_reward_mapper"] for entry in cfg.process]
+    assert (built[1]["accelerator"], built[2]["batch_size"]) == ("cuda", 5)  # the merge this undoes
+    config_merge.restore_unset_settings(cfg, argv=[])
+    keys = ("batch_size", "accelerator", "num_cpus", "num_proc", "ray_execution_mode")
+    assert [{key: settings.get(key, "unset") for key in keys} for settings in built] == [
+        {"batch_size": 3, "accelerator": "cuda", "num_cpus": 2, "num_proc": 2, "ray_execution_mode": "task"},
+        {"batch_size": 5, "accelerator": None, "num_cpus": None, "num_proc": 1, "ray_execution_mode": None},
+        {"batch_size": "unset", "accelerator": None, "num_cpus": None, "num_proc": 1, "ray_execution_mode": None}]
