@@ -113,3 +113,40 @@ def test_a_refused_probe_directory_is_a_user_error():
 
     refused = ProbeDirectoryError("probe: /x holds a probe run with a different configuration")
     assert user_error_of(refused) is refused
+
+
+def _special_adding_tokenizer(single: str):
+    """The tiny model's tokenizer made to add special tokens to every text (``single`` as
+    tokenizers' TemplateProcessing writes it), its chat template writing BOS (as Llama 3's)."""
+    from tokenizers.processors import TemplateProcessing
+
+    from trajval_ops.models import resolve_model
+    from trajval_ops.probe.run import load_tokenizer
+
+    tokenizer = load_tokenizer(resolve_model("tiny-random-llama"))
+    tokenizer.chat_template = "{{ bos_token }}" + tokenizer.chat_template
+    specials = [(tokenizer.bos_token, tokenizer.bos_token_id), (tokenizer.eos_token, tokenizer.eos_token_id)]
+    tokenizer._tokenizer.post_processor = TemplateProcessing(single=single, special_tokens=specials)
+    return tokenizer
+
+
+def test_the_probe_trains_on_the_prompt_tokens_the_passes_evaluate():
+    """TRL tokenizes a text prompt with the tokenizer's special tokens added; the endpoint passes
+    without (the chat template writes them). A tokenizer adding BOS to a template that writes it
+    (Llama 3) trained the probe on two BOS: now TRL's tokens are the passes' tokens. A tokenizer
+    adding what no text can drop is refused naming the row."""
+    from trajval_ops.probe.run import probe_examples, training_dataset
+    from trajval_ops.rollout.prompts import render_prompt
+
+    tokenizer = _special_adding_tokenizer("<|im_start|> $A")  # SmolLM2's BOS
+    examples = probe_examples(rows(3), CONFIG)
+    dataset = training_dataset(examples, tokenizer, CONFIG, max_context=2048)
+    for example, record in zip(examples, dataset):
+        rendered = render_prompt(tokenizer, example["messages"])
+        evaluated = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+        trained = tokenizer(record["prompt"])["input_ids"]  # as TRL's GRPOTrainer tokenizes a text prompt
+        assert trained == evaluated and tokenizer(rendered)["input_ids"] == [tokenizer.bos_token_id] + evaluated
+    with pytest.raises(TrajvalInputError, match=r"probe row 0 \(id='t0'\): field 'prompt': the tokenizer adds special "
+                                                r"tokens \[\d+, \d+\] to a text"):
+        training_dataset(examples, _special_adding_tokenizer(f"<|im_start|> $A {tokenizer.eos_token}"),
+                         CONFIG, max_context=2048)

@@ -272,11 +272,14 @@ def training_dataset(examples: Sequence[dict], tokenizer, config: ProbeConfig, m
     from trajval_ops.rollout.prompts import fit_prompt, render_prompt
 
     records, cut = [], 0
+    adds_specials = tokenizer("")["input_ids"] != tokenizer("", add_special_tokens=False)["input_ids"]
     for example in examples:
         try:
             prompt, cut_from = fit_prompt(tokenizer, render_prompt(tokenizer, example["messages"]), max_context,
                                           config.max_completion_length, config.overlong_prompt)
-        except OverflowError as exc:
+            if adds_specials:
+                prompt = text_trl_tokenizes_alike(tokenizer, prompt)
+        except (OverflowError, ValueError) as exc:
             raise TrajvalInputError(
                 f"probe {row_label(example['row'], example['position'])}: field '{config.prompt_key}': {exc}"
             ) from None
@@ -289,6 +292,26 @@ def training_dataset(examples: Sequence[dict], tokenizer, config: ProbeConfig, m
     if cut:
         logger.warning(f"probe: {cut} of {len(records)} prompts were cut from the left to fit the model's context")
     return Dataset.from_list(records)
+
+
+def text_trl_tokenizes_alike(tokenizer, text: str) -> str:
+    """The prompt text TRL's GRPOTrainer tokenizes into the ids the endpoint passes evaluate.
+
+    TRL tokenizes a text prompt with the tokenizer's special tokens added
+    (``processing_class(text=prompts)``), the passes and the length check without (the chat
+    template writes them). A tokenizer that adds BOS to a template that writes it (Llama 3) would
+    train the probe on prompts the passes never see, two BOS; the template's BOS is then left out
+    of the text TRL gets. ``ValueError`` when no such text exists (a tokenizer adding other tokens).
+    """
+    wanted = tokenizer(text, add_special_tokens=False)["input_ids"]
+    bos = tokenizer.bos_token
+    for candidate in (text, text[len(bos):] if bos and text.startswith(bos) else None):
+        if candidate is not None and tokenizer(candidate)["input_ids"] == wanted:
+            return candidate
+    added = tokenizer("")["input_ids"]
+    raise ValueError(f"the tokenizer adds special tokens {added} to a text, and TRL's GRPO trainer tokenizes the "
+                     "probe's prompts with them: it would train on other tokens than the endpoint passes evaluate; "
+                     "use a tokenizer whose chat template writes the special tokens it adds, or none")
 
 
 def library_versions() -> dict[str, str]:
