@@ -105,6 +105,19 @@ def test_curve_metrics_tool(tmp_path, capsys):
     assert "avg" in capsys.readouterr().out
     (tmp_path / "bad.json").write_text("[1, 2]")
     assert tool.main(["--method", str(tmp_path / "bad.json")]) == 2
+    # curves that begin with the base model at step 0 (as trajval validate writes them) read as the
+    # library reads them with their real steps: S2B 50, not 57.1 one interval late
+    (tmp_path / "m0.json").write_text(json.dumps({"b": [0.30, 0.36, 0.40, 0.42, 0.43, 0.43, 0.43]}))
+    (tmp_path / "b0.json").write_text(json.dumps({"b": [0.30, 0.32, 0.34, 0.36, 0.38, 0.40, 0.42]}))
+    options = ["--method", str(tmp_path / "m0.json"), "--baseline", str(tmp_path / "b0.json"), "--eval-every", "15",
+               "--window", "1", "--out", str(tmp_path / "o0.json")]
+    assert tool.main(options + ["--first-step", "0"]) == 0
+    assert json.loads((tmp_path / "o0.json").read_text())["b"]["s2b"] == pytest.approx(50.0) == cv.steps_to_baseline(
+        [0.30, 0.36, 0.40, 0.42, 0.43, 0.43, 0.43], [0.30, 0.32, 0.34, 0.36, 0.38, 0.40, 0.42],
+        steps=np.arange(0, 91, 15), window=1)["s2b"]
+    assert tool.main(options) == 0  # the paper's indexing: the first evaluation at step 15
+    assert json.loads((tmp_path / "o0.json").read_text())["b"]["s2b"] == pytest.approx(400 / 7)
+    assert tool.main(options + ["--first-step", "-1"]) == 2
 
 
 def test_evaluations_at_step_zero_are_accepted():

@@ -1,7 +1,7 @@
 """Best Acc, AUC and Steps-to-Baseline of evaluation curves (the paper's appendix metrics).
 
     trajval curve-metrics --method trajval.json [--baseline random.json] \
-        [--eval-every 12] [--window 5] [--out metrics.json]
+        [--eval-every 12] [--first-step 0] [--window 5] [--out metrics.json]
 
 Each JSON file maps a benchmark name to its accuracy curve: a list (one value per evaluation
 step) or a list of lists (one curve per seed; averaged over seeds first).  Prints one line per
@@ -31,7 +31,11 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     parser.add_argument("--method", required=True, help="JSON {benchmark: curve} of the method")
     parser.add_argument("--baseline", help="JSON {benchmark: curve} of its baseline (for S2B)")
     parser.add_argument("--eval-every", type=int, default=None,
-                        help="training steps between evaluations (steps = k * eval_every); default: eval index")
+                        help="training steps between evaluations; default: the evaluation index (1, 2, ...)")
+    parser.add_argument("--first-step", type=int, default=None,
+                        help="the step of the first evaluation (default: --eval-every, or 1): 0 for curves that "
+                             "begin with the base model, as trajval validate writes them. S2B is a ratio of "
+                             "steps, so the offset changes it")
     parser.add_argument("--window", type=int, default=curves.DEFAULT_WINDOW)
     parser.add_argument("--out", help="write the metrics as JSON here")
     args = parser.parse_args(argv)
@@ -47,11 +51,15 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         method = _load(args.method)
         baseline = _load(args.baseline) if args.baseline else None
         steps = None
-        if args.eval_every is not None:
-            if args.eval_every <= 0:
+        if args.eval_every is not None or args.first_step is not None:
+            every = 1 if args.eval_every is None else args.eval_every
+            if every <= 0:
                 raise ValueError("--eval-every must be > 0")
+            first = every if args.first_step is None else args.first_step
+            if first < 0:
+                raise ValueError("--first-step must be >= 0")
             n = curves.seed_average(next(iter(method.values()))).size
-            steps = args.eval_every * np.arange(1, n + 1)
+            steps = first + every * np.arange(n)
         metrics = curves.curve_metrics(method, baseline, steps=steps, window=args.window)
     except (ValueError, FileNotFoundError) as err:
         print(f"curve_metrics: error: {err}", file=sys.stderr)
