@@ -468,8 +468,9 @@ def other_model_figures(config: ValidationConfig, out: Path, probe_rows: list[di
     """How much a one-pass prior loses when its pass comes from another model than the one
     trained (``probe.other_model``): the two passes' rank agreement over the pool (pass rates and
     each prior's weights), each pass's prior against oracle A's per-task gain, and, per prior and
-    sampling mode trained, both arms' AUC - uniform and their paired difference (other - own),
-    with bootstrap intervals over seeds."""
+    sampling mode trained, both arms' AUC - uniform and their difference (other - own), with
+    bootstrap intervals over seeds (each arm's seeds resampled on their own, not in seed pairs:
+    conservative where the arms of a seed correlate)."""
     from trajval_ops.experiment.priors import OTHER_MODEL_PASS, OTHER_MODEL_PRIORS, PRIOR_COLUMNS
 
     pool = list(read_rows(out / "priors" / "train_pool.jsonl"))
