@@ -300,8 +300,9 @@ def fit_beta_prior(rates, n) -> tuple[float, float]:
     """A beta prior ``(a, b)`` for pass rates ``k / n`` measured with ``n`` rollouts each, by the
     method of moments of the beta-binomial: the observed variance of the rates is the prior's
     variance plus the binomial noise ``m (1 - m) mean(1 / n)``. Rows with ``n = 0`` are left out;
-    a pool with no spread beyond the noise gets a strong prior at its mean (a + b = 999: the overdispersion is clipped at 1e-3, and a + b = 1 / rho - 1), one
-    row or a pool all at 0 or 1 a weak Jeffreys-like prior at its (clipped) mean (a + b = 1)."""
+    a pool with no spread beyond the noise gets a strong prior at its mean (a + b = 1 / rho - 1 =
+    999, the overdispersion rho clipped at 1e-3), one row or a pool all at 0 or 1 a weak
+    Jeffreys-like prior at its (clipped) mean (a + b = 1)."""
     rates, n = np.asarray(rates, dtype=np.float64), np.asarray(n, dtype=np.float64)
     measured = n > 0
     rates, n = rates[measured], n[measured]
