@@ -41,12 +41,21 @@ def test_only_recipes_with_trajval_operators_use_them():
     assert not executor.uses_trajval_operators(SimpleNamespace())
 
 
-def test_ray_blocks_are_one_batch_of_the_smallest_batch_size():
+def test_ray_blocks_divide_every_endpoint_passs_batch():
+    """A pass's Ray batches are whole blocks: blocks of the smallest batch size (48) cut a pass
+    of 64 at 64, 96, 144 where the default executor cuts at 64, 128 (other seeded generate
+    calls). Blocks of the greatest common divisor put every boundary where it belongs."""
     import pyarrow as pa
 
     cfg = SimpleNamespace(process=[{"trajval_endpoint_reward_mapper": {"batch_size": 32}},
                                    {"trajval_learnability_mapper": {"batch_size": 1000}}])
-    assert loading.ray_block_rows(cfg) == 32
+    assert loading.ray_block_rows(cfg) == 32  # only the passes' batches seed anything
+    two_passes = SimpleNamespace(process=[{"trajval_endpoint_reward_mapper": {"batch_size": 64}},
+                                          {"trajval_endpoint_reward_mapper": {"batch_size": 48}}])
+    assert loading.ray_block_rows(two_passes) == 16
+    unset = SimpleNamespace(process=[{"trajval_endpoint_reward_mapper": {"batch_size": 64}},
+                                     {"trajval_endpoint_reward_mapper": {}}])
+    assert loading.ray_block_rows(unset) == 8  # gcd(64, Data-Juicer's default 1000)
     assert loading.ray_block_rows(SimpleNamespace(process=[{"x": {}}])) == 1000  # Data-Juicer's default
     table = pa.table({"i": list(range(70))})
     blocks = loading.table_blocks(table, 32)

@@ -48,6 +48,10 @@ class TrajvalProbeTrainer(Pipeline):
     default and the Ray executor (under Ray the pool is gathered to the driver, which trains).
     """
 
+    #: it appends its in-probe column and keeps every row in place (a Ray run reads the pool as
+    #: read for the mappers after it)
+    keeps_rows = True
+
     @checked_parameters
     def __init__(
         self,

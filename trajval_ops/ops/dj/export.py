@@ -50,6 +50,10 @@ def _write_ray_dataset(dataset, path) -> None:
         table = gather_ray_table(dataset)
         for finish in getattr(dataset, "_trajval_finishers", ()):
             finish(table)  # raises for a run that must not be written
+    # what the default executor's export leaves out (Data-Juicer's stats of a filter, ...): Ray's
+    # exporter drops only the columns the dataset had before the operators ran
+    dropped = getattr(dataset, "_trajval_dropped", ())
+    table = table.drop_columns([name for name in table.column_names if name in dropped])
     write_table(table, path)
     logger.info(f"trajval_ops: wrote {table.num_rows} rows to {path}")
 
@@ -57,9 +61,21 @@ def _write_ray_dataset(dataset, path) -> None:
 _EXACT_SUFFIXES = ("jsonl", "parquet")
 
 
+def dropped_at_export(keep_stats: bool, keep_hashes: bool) -> set[str]:
+    """The columns Data-Juicer's exporters leave out of the export: its stats and meta fields
+    unless ``keep_stats_in_res_ds``, its hash fields unless ``keep_hashes_in_res_ds``."""
+    from data_juicer.utils.constant import Fields, HashKeys
+
+    drop = set()
+    if not keep_stats:
+        drop |= {Fields.stats, Fields.meta}
+    if not keep_hashes:
+        drop |= {HashKeys.hash, HashKeys.minhash, HashKeys.simhash, HashKeys.imagehash, HashKeys.videohash}
+    return drop
+
+
 def _exporter_class():
     from data_juicer.core.exporter import Exporter
-    from data_juicer.utils.constant import Fields, HashKeys
 
     class TrajvalExporter(Exporter):
         """Data-Juicer's exporter, writing local JSONL and parquet through
@@ -83,11 +99,7 @@ def _exporter_class():
                     self.export_ds = export_ds
             if not self.export_ds:
                 return
-            drop = set()
-            if not self.keep_stats_in_res_ds:
-                drop |= {Fields.stats, Fields.meta}
-            if not self.keep_hashes_in_res_ds:
-                drop |= {HashKeys.hash, HashKeys.minhash, HashKeys.simhash, HashKeys.imagehash, HashKeys.videohash}
+            drop = dropped_at_export(self.keep_stats_in_res_ds, self.keep_hashes_in_res_ds)
             from trajval_ops.pools.io import write_table
 
             table = dataset_table(dataset)

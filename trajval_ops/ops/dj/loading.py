@@ -11,6 +11,7 @@ from loguru import logger
 from trajval_ops.ops.dj.config_merge import restore_unset_settings
 from trajval_ops.ops.dj.error_exit import note_run_log_dir, user_errors
 from trajval_ops.ops.dj.executor import uses_trajval_operators
+from trajval_ops.ops.dj.export import dropped_at_export
 from trajval_ops.ops.dj.preflight import preflight_trajval_run
 from trajval_ops.ops.dj.ray_dataset import ray_dataset_class
 from trajval_ops.ops.dj.tables import table_to_dataset
@@ -60,6 +61,8 @@ def register_load_strategies() -> None:
             dataset = ray_dataset_class()(ray.data.from_arrow(table_blocks(table, ray_block_rows(self.cfg))),
                                            cfg=self.cfg)
             dataset.source_table = table  # for the operators' whole-pool checks (TableMapper.check_pool)
+            dataset.export_dropped = frozenset(dropped_at_export(getattr(self.cfg, "keep_stats_in_res_ds", False),
+                                                                 getattr(self.cfg, "keep_hashes_in_res_ds", False)))
             return dataset
 
     class TrajvalMissingPoolStrategy(PreflightOnBuild, DefaultDataLoadStrategy):
@@ -143,18 +146,33 @@ def check_export_spares_pool(cfg, dataset_path) -> None:
 
 
 def ray_block_rows(cfg) -> int:
-    """Rows per Ray block: the smallest ``batch_size`` of the recipe's operators.
+    """Rows per Ray block: the greatest common divisor of the endpoint passes' ``batch_size``
+    (Data-Juicer's default where a pass sets none); without a pass, the smallest ``batch_size``.
 
     Ray hands a whole block to one task or actor, so a pool read as one block runs on one actor
-    however large the pool is. Blocks of one batch each let every actor of a pool take batches
-    as it frees up, and put the batch boundaries where the default executor puts them (the
-    transformers engine seeds each generate call from its prompts, so equal boundaries give
-    equal completions).
+    however large the pool is. Small blocks let every actor of a pool take batches as it frees
+    up, and a pass's batches are whole blocks: blocks that divide every pass's batch size put each
+    pass's batch boundaries where the default executor puts them (the transformers engine seeds
+    each generate call from its prompts, so equal boundaries give equal completions). The
+    smallest size alone did not: with passes of 64 and 48, the first's batches were 64, 32, 48.
     """
+    import math
+
     from data_juicer.ops.base_op import DEFAULT_BATCH_SIZE
 
-    sizes = [int(args["batch_size"]) for entry in getattr(cfg, "process", None) or [] if isinstance(entry, dict)
-             for args in entry.values() if isinstance(args, dict) and args.get("batch_size")]
+    from trajval_ops.recipe import ENDPOINT_OP
+
+    entries = [(name, args) for entry in getattr(cfg, "process", None) or [] if isinstance(entry, dict)
+               for name, args in entry.items() if isinstance(args, dict)]
+    passes = [int(args.get("batch_size") or DEFAULT_BATCH_SIZE) for name, args in entries if name == ENDPOINT_OP]
+    if passes:
+        rows = math.gcd(*passes)
+        if rows < min(passes):
+            logger.info(f"Ray blocks of {rows} rows, the greatest common divisor of the endpoint passes' batch sizes "
+                        f"({', '.join(map(str, passes))}), so every pass's batches begin where the default executor's "
+                        "do; batch sizes that divide one another give larger blocks")
+        return max(1, rows)
+    sizes = [int(args["batch_size"]) for _, args in entries if args.get("batch_size")]
     return max(1, min(sizes, default=DEFAULT_BATCH_SIZE))
 
 

@@ -1,12 +1,14 @@
 """Data-Juicer's ``RayDataset`` for a trajval run: its data written exactly at the export, and the
 whole-pool hooks of the trajval mappers (``check_pool``, ``finish_pool``, a whole-pool mapper)
-called on the driver, which Ray's batch-by-batch calls in actors otherwise skip."""
+called on the driver, which Ray's batch-by-batch calls in actors otherwise skip, each on the
+pool as it reaches the mapper and as the mapper leaves it (as under the default executor)."""
 
 from __future__ import annotations
 
 from trajval_ops.ops.dj.error_exit import user_errors
 from trajval_ops.ops.dj.export import exact_ray_writers
 from trajval_ops.ops.dj.table_mapper import TableMapper
+from trajval_ops.ops.dj.tables import gather_ray_table
 
 
 _RAY_DATASET_CLASS = None
@@ -29,6 +31,8 @@ def ray_dataset_class():
 
         class TrajvalRayDataset(RayDataset):
             source_table = None
+            #: the columns the export leaves out (:func:`~trajval_ops.ops.dj.export.dropped_at_export`)
+            export_dropped: frozenset = frozenset()
 
             @property
             def data(self):
@@ -39,32 +43,59 @@ def ray_dataset_class():
                 self._trajval_data = exact_ray_writers(dataset)
                 # the executor replaces the data (materialize) after process: the checks go along
                 self._trajval_data._trajval_finishers = getattr(self, "_trajval_finishers", [])
+                self._trajval_data._trajval_dropped = self.export_dropped
 
             def process(self, operators, *args, **kwargs):
                 # Ray calls a mapper batch by batch in actors: the whole-pool checks a mapper
-                # makes in ``run`` under the default executor are made here, on the driver,
-                # before the run (the pool as read) and at the export (the pool as written)
+                # makes in ``run`` under the default executor are made here, on the driver. The
+                # pool as read (before the run) and as written (at the export) stand in for the
+                # pool that reaches a mapper and that it leaves where no operator between them
+                # can change the rows; elsewhere the pool is gathered at the mapper (below).
                 operators = operators if isinstance(operators, list) else [operators]
+                self._trajval_sides = pool_sides(operators)
                 table_mappers = [op for op in operators if isinstance(op, TableMapper)]
                 with user_errors():
                     for op in table_mappers:
-                        if self.source_table is not None:
+                        if self.source_table is not None and not self._trajval_sides[id(op)][0]:
                             op.check_pool(self.source_table)
                     started = time.perf_counter()
                     result = super().process(operators, *args, **kwargs)
                 self._trajval_finishers = [
                     lambda table, finish=op.finish_pool: finish(table, time.perf_counter() - started)
-                    for op in table_mappers]
+                    for op in table_mappers if not self._trajval_sides[id(op)][1]]
                 self._trajval_data._trajval_finishers = self._trajval_finishers
                 return result
 
             def _run_single_op(self, op, cached_columns=None, tracer=None, stats_only=False):
-                # a mapper that scores the pool as a whole (a fitted estimator or predictor)
-                # cannot see it batch by batch: it runs like a Pipeline op, on the gathered pool
-                if not (isinstance(op, TableMapper) and op.needs_whole_pool):
+                if not isinstance(op, TableMapper):
                     return super()._run_single_op(op, cached_columns, tracer=tracer, stats_only=stats_only)
-                self.data = op.run(self.data, tracer=tracer)
-                return set(self.data.columns())
+                rows_changed_before, rows_change_after = getattr(self, "_trajval_sides", {}).get(id(op), (False, False))
+                if rows_changed_before:  # the pool that reaches it, not the pool as read
+                    self.data = self.data.materialize()
+                    with user_errors():
+                        op.check_pool(gather_ray_table(self.data))
+                started = time.perf_counter()
+                if op.needs_whole_pool:
+                    # a mapper that scores the pool as a whole (a fitted estimator or predictor)
+                    # cannot see it batch by batch: it runs like a Pipeline op, on the gathered pool
+                    self.data = op.run(self.data, tracer=tracer)
+                    cached_columns = set(self.data.columns())
+                else:
+                    cached_columns = super()._run_single_op(op, cached_columns, tracer=tracer, stats_only=stats_only)
+                if rows_change_after:  # its own rows, before an operator drops or repeats some
+                    self.data = self.data.materialize()
+                    with user_errors():
+                        op.finish_pool(gather_ray_table(self.data), time.perf_counter() - started)
+                return cached_columns
 
         _RAY_DATASET_CLASS = TrajvalRayDataset
     return _RAY_DATASET_CLASS
+
+
+def pool_sides(operators) -> dict[int, tuple[bool, bool]]:
+    """For each trajval table mapper of ``operators`` (by ``id``): whether an operator before it,
+    and one after it, can change the rows (drop, repeat or reorder them: a filter, a resampler);
+    the trajval mappers and the probe trainer keep every row in place."""
+    keeps = [isinstance(op, TableMapper) or getattr(op, "keeps_rows", False) for op in operators]
+    return {id(op): (not all(keeps[:i]), not all(keeps[i + 1:]))
+            for i, op in enumerate(operators) if isinstance(op, TableMapper)}
