@@ -144,3 +144,22 @@ def test_learnable_subset_keeps_profiles_not_a_score_threshold():
     assert cut.column("id").to_pylist() == ["mastered-up", "stable"]
     with pytest.raises(TrajvalInputError, match="lacks"):
         TrajvalWeightedResampler(mode="learnable_subset").resample_table(table.drop_columns(["trajval_profile"]))
+
+
+@pytest.mark.parametrize("mode", ["multinomial", "systematic"])
+def test_a_pool_drawn_by_its_weight_is_not_drawn_by_it_again(scored, mode):
+    """A resampled pool's rows already come in proportion to w: a weighted sampler on it drew in
+    proportion to w squared (a task of weight 1 beside one of 0.25 came 94% of the time, not 80%).
+    Refused for the weight it was drawn by; a subset mode's pool (each row once) is weighted."""
+    from trajval_ops.samplers import weights_from_dataset
+
+    drawn = Dataset.from_list(resample(scored, mode=mode, seed=0))
+    with pytest.raises(TrajvalInputError, match=rf"field 'trajval_weight': this pool was drawn by that weight "
+                                                rf"already \(trajval_weighted_resampler, mode {mode}"):
+        weights_from_dataset(drawn)
+    with pytest.raises(TrajvalInputError, match="drawn by that weight already"):
+        weights_from_dataset(drawn.to_pandas())
+    with pytest.raises(TrajvalInputError, match="field 'trajval_prob': this pool was drawn"):  # the same draw
+        weights_from_dataset(drawn, "trajval_prob")
+    cut = Dataset.from_list(resample(scored, mode="hard_cut", threshold=0.0))
+    assert weights_from_dataset(cut).size == len(cut)

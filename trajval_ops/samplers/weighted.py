@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from trajval_ops.core import normalize
-from trajval_ops.fields import WEIGHT
+from trajval_ops.fields import PROB, RESAMPLE_PROVENANCE, WEIGHT
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.input_checks import float_column
 
@@ -51,13 +51,45 @@ def weights_from_column(column: Sequence[Any], field: str = WEIGHT) -> np.ndarra
     return weights
 
 
+#: the resampler's modes that draw rows in proportion to the weight (the subset modes keep rows once)
+DRAWING_MODES = ("multinomial", "systematic")
+
+
 def weights_from_dataset(dataset: Any, field: str = WEIGHT) -> np.ndarray:
-    """Read and validate ``field`` from a map-style dataset (datasets.Dataset, pandas, dict)."""
+    """Read and validate ``field`` from a map-style dataset (datasets.Dataset, pandas, dict).
+
+    :raises TrajvalInputError: also for a pool the weighted resampler already drew by ``field``:
+        drawn by it again, row i would come in proportion to its weight squared.
+    """
     try:
         column = dataset[field]
     except (KeyError, ValueError) as err:
         raise TrajvalInputError(f"row 0: field '{field}' is missing from the dataset") from err
+    resampled = _resample_provenance(dataset)
+    # the weight it drew by, or the probability it wrote from that weight (the same draw)
+    if resampled.get("mode") in DRAWING_MODES and field in (resampled.get("weight_key"), PROB):
+        raise TrajvalInputError(
+            f"field '{field}': this pool was drawn by that weight already (trajval_weighted_resampler, mode "
+            f"{resampled['mode']}: its rows carry {RESAMPLE_PROVENANCE}); drawn by it again, each task would come in "
+            "proportion to its weight squared. Train on the resampled pool uniformly (a plain sampler), or sample the "
+            "weighted pool before it was resampled")
     return weights_from_column(column, field)
+
+
+def _resample_provenance(dataset: Any) -> dict:
+    """The weighted resampler's record on the dataset's first row ({} when it has none)."""
+    import json
+
+    try:
+        first = next(iter(dataset[RESAMPLE_PROVENANCE]))
+    except (KeyError, ValueError, TypeError, StopIteration, IndexError):
+        return {}
+    if isinstance(first, str):
+        try:
+            first = json.loads(first)
+        except ValueError:
+            return {}
+    return dict(first) if isinstance(first, Mapping) else {}
 
 
 def _fingerprint(prob: np.ndarray) -> str:
