@@ -82,3 +82,14 @@ def test_a_group_without_a_measured_row_gets_the_pool_mean_flagged():
         predict_scores(score, np.zeros(5, dtype=bool))
     with pytest.raises(ValueError, match="coverage"):
         predict_scores(score, measured, coverage=1.0)
+
+
+def test_one_measured_row_gives_its_predictions_the_whole_range_as_interval():
+    """One measured row predicts every other as its own score and no error can be measured: the
+    interval was [s, s] (a certainty nothing showed), now [0, 1]."""
+    prediction = predict_scores([0.6, 0, 0, 0], [True, False, False, False])
+    assert prediction.score.tolist() == [0.6] * 4
+    assert prediction.low.tolist() == [0.6, 0.0, 0.0, 0.0] and prediction.high.tolist() == [0.6, 1.0, 1.0, 1.0]
+    assert prediction.interval_halfwidth == 1.0
+    two = predict_scores([0.6, 0.2, 0, 0], [True, True, False, False])
+    assert two.interval_halfwidth < 1.0  # two rows measure each other's error

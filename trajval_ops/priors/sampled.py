@@ -75,7 +75,7 @@ class Prediction:
     predicted: np.ndarray      #: bool: the row's score is a prediction
     fallback: np.ndarray       #: bool: predicted from the pool's mean (its group had no measured row)
     predictor: str
-    interval_halfwidth: float  #: the out-of-fold absolute error at the coverage quantile
+    interval_halfwidth: float  #: the out-of-fold absolute error at the coverage quantile (1: one measured row)
 
     def as_provenance(self, coverage: float) -> dict:
         return {"predictor": self.predictor, "coverage": coverage, "interval_halfwidth": self.interval_halfwidth,
@@ -150,7 +150,8 @@ def predict_scores(score, measured, features=None, groups: Sequence | None = Non
         guess = np.clip(_model(seed).fit(x[measured], score[measured]).predict(x), 0.0, 1.0)
         out_of_fold = _out_of_fold_model(x[measured], score[measured], folds, seed)
     residual = np.abs(out_of_fold - score[measured])
-    halfwidth = float(np.quantile(residual, coverage)) if len(residual) else 0.0
+    # one measured row predicts itself: no error was measured, so the interval is the whole range
+    halfwidth = float(np.quantile(residual, coverage)) if n_measured >= 2 else 1.0
     pool_mean = float(score[measured].mean())
     guess = np.where(fallback, pool_mean, guess)
     final = np.where(measured, score, guess)
