@@ -261,6 +261,8 @@ def test_a_recipe_whose_passes_read_a_probe_it_does_not_train_prices_that_probe(
     assert f"probe    trained elsewhere                     0                  0 (NOT PRICED: the passes read the " \
            f"probe at {probe}, which has recorded no cost yet" in out
     probe.mkdir()
+    (probe / "manifest.json").write_text("{")  # being written: no cost recorded yet, not a crash
+    assert recipe_cost(recipe, pool_rows=600)["stages"][0]["recorded"] is False
     (probe / "manifest.json").write_text(json.dumps({"cost": {"completions": 4800, "generated_tokens": 16831}}))
     report = recipe_cost(recipe, pool_rows=600)
     assert report["stages"][0] == {"stage": "probe", "run_elsewhere": [str(probe)], "recorded": True,

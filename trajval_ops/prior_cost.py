@@ -114,10 +114,8 @@ def probe_run_elsewhere(recipe: Mapping[str, Any]) -> dict | None:
     models) that it does not train itself: the prior needs that probe all the same. Priced at
     what its manifest records (``recorded: true``), or at 0 with ``recorded: false`` while no
     probe there has recorded a cost (price the recipe that trains it)."""
-    import json
-
     from trajval_ops.models import MANIFEST_PREFIX
-    from trajval_ops.probe.manifest import manifest_path
+    from trajval_ops.probe.manifest import ManifestError, read_manifest
 
     locations = sorted({settings["model"][len(MANIFEST_PREFIX):].partition("#")[0]
                         for name, settings in operator_entries(recipe) if name == ENDPOINT_OP
@@ -127,10 +125,11 @@ def probe_run_elsewhere(recipe: Mapping[str, Any]) -> dict | None:
     completions = tokens = 0
     recorded = True
     for location in locations:
-        try:
-            cost = json.loads(manifest_path(location).read_text()).get("cost") or {}
-        except (OSError, ValueError, AttributeError):
-            cost = {}
+        try:  # a manifest not there yet, or unreadable, records no cost: NOT PRICED, not an error
+            manifest = read_manifest(location)
+        except (OSError, ManifestError):
+            manifest = None
+        cost = (manifest.get("cost") if isinstance(manifest, dict) else None) or {}
         recorded = recorded and "completions" in cost
         completions += int(cost.get("completions", 0))
         tokens += int(cost.get("generated_tokens", 0))
