@@ -320,12 +320,13 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
     def _noise_aware(self, table, r_early, r_late, columns) -> dict:
         """Replace the paper's score by the posterior one (whole pool), add its interval and say
         how in the provenance."""
-        counts = self._rollout_counts(table)
-        if counts is None:
+        windows = self._pass_counts(table)
+        if windows is None:
             raise TrajvalInputError(f"{OP_NAME}: estimator {self.estimator!r} reads the rollouts behind each pass "
                                     "rate (the endpoint mapper's <key>_n columns), which the pool lacks")
-        for keys in (self.early_window_keys, self.late_window_keys):
-            self._check_window_shares_n(table, keys or [])
+        for keys, per_pass in windows:
+            self._check_window_shares_n(table, keys, per_pass)
+        counts = tuple(per_pass.sum(axis=0) for _, per_pass in windows)
         groups = group_values(table, self.group_key, OP_NAME, self.id_key) if self.estimator == "pooled" else None
         mean, low, high, fitted = self.prior.estimate(r_early, counts[0], r_late, counts[1], groups)
         columns[self.score_key] = mean
@@ -334,14 +335,11 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         return {**self.provenance, "beta_priors": fitted, "interval_mass": core.INTERVAL_MASS,
                 "posterior_grid": core.POSTERIOR_GRID}
 
-    def _check_window_shares_n(self, table, keys: list[str]) -> None:
+    def _check_window_shares_n(self, table, keys: list[str], counts: np.ndarray) -> None:
         """A window's mean rate over all its rollouts (what the estimators read, as ``mean x
         sum of n`` successes) is the successes it counted only where its passes share n: with 4
-        and 16 rollouts at rates 1 and 0 the mean 0.5 over 20 reads as 10 successes, not 4."""
-        if len(keys) < 2:
-            return
-        counts = np.stack([np.asarray(table.column(f"{key}_n").to_numpy(zero_copy_only=False), dtype=np.float64)
-                           for key in keys])
+        and 16 rollouts at rates 1 and 0 the mean 0.5 over 20 reads as 10 successes, not 4.
+        ``counts``: the rollouts behind each of the window's passes (one row per key)."""
         differ = np.flatnonzero((counts != counts[0]).any(axis=0))
         if differ.size:
             from trajval_ops.pools.io import table_row
@@ -524,19 +522,24 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
                     f"{cost['generated_tokens']:,} generated tokens ({stages}); `trajval cost --pool` reads it back")
         return cost
 
-    def _rollout_counts(self, table) -> tuple[np.ndarray, np.ndarray] | None:
-        """Rollouts behind r_early and r_late (the endpoint mapper's ``<key>_n`` columns; a
-        K-window mean stands on K times the rollouts), or None where the pool lacks them."""
-        def total(keys):
+    def _pass_counts(self, table) -> tuple[tuple[list[str], np.ndarray], ...] | None:
+        """The early and the late window's pass-rate keys, each with the rollouts behind each of
+        its passes (the endpoint mapper's ``<key>_n`` columns, one row per key), or None where the
+        pool lacks any of them."""
+        windows = []
+        for keys in (self.early_window_keys or [self.r_early_key], self.late_window_keys or [self.r_late_key]):
             names = [f"{key}_n" for key in keys]
             if not all(name in table.column_names for name in names):
                 return None
-            return sum(np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
-                       for name in names)
+            windows.append((keys, np.stack([np.asarray(table.column(name).to_numpy(zero_copy_only=False),
+                                                       dtype=np.float64) for name in names])))
+        return tuple(windows)
 
-        early = total(self.early_window_keys or [self.r_early_key])
-        late = total(self.late_window_keys or [self.r_late_key])
-        return None if early is None or late is None else (early, late)
+    def _rollout_counts(self, table) -> tuple[np.ndarray, np.ndarray] | None:
+        """Rollouts behind r_early and r_late (a K-pass window's mean stands on the sum of its
+        passes' rollouts), or None where the pool lacks them."""
+        windows = self._pass_counts(table)
+        return None if windows is None else tuple(per_pass.sum(axis=0) for _, per_pass in windows)
 
 
 def _check_checkpoint_windows(recorded: list[tuple[str, dict]], early_keys: list[str]) -> None:
