@@ -70,7 +70,7 @@ def ray_dataset_class():
                 if not isinstance(op, TableMapper):
                     return super()._run_single_op(op, cached_columns, tracer=tracer, stats_only=stats_only)
                 rows_changed_before, rows_change_after = getattr(self, "_trajval_sides", {}).get(id(op), (False, False))
-                if rows_changed_before:  # the pool that reaches it, not the pool as read
+                if rows_changed_before and _defines(op, "check_pool"):  # the pool that reaches it
                     self.data = self.data.materialize()
                     with user_errors():
                         op.check_pool(gather_ray_table(self.data))
@@ -82,7 +82,7 @@ def ray_dataset_class():
                     cached_columns = set(self.data.columns())
                 else:
                     cached_columns = super()._run_single_op(op, cached_columns, tracer=tracer, stats_only=stats_only)
-                if rows_change_after:  # its own rows, before an operator drops or repeats some
+                if rows_change_after and _defines(op, "finish_pool"):  # before rows are dropped or repeated
                     self.data = self.data.materialize()
                     with user_errors():
                         op.finish_pool(gather_ray_table(self.data), time.perf_counter() - started)
@@ -90,6 +90,12 @@ def ray_dataset_class():
 
         _RAY_DATASET_CLASS = TrajvalRayDataset
     return _RAY_DATASET_CLASS
+
+
+def _defines(op, hook: str) -> bool:
+    """Whether ``op`` has its own whole-pool ``hook``: gathering the pool for the no-op default
+    would cost a pass over the data for nothing."""
+    return getattr(type(op), hook) is not getattr(TableMapper, hook)
 
 
 def pool_sides(operators) -> dict[int, tuple[bool, bool]]:
