@@ -287,6 +287,21 @@ def test_a_reused_pass_is_not_compared_with_the_settings_it_never_had():
                             late, mapper])
 
 
+def test_passes_scored_by_two_readings_of_the_verifier_are_not_compared():
+    """A pass's provenance records how its release read answers (the verifier's revision; none
+    recorded: revision 1). An early pass scored by an earlier reading beside a late pass scored now
+    would show the reading's change as learning; a reused pass records no verifier and is not
+    compared."""
+    from trajval_ops.measured_alike import entry_measurement, measurement_difference
+
+    now = entry_measurement({"window": "late", "model": "smollm2-135m-instruct"})
+    assert now["verifier_revision"] == 2 and now["verifier"]["name"] == "math"
+    before = {key: value for key, value in now.items() if key != "verifier_revision"}
+    assert measurement_difference(before, now) == "verifier_revision 1 vs 2"
+    assert measurement_difference(now, dict(now)) == ""
+    assert measurement_difference({}, now) == ""  # a reused pass: nothing recorded, nothing compared
+
+
 @pytest.mark.parametrize("option, value", [("--main-epochs", "nan"), ("--main-epochs", "inf"), ("--main-n", "0"),
                                            ("--pool-rows", "0"), ("--main-epochs", "-1")])
 def test_cost_refuses_a_main_run_that_is_no_number(capsys, option, value):

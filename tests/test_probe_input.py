@@ -107,6 +107,26 @@ def test_an_unfinished_probe_goes_on_only_where_its_numerics_resolve_alike(tmp_p
         run_probe(rows(2), ["t0", "t1"], CONFIG, out)
 
 
+def test_an_unfinished_probe_goes_on_only_with_the_verifier_reading_it_started_with(tmp_path, monkeypatch):
+    """The rewards an unfinished probe trained on so far were read by the verifier's revision of the
+    release that started it (a manifest recording none: revision 1): the rest of its steps under
+    another reading would mix the two. Refused before any model loads."""
+    from trajval_ops import models
+    from trajval_ops.probe.manifest import write_manifest
+    from trajval_ops.rollout.verifiers import MathVerifier
+
+    out = tmp_path / "probe"
+    manifest = _unfinished_probe(out, CONFIG, ["t0", "t1"])
+    assert CONFIG.verifier == "math" and manifest["verifier_revision"] == MathVerifier.revision == 2
+    monkeypatch.setattr(models, "resolve_model", lambda *a, **k: pytest.fail("the model was looked up"))
+    for recorded in ({"verifier_revision": 1}, {}):
+        write_manifest(out, {k: v for k, v in manifest.items() if k != "verifier_revision"} | recorded)
+        with pytest.raises(ProbeDirectoryError, match=r"holds an unfinished probe whose rewards so far were read by "
+                                                      r"revision 1 of the math verifier; this release reads answers "
+                                                      r"as revision 2"):
+            run_probe(rows(2), ["t0", "t1"], CONFIG, out)
+
+
 def test_a_refused_probe_directory_is_a_user_error():
     """Under dj-process a user error is one readable block and exit 2, not Data-Juicer's traceback."""
     from trajval_ops.ops.dj.error_exit import user_error_of

@@ -525,7 +525,8 @@ def test_a_reused_pass_needs_its_n(tmp_path):
 def test_a_fixed_n_pass_writes_what_the_mapper_wrote_before_the_pass_moved(tmp_path):
     """Pinned against the endpoint mapper at commit 5c2f345 (before issue 24 moved the pass into
     rollout/pass_rates.py): the same pass rates, counts, statuses, provenance (less the later
-    ``cost`` and this machine's paths) and completions, repeated row included."""
+    ``cost`` and ``verifier_revision``, and this machine's paths) and completions, repeated row
+    included."""
     pinned = json.loads((REPO / "tests" / "data" / "fixed_pass_before_the_move.json").read_text())
     pool = (REPO / "trajval_ops" / "data" / "demo_arith_pool.jsonl").read_text().splitlines()[:10]
     rows = [json.loads(line) for line in pool]
@@ -535,7 +536,8 @@ def test_a_fixed_n_pass_writes_what_the_mapper_wrote_before_the_pass_moved(tmp_p
     out = op.process_batched(_batch(rows))
     op.release()
     assert (out["acc"], out["acc_n"], out["acc_status"]) == (pinned["acc"], pinned["acc_n"], pinned["acc_status"])
-    kept = [{k: v for k, v in p.items() if k not in ("cost", "model_path", "completions")} for p in out["acc_provenance"]]
+    later = ("cost", "verifier_revision", "model_path", "completions")
+    kept = [{k: v for k, v in p.items() if k not in later} for p in out["acc_provenance"]]
     assert kept == pinned["provenance_without_cost_and_paths"]
     completions = {record["row"]: record["completions"] for log in (tmp_path / "rollouts").rglob("results-*.jsonl")
                    for record in map(json.loads, log.read_text().splitlines())}

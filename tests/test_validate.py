@@ -397,6 +397,36 @@ def test_a_run_recorded_before_a_setting_existed_resumes_when_the_setting_is_at_
         check_same_protocol(changed, out)
 
 
+def test_a_run_scored_by_an_earlier_verifier_reading_is_another_protocol(tmp_path, monkeypatch):
+    """How the release reads answers (the verifier's revision) decides every unit's rewards and
+    evaluations: a run whose units an earlier reading scored is not resumed by this release (its
+    units would be compared with units scored otherwise), and its units' specs differ, so
+    --reuse-from does not copy them. A verifier at revision 1 keeps the hash it had."""
+    from trajval_ops.experiment.protocol import _base_spec, check_same_protocol
+    from trajval_ops.experiment.validation_config import protocol_hash
+    from trajval_ops.rollout.verifiers import AnswerTagVerifier, MathVerifier
+
+    config = load_config(config_file(tmp_path, verifier="math", verifier_options={"fallback_last_number": True}))
+    out = tmp_path / "run"
+    check_same_protocol(config, out)
+    assert json.loads((out / "protocol.json").read_text())["verifier_revision"] == MathVerifier.revision == 2
+    assert _base_spec(config, out, out / "pool.jsonl", 0)["verifier_revision"] == 2
+    check_same_protocol(config, out)  # the same release resumes it
+    monkeypatch.setattr(MathVerifier, "revision", 1)
+    before_revisions = protocol_hash(config)
+    assert "verifier_revision" not in _base_spec(config, out, out / "pool.jsonl", 0)
+    monkeypatch.undo()
+    assert protocol_hash(config) != before_revisions
+    old = tmp_path / "old"
+    old.mkdir()  # as a release before revision 2 recorded it
+    (old / "protocol.json").write_text(json.dumps({"hash": before_revisions, "config": config.to_dict()}))
+    with pytest.raises(ConfigError, match="holds a validation run whose units revision 1 of the verifier scored, "
+                                          "and this release reads answers as revision 2"):
+        check_same_protocol(config, old)
+    tagged = load_config(config_file(tmp_path, verifier="answer_tag", verifier_options={}))
+    assert AnswerTagVerifier.revision == 1 and "verifier_revision" not in _base_spec(tagged, out, out / "p.jsonl", 0)
+
+
 def test_a_run_moves_to_another_machine_with_its_model_and_resumes_there(tmp_path, monkeypatch):
     """The protocol's model identity is the model's content: the same weights in another folder
     (another machine, another cache, a rebuild) resume the run; other weights are refused; a run

@@ -16,15 +16,23 @@ from trajval_ops.recipe import ENDPOINT_OP, LEARNABILITY_OP, learnability_reads,
 
 #: What an endpoint pass measures with, beside its model, as its provenance records it. Not here:
 #: ``n`` and ``seed`` (noise, not bias), the engine and dtype (each row records its own).
-MEASUREMENT_SETTINGS = ("temperature", "top_p", "top_k", "max_new_tokens", "verifier", "template", "prompt_key",
-                        "ground_truth_key")
+MEASUREMENT_SETTINGS = ("temperature", "top_p", "top_k", "max_new_tokens", "verifier", "verifier_revision",
+                        "template", "prompt_key", "ground_truth_key")
 
 
 def measurement_difference(first: Mapping[str, Any], second: Mapping[str, Any]) -> str:
     """The :data:`MEASUREMENT_SETTINGS` two passes' provenance disagree on, ``max_new_tokens 8 vs
-    16; ...`` ("" when none); a setting either does not record is not compared."""
+    16; ...`` ("" when none); a setting either does not record is not compared. A pass recorded
+    before verifiers had revisions read answers as revision 1."""
+    first, second = _with_revision(first), _with_revision(second)
     return "; ".join(f"{key} {first[key]!r} vs {second[key]!r}" for key in MEASUREMENT_SETTINGS
                      if key in first and key in second and first[key] != second[key])
+
+
+def _with_revision(recorded: Mapping[str, Any]) -> Mapping[str, Any]:
+    if "verifier" in recorded and "verifier_revision" not in recorded:
+        return {**recorded, "verifier_revision": 1}
+    return recorded
 
 
 def entry_measurement(settings: dict[str, Any]) -> dict:
@@ -42,7 +50,7 @@ def entry_measurement(settings: dict[str, Any]) -> dict:
         return {}
     checks = groups[VerifierSettings]
     verifier = build_verifier(checks.verifier, **(checks.verifier_options or {}))
-    recorded = measured_with(groups[DecodingConfig], verifier.spec, groups[PromptSettings])
+    recorded = measured_with(groups[DecodingConfig], verifier, groups[PromptSettings])
     return {key: recorded[key] for key in MEASUREMENT_SETTINGS if key in recorded}
 
 

@@ -103,7 +103,7 @@ def one_run(run: Path, ns: list[int], seeds: int, fractions: list[float]) -> dic
     from trajval_ops.analysis.agreement import group_spearman
     from trajval_ops.prior_cost import recorded_cost
     from trajval_ops.experiment.validation_config import load_config
-    from trajval_ops.experiment.protocol import regime_verifier
+    from trajval_ops.experiment.validation_config import regime_verifier
     from trajval_ops.experiment.results import oracle_figures
     from trajval_ops.pools.io import read_rows
     from trajval_ops.rows import get_path

@@ -42,7 +42,7 @@ from trajval_ops.atomic import write_json
 from trajval_ops.pools.io import write_rows
 from trajval_ops.experiment.validation_config import (ARMS, ConfigError, ValidationConfig, arm_reads_priors,
                                                      load_config, model_identity, protocol_hash,
-                                                     recorded_settings)
+                                                     recorded_settings, regime_verifier)
 from trajval_ops.experiment.devices import UNITS_RECORD, record_unit
 from trajval_ops.experiment.grpo_run import RESULT_FILE, finished_results, unit_file
 from trajval_ops.experiment import unit_process
@@ -52,6 +52,7 @@ from trajval_ops.experiment.priors import (
 )
 from trajval_ops.pools.io import read_rows
 from trajval_ops.priors import ONE_PASS_PRIORS
+from trajval_ops.rollout.verifiers import revision_record, verifier_revision
 
 DATA_DONE = "data.json"
 PROBE_OUTPUT = "weighted.jsonl"
@@ -171,15 +172,6 @@ def check_splits(splits: dict[str, list[dict]], config: ValidationConfig) -> Non
                           f"{config.evaluation.min_heldout}")
 
 
-def regime_verifier(config: ValidationConfig) -> tuple[str, dict]:
-    if config.verifier is not None:
-        return config.verifier, dict(config.verifier_options)
-    from trajval_ops.regime.tasks import VERIFIER
-
-    name, options = VERIFIER
-    return name, dict(options)
-
-
 # ----------------------------------------------------------------------------- units
 
 
@@ -217,7 +209,8 @@ def _base_spec(config: ValidationConfig, folder: Path, pool: Path, seed: int) ->
     verifier, options = regime_verifier(config)
     return {"name": str(folder), "model": config.model, "pool": str(pool), "seed": seed,
             "grpo": config.to_dict()["grpo"], "template": config.template, "verifier": verifier,
-            "verifier_options": options, "threads": config.threads_per_worker, "output_dir": str(folder),
+            "verifier_options": options, **revision_record(verifier_revision(verifier)),  # --reuse-from compares
+            "threads": config.threads_per_worker, "output_dir": str(folder),
             # as the config names them: the unit's process resolves them on the one GPU it sees (or none)
             "device": config.device, "precision": config.precision, "generation": config.generation}
 
@@ -552,22 +545,30 @@ def check_same_protocol(config: ValidationConfig, out: Path) -> None:
     """A folder holds one protocol's units: resuming with other settings is an error. A new folder
     is claimed for ``config`` (its ``protocol.json`` written)."""
     marker = out / "protocol.json"
-    digest = protocol_hash(config)
     if marker.is_file():
         previous = json.loads(marker.read_text())
         recorded = recorded_settings(config, previous.get("config") or {})
-        candidates = (lambda: digest, lambda: protocol_hash(config, recorded),
-                      lambda: protocol_hash(config, by_location=True),
-                      lambda: protocol_hash(config, recorded, by_location=True))
-        if not any(previous.get("hash") == candidate() for candidate in candidates):
-            raise ConfigError(f"{out} holds a validation run with other settings (config {previous.get('source')}); "
-                              f"use another --out or remove it")
-        return
+        def recorded_with(revision: int | None = None) -> bool:
+            return any(previous.get("hash") == protocol_hash(config, settings, by_location=by_location,
+                                                             revision=revision)
+                       for settings in (None, recorded) for by_location in (False, True))
+
+        if recorded_with():
+            return
+        then, now = previous.get("verifier_revision", 1), verifier_revision(regime_verifier(config)[0])
+        if then != now and recorded_with(then):
+            raise ConfigError(f"{out} holds a validation run whose units revision {then} of the verifier scored, and "
+                              f"this release reads answers as revision {now}: its units would be compared with "
+                              "units scored otherwise; finish it with the release that started it, or use another "
+                              "--out")
+        raise ConfigError(f"{out} holds a validation run with other settings (config {previous.get('source')}); "
+                          f"use another --out or remove it")
     if out.is_dir() and any(p.name != "validate.log" for p in out.iterdir()):
         raise ConfigError(f"{out} is not empty and holds no validation run; choose an empty --out")
     # the model's identity in the clear too: --reuse-from compares it with another run's
-    write_json(marker, {"hash": digest, "source": config.source, "config": config.to_dict(),
-                        "model": model_identity(config)})
+    write_json(marker, {"hash": protocol_hash(config), "source": config.source, "config": config.to_dict(),
+                        "model": model_identity(config),
+                        "verifier_revision": verifier_revision(regime_verifier(config)[0])})
 
 
 def main(argv: list[str] | None = None, *, prog: str = "trajval validate") -> int:

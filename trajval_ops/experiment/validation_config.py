@@ -330,16 +330,20 @@ def check_config(config: ValidationConfig) -> None:
                           f"{2 * config.oracle.window} evaluations; raise oracle.steps or lower every_steps")
 
 
-def protocol_hash(config: ValidationConfig, settings: dict | None = None, *, by_location: bool = False) -> str:
+def protocol_hash(config: ValidationConfig, settings: dict | None = None, *, by_location: bool = False,
+                  revision: int | None = None) -> str:
     """The settings and the model's identity: its content (a model with other weights under the
     same name is another protocol, whose units must not be reused; the same weights on another
     machine are the same protocol, so a run moves between machines and resumes there).
     ``settings``: the config's settings as a run recorded them (:func:`recorded_settings`); by
     default all of them. ``by_location``: the identity runs recorded before 2026-11-27 hold (the
-    model folder's path, sizes and mtimes), so they still resume where they were made."""
+    model folder's path, sizes and mtimes), so they still resume where they were made.
+    ``revision``: how the verifier read answers (by default as this release reads them): units
+    scored by another reading are another protocol."""
     from trajval_ops.canonical import stable_hash
     from trajval_ops.models import resolve_model
     from trajval_ops.rollout.cache import model_fingerprint
+    from trajval_ops.rollout.verifiers import revision_record, verifier_revision
 
     settings = config.to_dict() if settings is None else settings
     # the model is its content, not the name or folder that finds it
@@ -349,7 +353,18 @@ def protocol_hash(config: ValidationConfig, settings: dict | None = None, *, by_
         model = model_fingerprint(resolve_model(config.model))
     else:
         model = {"sha256": model_identity(config)["sha256"]}
-    return stable_hash({"settings": settings, "model": model})
+    revision = verifier_revision(regime_verifier(config)[0]) if revision is None else revision
+    return stable_hash({"settings": settings, "model": model, **revision_record(revision)})
+
+
+def regime_verifier(config: ValidationConfig) -> tuple[str, dict]:
+    """The verifier the config names, or its regime's (name, options)."""
+    if config.verifier is not None:
+        return config.verifier, dict(config.verifier_options)
+    from trajval_ops.regime.tasks import VERIFIER
+
+    name, options = VERIFIER
+    return name, dict(options)
 
 
 def model_identity(config: ValidationConfig) -> dict:

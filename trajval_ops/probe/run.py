@@ -78,6 +78,7 @@ def run_probe(
             logger.info(f"probe: run in {output_dir} is already complete (config {digest[:19]}); not repeating it")
             return previous
         _check_same_numerics(output_dir, previous, resolved_numerics(config.precision, config.generation, device))
+        _check_same_reading(output_dir, previous, config.verifier)
 
     from trajval_ops.models import resolve_model
 
@@ -144,6 +145,8 @@ def _grpo_config(config: ProbeConfig, output_dir: Path, device: str, show_progre
 def _start_manifest(config: ProbeConfig, probe_ids, base_model: Path, digest: str, device: str,
                     steps_per_epoch: int, previous: dict | None) -> dict:
     """The manifest of a run starting (or resuming: wall time and resume history carried over)."""
+    from trajval_ops.rollout.verifiers import verifier_revision
+
     return {
         "format": FORMAT,
         "base_model": str(base_model),
@@ -157,6 +160,7 @@ def _start_manifest(config: ProbeConfig, probe_ids, base_model: Path, digest: st
         "generation_engine": resolve_generation(config.generation, device)[0],
         "precision": resolve_precision(config.precision, device),
         "versions": library_versions(),
+        "verifier_revision": verifier_revision(config.verifier),  # how the rewards were read
         "steps_per_epoch": steps_per_epoch,
         "checkpoints": [base_entry(base_model)],
         "windows": {"early": [], "late": []},
@@ -383,6 +387,21 @@ def _check_same_numerics(output_dir: Path, previous: dict, here: dict[str, str])
             f"{output_dir} holds an unfinished probe whose steps so far trained otherwise than this machine would "
             f"train the rest: {describe_numerics(differ)}; resume it on a machine like the one it started on, or "
             f"use another output_dir")
+
+
+def _check_same_reading(output_dir: Path, previous: dict, verifier: str) -> None:
+    """An unfinished probe goes on only where the verifier reads answers as it did for the steps
+    so far (:attr:`~trajval_ops.rollout.verifiers.Verifier.revision`; a manifest that records none
+    was rewarded before revisions existed: 1), or its steps would train on two readings. A finished
+    probe is a trained model whatever read its rewards: its passes are scored by this release."""
+    from trajval_ops.rollout.verifiers import verifier_revision
+
+    then, now = previous.get("verifier_revision", 1), verifier_revision(verifier)
+    if then != now:
+        raise ProbeDirectoryError(
+            f"{output_dir} holds an unfinished probe whose rewards so far were read by revision {then} of the "
+            f"{verifier} verifier; this release reads answers as revision {now}, so the rest of its steps would "
+            f"train on another reading: finish it with the release that started it, or use another output_dir")
 
 
 def max_context_of(base_model: Path) -> int:

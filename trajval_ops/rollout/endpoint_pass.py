@@ -32,6 +32,7 @@ from trajval_ops.recipe import SAMPLE_SETTINGS, sample_difference
 from trajval_ops.rollout.budget import BUDGETS, DEFAULT_TOLERANCE
 from trajval_ops.rollout.engines import DTYPES, ENGINES, DecodingConfig
 from trajval_ops.rollout.reused_pass import REUSE_FORMS, REUSE_PRESETS
+from trajval_ops.rollout.verifiers import Verifier
 from trajval_ops.rollout.pass_rates import (
     NO_COST, STATUS_BAD_TRUTH, STATUS_NOT_SAMPLED, STATUS_OK, STATUS_TRUNCATED, PromptSettings, pass_rate,
 )
@@ -208,9 +209,11 @@ def group_settings(values: dict[str, Any]) -> dict[type, Any]:
             for group in SETTING_GROUPS}
 
 
-def measured_with(decoding: DecodingConfig, verifier_spec: dict, prompt: "PromptSettings") -> dict:
-    """The pass's settings as its provenance records them: how it samples, verifies and prompts."""
-    return {**decoding.as_dict(), "verifier": verifier_spec, **prompt.as_dict()}
+def measured_with(decoding: DecodingConfig, verifier: Verifier, prompt: PromptSettings) -> dict:
+    """The pass's settings as its provenance records them: how it samples, verifies (the verifier's
+    name, options and how this release reads answers) and prompts."""
+    return {**decoding.as_dict(), "verifier": verifier.spec, "verifier_revision": verifier.revision,
+            **prompt.as_dict()}
 
 
 def _adaptive_budget(settings: BudgetSettings, window, window_index, decoding: DecodingConfig):
@@ -307,15 +310,15 @@ class EndpointPass:
         from trajval_ops.probe.manifest import resolve_model_reference
         from trajval_ops.rollout.cache import RolloutCache, model_fingerprint
         from trajval_ops.rollout.pass_rates import RolloutPass
+        from trajval_ops.rollout.verifiers import revision_record
 
         self._model_path, checkpoint = resolve_model_reference(self.model)
         prompt_settings = self.prompt.as_dict()
         if self.cache_settings.use_cache:
             root = self.cache_settings.cache_dir or default_cache_root() / "rollouts"
             run_key = {"model": model_fingerprint(self._model_path), "sampling": self.decoding.as_dict(),
-                       "verifier": self.verifier.spec, "prompt": prompt_settings}
-            if self.verifier.revision > 1:  # kept out at 1, so caches written before revisions resume
-                run_key["verifier_revision"] = self.verifier.revision
+                       "verifier": self.verifier.spec, "prompt": prompt_settings,
+                       **revision_record(self.verifier.revision)}
             if self.budget is not None:
                 run_key["budget"] = self.budget.as_dict()
             if self.sample is not None:  # a sample's generate calls group other rows than a full pass's
@@ -325,7 +328,7 @@ class EndpointPass:
                         f"({len(self._cache)} rows already done)")
         self._provenance = {
             "model": self.model, "model_path": str(self._model_path), "checkpoint": checkpoint,
-            **measured_with(self.decoding, self.verifier.spec, self.prompt),
+            **measured_with(self.decoding, self.verifier, self.prompt),
             "completions": str(self._cache.directory) if self.cache_settings.keep_completions else None,
             "trajval_ops_version": __version__,
         }

@@ -549,6 +549,21 @@ _VERIFIERS: dict[str, type[Verifier]] = {
 }
 
 
+def verifier_revision(name: str) -> int:
+    """How the named verifier's release reads answers (:attr:`Verifier.revision`): what a result
+    scored by it depends on beside its name and options. A custom function is revision 1."""
+    if name not in _VERIFIERS:
+        raise ValueError(f"unknown verifier {name!r}; choose one of {sorted(_VERIFIERS)}")
+    return _VERIFIERS[name].revision
+
+
+def revision_record(revision: int) -> dict[str, int]:
+    """``{"verifier_revision": revision}`` past a verifier's first revision, else empty: an identity
+    (a rollout cache's key, a validation run's hash, a unit's spec) holds it beyond 1, so what was
+    recorded before revisions existed keeps its identity, and what an earlier reading scored does not."""
+    return {"verifier_revision": revision} if revision > 1 else {}
+
+
 def build_verifier(name: str, **options) -> Verifier:
     """A verifier by name ("math", "answer_tag", "custom") with its options."""
     if name not in _VERIFIERS:
