@@ -99,3 +99,22 @@ def test_a_seed_that_the_source_does_not_use_is_refused():
     with pytest.raises(ValueError, match=r"seed=5 but the source draws with its own seed 4.*ComposedSampler"):
         TrajvalSampler(source=source, seed=5)
     assert list(TrajvalSampler(source=ComposedSampler(np.ones(50), seed=4), seed=4)) == list(TrajvalSampler(source=source))
+
+
+def test_from_dataset_checks_the_rows_a_bare_list_cannot_show():
+    """``TrajvalSampler.from_dataset`` reads the weights with the adapters' checks: the row of a bad
+    weight named, and a pool the resampler already drew by its weight refused (a bare list of
+    weights, as docs/downstream.md showed before, carries no record of the draw)."""
+    import pytest
+
+    from trajval_ops.errors import TrajvalInputError
+
+    rows = [{"id": f"t{i}", "trajval_weight": w} for i, w in enumerate([1.0, 0.25, 0.5])]
+    sampler = TrajvalSampler.from_dataset(rows, seed=3, chunk_size=2)
+    assert list(sampler) == list(TrajvalSampler([1.0, 0.25, 0.5], seed=3, chunk_size=2))
+    drawn = [row | {"trajval_resample_provenance": {"mode": "systematic", "weight_key": "trajval_weight"}}
+             for row in rows]
+    with pytest.raises(TrajvalInputError, match="this pool was drawn by that weight already"):
+        TrajvalSampler.from_dataset(drawn)
+    with pytest.raises(TrajvalInputError, match="row 1"):
+        TrajvalSampler.from_dataset([rows[0], {"id": "t1"}])

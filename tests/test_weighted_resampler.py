@@ -163,3 +163,18 @@ def test_a_pool_drawn_by_its_weight_is_not_drawn_by_it_again(scored, mode):
         weights_from_dataset(drawn, "trajval_prob")
     cut = Dataset.from_list(resample(scored, mode="hard_cut", threshold=0.0))
     assert weights_from_dataset(cut).size == len(cut)
+
+
+@pytest.mark.parametrize("mode", ["multinomial", "systematic"])
+def test_the_resampler_does_not_resample_a_pool_it_drew(scored, mode):
+    """The resampler is a weighted drawer too: run again on its own drawn export it drew by w once
+    more (a task of weight 1 beside one of 0.25 came 94% of the time, not 80%); a cut after the
+    draw recorded itself as the cut, so the weighted samplers drew the duplicated rows by w again.
+    Both are refused naming the first draw; cut, then draw, is the order that works."""
+    drawn = resample(scored, mode=mode, seed=0)
+    for again in ("multinomial", "systematic", "hard_cut", "learnable_subset"):
+        with pytest.raises(TrajvalInputError, match=rf"this pool was drawn by its weight 'trajval_weight' already "
+                                                    rf"\(mode {mode}: its rows carry 'trajval_resample_provenance'\)"):
+            resample(drawn, mode=again, seed=1)
+    cut = resample(scored, mode="hard_cut", threshold=0.0)
+    assert len(resample(cut, mode=mode, seed=1)) == len(cut)

@@ -108,6 +108,7 @@ class TrajvalWeightedResampler(Pipeline):
         """Source-row indices of the output and each output row's probability, from a pyarrow.Table."""
         if table.num_rows == 0:
             raise TrajvalInputError(f"{OP_NAME}: the pool is empty (0 rows): nothing to resample")
+        self._check_not_drawn(table)
         weight = arrow_numeric_column(table, self.weight_key, lower=0.0, id_key=self.id_key)
         log_weight_summary(f"{OP_NAME} input", weight, self.eps)
         if self.online_weight_key:
@@ -136,6 +137,24 @@ class TrajvalWeightedResampler(Pipeline):
         if self.shuffle:
             indices = np.random.default_rng([self.seed, 1]).permutation(indices)
         return indices, prob[indices]
+
+    def _check_not_drawn(self, table) -> None:
+        """A pool this operator already drew by a weight is not resampled: drawn again, each task
+        would come in proportion to the product of both weights (its weight squared for one key);
+        cut, its record would name the cut, and the weighted samplers would draw it once more."""
+        from trajval_ops.samplers.weighted import DRAWING_MODES, resample_provenance
+
+        before = resample_provenance(table, self.provenance_key)
+        if before.get("mode") not in DRAWING_MODES:
+            return
+        then = (f"drawn by a weight again, each task would come in proportion to both draws (its weight squared for "
+                f"'{before.get('weight_key')}')" if self.mode in DRAWING_MODES else
+                f"cut now, it would be recorded as a {self.mode} pool, which weighted samplers would draw by the "
+                "weight once more")
+        raise TrajvalInputError(
+            f"{OP_NAME}: this pool was drawn by its weight '{before.get('weight_key')}' already (mode "
+            f"{before['mode']}: its rows carry '{self.provenance_key}'); {then}. Resample the pool as it was before "
+            "the draw (to cut and draw, cut first)")
 
     def _profiles(self, table) -> np.ndarray:
         if self.profile_key not in table.column_names:

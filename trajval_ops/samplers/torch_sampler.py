@@ -11,6 +11,7 @@ from typing import Any, Iterator, Mapping
 
 from torch.utils.data import Sampler
 
+from trajval_ops.fields import RESAMPLE_PROVENANCE, WEIGHT
 from trajval_ops.samplers.online import ComposedSampler
 
 DEFAULT_CHUNK_SIZE = 64
@@ -65,6 +66,19 @@ class TrajvalSampler(Sampler[int]):
         self._yielded = 0  # global positions consumed in this epoch
         self._pending: deque[int] = deque()
         self._resuming = False
+
+    @classmethod
+    def from_dataset(cls, dataset, field: str = WEIGHT, **options) -> "TrajvalSampler":
+        """A sampler over the weights in ``dataset``'s ``field``, read by
+        :func:`~trajval_ops.samplers.weighted.weights_from_dataset`: each weight checked (the row
+        named), and a pool the weighted resampler already drew by that weight refused (a bare list
+        of weights carries no such record). ``dataset``: a map-style dataset, a dict of columns or
+        a list of row dicts; ``options``: :meth:`__init__`'s."""
+        from trajval_ops.samplers.weighted import weights_from_dataset
+
+        if isinstance(dataset, list):  # rows: the two columns read
+            dataset = {key: [row.get(key) for row in dataset] for key in (field, RESAMPLE_PROVENANCE)}
+        return cls(weights_from_dataset(dataset, field), **options)
 
     def __len__(self) -> int:
         return self.total_size // self.num_replicas

@@ -65,7 +65,7 @@ def weights_from_dataset(dataset: Any, field: str = WEIGHT) -> np.ndarray:
         column = dataset[field]
     except (KeyError, ValueError) as err:
         raise TrajvalInputError(f"row 0: field '{field}' is missing from the dataset") from err
-    resampled = _resample_provenance(dataset)
+    resampled = resample_provenance(dataset)
     # the weight it drew by, or the probability it wrote from that weight (the same draw)
     if resampled.get("mode") in DRAWING_MODES and field in (resampled.get("weight_key"), PROB):
         raise TrajvalInputError(
@@ -76,14 +76,16 @@ def weights_from_dataset(dataset: Any, field: str = WEIGHT) -> np.ndarray:
     return weights_from_column(column, field)
 
 
-def _resample_provenance(dataset: Any) -> dict:
-    """The weighted resampler's record on the dataset's first row ({} when it has none)."""
+def resample_provenance(dataset: Any, key: str = RESAMPLE_PROVENANCE) -> dict:
+    """The weighted resampler's record (field ``key``) on the first row of ``dataset`` (a map-style
+    dataset, or a pyarrow.Table), {} when it has none."""
     import json
 
     try:
-        first = next(iter(dataset[RESAMPLE_PROVENANCE]))
+        first = next(iter(dataset[key]))
     except (KeyError, ValueError, TypeError, StopIteration, IndexError):
         return {}
+    first = first.as_py() if hasattr(first, "as_py") else first  # an Arrow scalar
     if isinstance(first, str):
         try:
             first = json.loads(first)
