@@ -163,3 +163,28 @@ def test_systematic_exact_counts():
 
 def test_hard_cut_mask():
     assert core.hard_cut_mask([0.0, 0.1, 0.5], 0.1).tolist() == [False, False, True]
+
+
+def test_equal_window_means_are_no_gain_whatever_the_float_noise():
+    """Window means of k/10 rates can differ in the last bit where the windows are equal: that was
+    a positive score (2.4e-17), kept by a hard cut at 0 and counted as a positive score."""
+    r_early = core.window_mean([[0.1, 0.2]])  # 0.15 on one side ...
+    r_late = core.window_mean([[0.0, 0.3]])   # ... and on the other, one bit apart
+    assert r_late[0] != r_early[0]
+    assert core.reward_delta(r_early, r_late)[0] == 0.0
+    assert core.learnability_score(r_early, r_late)[0] == 0.0
+    assert not core.hard_cut_mask(core.learnability_score(r_early, r_late), 0.0)[0]
+    assert core.reward_delta([0.5], [0.5 + 1e-6])[0] == pytest.approx(1e-6)  # a real gain stays
+
+
+@pytest.mark.parametrize("r_early, r_late, message", [([np.nan], [0.5], "r_early: non-finite"),
+                                                      ([0.2], [None], "r_late: non-finite"),
+                                                      ([0.2], [1.5], "r_late: value outside")])
+def test_the_score_refuses_rates_that_are_no_rates(r_early, r_late, message):
+    with pytest.raises(ValueError, match=message):
+        core.learnability_score(r_early, r_late)
+
+
+def test_the_weight_refuses_a_score_that_is_no_number():
+    with pytest.raises(ValueError, match="score: non-finite"):
+        core.sampling_weight([0.5, np.nan])
