@@ -231,3 +231,17 @@ def test_a_file_of_two_runs_scored_differently_is_refused_in_either_line_order(t
         assert "alpha 0.5, eps 0.6: 8 rows" in err
     summary = build_report(mixed, tmp_path / "given", alpha=0.3, eps=0.05)
     assert summary["rows"] == 16 and summary["eps"] == 0.05
+
+
+def test_a_pool_another_prior_scored_is_not_read_as_trajvals():
+    """A variance-scored pool that also holds r_late was reported with r(1 - r) labelled
+    s = (1 - r_early) max(0, delta) and its weights as max(s^0.3, eps): refused, naming the prior."""
+    rows = [{"id": i, "trajval_r_early": e, "trajval_r_late": l, "trajval_score": 4 * e * (1 - e),
+             "trajval_weight": max(4 * e * (1 - e), 0.05),
+             "trajval_score_provenance": {"score": "variance", "eps": 0.05}}
+            for i, (e, l) in enumerate([(0.5, 0.6), (0.2, 0.1)])]
+    with pytest.raises(TrajvalInputError, match="the pool was scored by the variance prior"):
+        pool_columns.pool_columns(rows)
+    for row in rows:
+        row["trajval_score_provenance"] = {"score": "trajval", "alpha": 0.3, "eps": 0.05}
+    assert pool_columns.pool_columns(rows)["alpha"] == 0.3

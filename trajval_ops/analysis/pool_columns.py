@@ -62,8 +62,8 @@ def rows_column(rows: Sequence[Mapping], field: str, id_key: str | None = None,
 
 
 def provenance_eps_alpha(rows: Sequence[Mapping], provenance_key: str = fields.SCORE_PROVENANCE) -> dict:
-    """``alpha`` and ``eps`` the learnability mapper recorded for the pool's rows, or {} where no
-    row records them.
+    """``alpha``, ``eps`` and the prior (``score``: its name) the learnability mapper recorded for
+    the pool's rows, each where recorded ({} where no row records them).
 
     A file may concatenate runs (each row carries its own run's provenance): one value for the
     pool exists only when every run recorded the same prior, alpha and eps.
@@ -94,7 +94,7 @@ def provenance_eps_alpha(rows: Sequence[Mapping], provenance_key: str = fields.S
             "row alike")
     if not runs:
         return {}
-    return {k: float(v) for k, v in next(iter(runs)) if k in ("alpha", "eps")}
+    return {k: v if k == "score" else float(v) for k, v in next(iter(runs))}
 
 
 def pool_columns(
@@ -116,11 +116,18 @@ def pool_columns(
     others not is an error) with the numeric core (``learnability_score``,
     ``sampling_weight``, ``endpoint_profiles``); ``computed`` lists which were.  ``alpha``/``eps``
     default to the pool's recorded provenance (refused when the file's runs recorded different
-    ones), then to the paper's 0.3 / 0.05.
+    ones), then to the paper's 0.3 / 0.05. A pool another prior scored (variance, band-pass) is
+    refused unless both are given: its score and weight are not TrajVal's, which every column
+    here describes.
     """
     if not rows:
         raise TrajvalInputError("the pool is empty (0 rows): nothing to analyse")
     recorded = provenance_eps_alpha(rows) if alpha is None or eps is None else {}
+    if recorded.get("score", "trajval") != "trajval":
+        raise TrajvalInputError(
+            f"the pool was scored by the {recorded['score']} prior (its rows' {fields.SCORE_PROVENANCE}): its "
+            f"'{score_key}' and '{weight_key}' are that prior's, not TrajVal's s = (1 - r_early) max(0, delta) and "
+            "w = max(s^alpha, eps), which this analysis reads them as; analyse a pool the trajval prior scored")
     alpha = recorded.get("alpha", core.DEFAULT_ALPHA) if alpha is None else alpha
     eps = recorded.get("eps", core.DEFAULT_EPS) if eps is None else eps
     core.check_alpha_eps(alpha, eps)
