@@ -117,3 +117,14 @@ def test_tool_names_bad_row(tmp_path, capsys):
     assert load_tool("within_bin").main(["--pool", str(tmp_path / "pool.jsonl"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "id='a'" in err and "trajval_r_late" in err
+
+
+def test_empty_fixed_bins_are_warned_of(tmp_path, capsys):
+    """With the paper's fixed intervals a pool can leave a bin empty: its sub-pools are written (0
+    rows, null statistics) and the run says so instead of exiting 0 without a word."""
+    rows = [{"id": f"t{i}", "trajval_r_early": 0.1, "trajval_r_late": 0.1 + i / 100} for i in range(9)]
+    (tmp_path / "pool.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["--pool", str(tmp_path / "pool.jsonl"), "--out", str(tmp_path / "o"), "--binning", "fixed"]
+    assert load_tool("within_bin").main(args) == 0
+    assert ("within_bin: warning: 4 of 6 sub-pools are empty (mid high_delta, mid low_delta, high high_delta, high low_delta)"
+            in capsys.readouterr().err)

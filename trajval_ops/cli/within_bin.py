@@ -45,6 +45,11 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     except (TrajvalInputError, ValueError, FileNotFoundError) as err:
         print(f"within_bin: error: {err}", file=sys.stderr)
         return 2
+    empty = [f"{p['bin']} {p['half']}" for p in subpools if p["n"] == 0]
+    if empty:  # written all the same (0 rows, null statistics), so the six files are always there
+        print(f"within_bin: warning: {len(empty)} of {len(subpools)} sub-pools are empty ({', '.join(empty)}): too "
+              f"few rows' r_early fall in their bin (--binning {args.binning}), so their statistics are null and "
+              "that bin compares nothing", file=sys.stderr)
     print(f"{'bin':5} {'half':10} {'n':>6} {'mean r_early':>12} {'mean delta':>10} {'mean score':>10}")
     for p in subpools:
         print(f"{p['bin']:5} {p['half']:10} {p['n']:6d} {p['mean_r_early']:12.4f} {p['mean_delta']:10.4f} "
