@@ -1,7 +1,7 @@
 """Generate a real RL task pool offline with reasoning-gym (verl-style JSONL), or check one.
 
 Examples:
-    trajval make-pool --preset math --size 128 --seed 0 --out trajval_ops/data/demo_math_pool.jsonl
+    trajval make-pool --preset math --size 48 --seed 0 --out trajval_ops/data/demo_math_pool.jsonl
     trajval make-pool --preset logic --size 64 --seed 0 --out trajval_ops/data/demo_logic_pool.jsonl
     trajval make-pool --mix "basic_arithmetic/easy=3,gsm_symbolic/hard=1" --size 500 --out pool.jsonl
     trajval make-pool --preset math --splits pool=512,heldout=256,tuning=128 --seed 0 --out pools/math
