@@ -117,6 +117,31 @@ def odd_length(completion, ground_truth, row):
     return float(len(completion) % 2)
 
 
+def always_right(completion, ground_truth, row):
+    return 1.0
+
+
+def test_copies_of_a_task_with_other_early_rates_are_decided_each_on_its_own(tmp_path):
+    """Repeated rows share their rollouts; in an adaptive late pass copies whose early rates differ
+    (a reused early pass, merged pools) were one task, so the second copy got the first's decision:
+    skipped as saturated and written at its own early rate 0.0 (s = 0, the floor) where measuring it
+    gives 1.0 (s = 1)."""
+    task = {"prompt": "What is 2+2?", "reward_model": {"ground_truth": "4"}}
+    rows = [{"id": "a", **task, "trajval_r_early": 1.0}, {"id": "b", **task, "trajval_r_early": 0.0}]
+    options = dict(window="late", output_key=None, n=8, **ADAPTIVE, round_size=2, verifier="custom",
+                   verifier_options={"function": "tests.test_rollout_budget:always_right"})
+    both = _op(tmp_path / "both", **options)
+    out = both.process_batched(_batch(rows))
+    both.release()
+    alone = _op(tmp_path / "alone", **options)
+    b_alone = alone.process_batched(_batch(rows[1:]))
+    alone.release()
+    assert out["trajval_r_late_status"][0] == "skipped_early_saturated"
+    assert b_alone["trajval_r_late"] == [1.0]
+    assert [out[key][1] for key in ("trajval_r_late", "trajval_r_late_n", "trajval_r_late_status")] == [
+        b_alone[key][0] for key in ("trajval_r_late", "trajval_r_late_n", "trajval_r_late_status")]
+
+
 def test_a_resumed_adaptive_pass_writes_the_uninterrupted_bytes(tmp_path):
     options = dict(window="late", output_key=None, n=8, **ADAPTIVE, round_size=2, max_new_tokens=6,
                    prompts_per_generate=2, verifier="custom",

@@ -356,14 +356,16 @@ class RolloutPass:
 
 
 def _keyed_by_early_rates(tasks: list[Task], r_early: np.ndarray) -> list[Task]:
-    """The tasks of an adaptive late pass, each keyed also by the early pass rates of its batch:
-    the stopping rule reads a row's own rate, and which rows are still active in a round (the
-    rows of each generate call) follows the others', so a changed early pass gets fresh rollouts
-    instead of rows decided on other rates."""
+    """The tasks of an adaptive late pass, each keyed also by its own early pass rate and those of
+    its batch: the stopping rule reads a row's own rate, and which rows are still active in a round
+    (the rows of each generate call) follows the others', so a changed early pass gets fresh
+    rollouts instead of rows decided on other rates. Two copies of a task with other early rates (a
+    reused early pass, merged pools) are two tasks: one copy's decision is not the other's."""
     from trajval_ops.canonical import stable_hash
 
     rates = stable_hash([float(rate) for rate in r_early])
-    return [dataclasses.replace(task, hash=stable_hash([task.hash, rates])) for task in tasks]
+    return [dataclasses.replace(task, hash=stable_hash([task.hash, rates, float(rate)]))
+            for task, rate in zip(tasks, r_early)]
 
 
 def pass_rate(result: Mapping[str, Any]) -> float:
