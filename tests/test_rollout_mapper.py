@@ -506,6 +506,8 @@ def test_a_reused_early_pass_reads_the_pool_and_samples_nothing(tmp_path):
     (lambda rows: rows[0].pop("base_n"), r"row 0 \(id=.*\): field 'base_n' \(the rollouts behind 'base_pass_rate'\) "
                                          r"is missing"),
     (lambda rows: rows[0].update(base_n=2.5), r"field 'base_n' = 2.5 must be a positive whole number"),
+    (lambda rows: rows[0].update(base_n=float("nan")), r"row 0 \(id=.*\): field 'base_n' = nan must be a positive"),
+    (lambda rows: rows[1].update(base_n=float("inf")), r"row 1 \(id=.*\): field 'base_n' = inf must be a positive"),
 ])
 def test_a_reused_pass_refuses_values_out_of_range_and_a_missing_or_mixed_n(tmp_path, change, message):
     rows = _reused_rows()

@@ -145,6 +145,7 @@ def _fraction_strings(rows, key: str, n: int | None, id_key, first_row, prefix: 
 
 
 def _checked_n(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer, float)) or value != int(value) or value < 1:
+    if (isinstance(value, bool) or not isinstance(value, (int, np.integer, float)) or not np.isfinite(value)
+            or value != int(value) or value < 1):  # NaN and inf first: int() of them is a bare error
         raise TrajvalInputError(f"{where} = {value!r} must be a positive whole number of rollouts")
     return int(value)
