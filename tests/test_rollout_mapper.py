@@ -100,6 +100,52 @@ def test_a_verifier_that_reads_answers_otherwise_does_not_reuse_cached_rewards(t
     revised.release()
 
 
+def test_an_edited_custom_verifier_does_not_reuse_the_rewards_it_gave_before(tmp_path, monkeypatch):
+    """The custom verifier's spec named the function only: a user who fixed a bug in it kept every
+    reward the old code gave (0 completions sampled). The spec holds the module file's sha256."""
+    import importlib
+    import sys
+
+    module = tmp_path / "my_reward.py"
+    module.write_text("def score(completion, ground_truth, row):\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = arithmetic_rows()[:2]
+    options = dict(verifier="custom", verifier_options={"function": "my_reward:score"})
+    first = _op(tmp_path, **options)
+    assert first.process_batched(_batch(rows))["trajval_acc_early"] == [1.0, 1.0]
+    first.release()
+    module.write_text("def score(completion, ground_truth, row):\n    return 0.0  # fixed\n")
+    sys.modules.pop("my_reward", None)
+    importlib.invalidate_caches()
+    fixed = _op(tmp_path, **options)
+    assert fixed.process_batched(_batch(rows))["trajval_acc_early"] == [0.0, 0.0]
+    assert fixed.endpoint.stats["completions"] == 6
+    fixed.release()
+
+
+def test_the_cache_key_holds_what_fits_a_prompt_beyond_the_models_files(tmp_path):
+    """``overlong_prompt`` decided whether a cached row had been cut (a cache filled with
+    ``truncate_left`` answered an ``error`` pass with cut rows instead of the error), vLLM's
+    ``max_model_len`` (the setting or ``engine_kwargs``') where it cuts, and a tokenizer named in
+    ``engine_kwargs`` the chat template; none was in the key. The defaults keep their key."""
+    def run_key(**options):
+        op = _op(tmp_path, **options)
+        op.endpoint._prepare()
+        return op.endpoint._cache.run_key
+
+    default = run_key()
+    assert "overlong_prompt" not in default and "tokenizer" not in default
+    cut = run_key(overlong_prompt="truncate_left")
+    assert cut["overlong_prompt"] == {"mode": "truncate_left", "max_model_len": 2048}
+    assert run_key(overlong_prompt="truncate_left", max_model_len=256)["overlong_prompt"]["max_model_len"] == 256
+    assert run_key(overlong_prompt="truncate_left",
+                   engine_kwargs={"max_model_len": 512})["overlong_prompt"]["max_model_len"] == 512
+    from trajval_ops.models import resolve_model
+
+    tokenizer = run_key(engine_kwargs={"tokenizer": str(resolve_model("tiny-arith"))})["tokenizer"]
+    assert tokenizer["path"] == str(resolve_model("tiny-arith").resolve()) and tokenizer["files"]
+
+
 def test_interrupted_run_resumes_with_only_the_missing_rows(tmp_path):
     rows = arithmetic_rows(10)
     pool = write_jsonl(tmp_path / "pool.jsonl", rows)

@@ -302,6 +302,25 @@ class EndpointPass:
 
     # ------------------------------------------------------------------ per worker set-up
 
+    def _prompt_fitting(self) -> dict:
+        """What decides a cached row's prompt beyond the model's own files, for the rollout cache's
+        key: ``truncate_left`` with the context it cuts to (vLLM's ``max_model_len``: ``error``
+        caches no overlong row), and a tokenizer ``engine_kwargs`` names (vLLM renders prompts with
+        its chat template). Each only where set, so caches of the defaults keep their key."""
+        from pathlib import Path
+
+        from trajval_ops.rollout.cache import model_fingerprint
+
+        extra = dict(self.engine.engine_kwargs or {})
+        key = {}
+        if self.checks.overlong_prompt != "error":
+            key["overlong_prompt"] = {"mode": self.checks.overlong_prompt,
+                                      "max_model_len": extra.get("max_model_len", self.engine.max_model_len)}
+        if extra.get("tokenizer"):
+            tokenizer = Path(extra["tokenizer"])
+            key["tokenizer"] = model_fingerprint(tokenizer) if tokenizer.is_dir() else str(extra["tokenizer"])
+        return key
+
     def _prepare(self) -> None:
         """Resolve the checkpoint and open its rollout cache (once per worker; no model load)."""
         if self._provenance is not None:
@@ -318,7 +337,7 @@ class EndpointPass:
             root = self.cache_settings.cache_dir or default_cache_root() / "rollouts"
             run_key = {"model": model_fingerprint(self._model_path), "sampling": self.decoding.as_dict(),
                        "verifier": self.verifier.spec, "prompt": prompt_settings,
-                       **revision_record(self.verifier.revision)}
+                       **revision_record(self.verifier.revision), **self._prompt_fitting()}
             if self.budget is not None:
                 run_key["budget"] = self.budget.as_dict()
             if self.sample is not None:  # a sample's generate calls group other rows than a full pass's

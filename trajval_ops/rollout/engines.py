@@ -285,7 +285,7 @@ class VllmEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(llm_kwargs.get("tokenizer") or model_path)
         self._process = VllmProcess(model_path, dtype, llm_kwargs, session=session,
                                     env=vllm_child_env(kv_cache_space_gb))
-        self.max_context = int(max_model_len)
+        self.max_context = int(llm_kwargs["max_model_len"])  # engine_kwargs may override the setting
         self.dtype = self._process.dtype
         self.generated_tokens = 0
         logger.info(f"vllm engine: {model_path} in {self.dtype}, eager={enforce_eager}, "

@@ -497,7 +497,10 @@ class CustomVerifier(Verifier):
     """Any ``module:function`` taking ``(completion, ground_truth, row)`` and returning [0, 1].
 
     An exception raised inside the function scores 0.0 with a logged reason (model output can
-    be anything); a return value outside [0, 1] is a bug in the function and raises.
+    be anything); a return value outside [0, 1] is a bug in the function and raises. Its spec
+    holds the sha256 of the function's module file, so rewards cached before the module was
+    edited are sampled afresh. Rows are cached and repeated rows merged by their prompt and
+    ground truth: a row's other fields must not change the score (two such rows share one).
     """
 
     name = "custom"
@@ -506,9 +509,10 @@ class CustomVerifier(Verifier):
         super().__init__(**limits)
         self.function = function
         self._fn = load_function(function)
+        self._source_sha256 = _source_digest(self._fn)
 
     def _options(self) -> dict:
-        return {"function": self.function}
+        return {"function": self.function, **({"source_sha256": self._source_sha256} if self._source_sha256 else {})}
 
     def _check(self, completion, ground_truth, row) -> CheckResult:
         try:
@@ -530,6 +534,22 @@ class CustomVerifier(Verifier):
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._fn = load_function(self.function)
+
+
+def _source_digest(fn: Callable) -> str | None:
+    """The sha256 of the file ``fn`` is defined in (its module: helpers it calls count too), or
+    None where it has no source file (a builtin, a function made at run time)."""
+    import hashlib
+    import inspect
+
+    try:
+        path = inspect.getsourcefile(fn)
+    except TypeError:
+        return None
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path, "rb") as source:
+        return hashlib.sha256(source.read()).hexdigest()
 
 
 def load_function(spec: str) -> Callable:
