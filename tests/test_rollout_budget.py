@@ -142,6 +142,33 @@ def test_copies_of_a_task_with_other_early_rates_are_decided_each_on_its_own(tmp
         b_alone[key][0] for key in ("trajval_r_late", "trajval_r_late_n", "trajval_r_late_status")]
 
 
+def never_right(completion, ground_truth, row):
+    return 0.0
+
+
+def test_a_cut_prompt_is_said_when_its_row_stops_early(tmp_path):
+    """An adaptive row whose prompt ``truncate_left`` cut was written ``stopped_weight_bounded``
+    when it stopped before the cap, so the pass's count of cut prompts left it out."""
+    import shutil
+
+    from trajval_ops.models import resolve_model
+
+    short = tmp_path / "short-context"
+    shutil.copytree(resolve_model("tiny-random-llama"), short)
+    config = json.loads((short / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps(config | {"max_position_embeddings": 60}))
+    long = {"id": "long", "prompt": "What is " + " + ".join(["1"] * 40) + "?",
+            "reward_model": {"ground_truth": "40"}, "trajval_r_early": 0.9}
+    rows = [long, {"id": "short", "prompt": "1+1?", "reward_model": {"ground_truth": "2"}, "trajval_r_early": 0.9}]
+    op = _op(tmp_path, model=str(short), overlong_prompt="truncate_left", max_new_tokens=4, window="late",
+             output_key=None, n=8, round_size=2, **ADAPTIVE, verifier="custom",
+             verifier_options={"function": "tests.test_rollout_budget:never_right"})
+    out = op.process_batched(_batch(rows))
+    op.release()
+    assert out["trajval_r_late_n"] == [2, 2]  # both stop after one round: s = 0 is certain
+    assert out["trajval_r_late_status"] == ["truncated_prompt", "stopped_weight_bounded"]
+
+
 def test_a_resumed_adaptive_pass_writes_the_uninterrupted_bytes(tmp_path):
     options = dict(window="late", output_key=None, n=8, **ADAPTIVE, round_size=2, max_new_tokens=6,
                    prompts_per_generate=2, verifier="custom",

@@ -256,8 +256,9 @@ class RolloutPass:
         new = []
         for i in samplable:
             got = drawn[i]
-            status = fitted[i][1] if len(got["rewards"]) == budget.cap else (
-                STATUS_SKIPPED if not got["rewards"] else STATUS_STOPPED)
+            # a cut prompt is said whether or not its row stopped early (its _n says that)
+            status = STATUS_SKIPPED if not got["rewards"] else fitted[i][1] if (
+                len(got["rewards"]) == budget.cap or fitted[i][1] == STATUS_TRUNCATED) else STATUS_STOPPED
             result = {"rewards": got["rewards"], "methods": got["methods"], "engine": session.name,
                       "dtype": session.dtype, "status": status,
                       "cost": {"completions": len(got["rewards"]), "generated_tokens": got["tokens"]}}
