@@ -146,6 +146,22 @@ def test_the_cache_key_holds_what_fits_a_prompt_beyond_the_models_files(tmp_path
     assert tokenizer["path"] == str(resolve_model("tiny-arith").resolve()) and tokenizer["files"]
 
 
+def test_repeated_tasks_in_several_workers_are_warned_of(tmp_path, caplog_loguru):
+    """Copies of a task in batches of two workers take the rollouts of whichever samples it first,
+    and a call is sampled as a whole: their rate followed the workers' order (0.5 or 0.1875 in the
+    auditor's reproduction), silently. Said before the first batch; one worker says nothing."""
+    import pyarrow as pa
+
+    rows = arithmetic_rows()[:3]
+    rows.append({**rows[0], "id": "copy-of-0"})
+    table = pa.Table.from_pylist(rows)
+    _op(tmp_path).check_pool(table)
+    assert "repeats tasks" not in caplog_loguru.text
+    _op(tmp_path, num_proc=2).check_pool(table)
+    assert ("the pool repeats tasks (1 row(s) copy an earlier row's prompt and ground truth) and its batches run in 2 "
+            "worker processes (num_proc)") in caplog_loguru.text
+
+
 def test_interrupted_run_resumes_with_only_the_missing_rows(tmp_path):
     rows = arithmetic_rows(10)
     pool = write_jsonl(tmp_path / "pool.jsonl", rows)

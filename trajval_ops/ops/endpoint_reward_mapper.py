@@ -240,6 +240,9 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         drawn = self.endpoint.check_pool(table)
         if drawn is not None:
             hand_to_ray_actors(self, drawn_sample=drawn)
+        if is_ray_mode() or int(self.num_proc or 1) > 1:
+            self.endpoint.warn_repeats_across_workers(
+                table, "Ray actors" if is_ray_mode() else f"{int(self.num_proc)} worker processes (num_proc)")
 
     def finish_pool(self, table, elapsed_s: float) -> None:
         """After the last batch: the pass's figures; too many bad ground truths stop the export."""

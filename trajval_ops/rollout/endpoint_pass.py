@@ -34,7 +34,7 @@ from trajval_ops.rollout.engines import DTYPES, ENGINES, DecodingConfig
 from trajval_ops.rollout.reused_pass import REUSE_FORMS, REUSE_PRESETS
 from trajval_ops.rollout.verifiers import Verifier
 from trajval_ops.rollout.pass_rates import (
-    NO_COST, STATUS_BAD_TRUTH, STATUS_NOT_SAMPLED, STATUS_OK, STATUS_TRUNCATED, PromptSettings, pass_rate,
+    NO_COST, STATUS_BAD_TRUTH, STATUS_NOT_SAMPLED, STATUS_OK, STATUS_TRUNCATED, PromptSettings, build_task, pass_rate,
 )
 from trajval_ops.settings import check_settings, setting
 
@@ -587,6 +587,25 @@ class EndpointPass:
                     f"max_new_tokens={self.decoding.max_new_tokens}, seed={self.decoding.seed}, "
                     f"verifier={self.verifier.spec}")
         return drawn
+
+    def warn_repeats_across_workers(self, table, workers: str) -> None:
+        """Say so when the pool repeats a task (one prompt and ground truth) and its batches run in
+        several workers: copies share the rollouts of whichever worker samples the task first, and
+        the transformers engine samples a call as a whole, so their pass rate can follow the
+        workers' order (one worker samples a task in its own batch's company)."""
+        from trajval_ops.pools.io import table_rows
+
+        if self.reuse is not None:
+            return
+        hashes = [build_task(row, i, self.prompt, self.id_key, self.what).hash
+                  for i, row in enumerate(table_rows(table))]
+        repeats = len(hashes) - len(set(hashes))
+        if repeats:
+            logger.warning(
+                f"{self.what} [{self.output_key}]: the pool repeats tasks ({repeats} row(s) copy an earlier row's "
+                f"prompt and ground truth) and its batches run in {workers}: a repeated task's pass rate can depend "
+                "on which worker samples it first, so two runs can differ there; deduplicate the pool (trajval "
+                "import-pool) or run the pass in one worker for rates that do not depend on the order")
 
     def finish(self, table, elapsed_s: float) -> None:
         """After the last batch: log the pass's figures; stop on too many bad ground truths."""
