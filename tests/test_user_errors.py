@@ -147,6 +147,39 @@ def test_a_sampled_pass_refuses_to_draw_another_sample_than_the_pools(tmp_path):
     TrajvalEndpointRewardMapper(window="late", sample_fraction=0.25, sample_seed=0).check_pool(table)  # the same: drawn
 
 
+def test_a_sampled_pass_refuses_a_pool_its_earlier_sample_cannot_be_drawn_from_again():
+    """The same settings draw ceil(fraction x size) rows per group of the pool they are given: an
+    early pass sampled 12 rows at 0.5 (6 measured), a filter dropped the last 4, and the late pass
+    drew 4 of the 8 left, one of them a row the early pass did not measure (its rollouts wasted,
+    the overlap smaller, nothing said). It is refused, naming the row; the pool as sampled is not."""
+    import pyarrow as pa
+
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
+    from trajval_ops.priors.sampled import stratified_sample
+
+    ids = [f"q{i}" for i in range(12)]
+    early = stratified_sample(ids, 0.5, 0)
+    sample = {"fraction": 0.5, "seed": 0, "group_key": None, "id_key": "id", "pool_rows": 12, "measured_rows": 6}
+    rows = [{"id": task, "prompt": "1+1?", "answer": "2", "trajval_r_early": 0.5 if keep else None,
+             "trajval_r_early_status": "ok" if keep else "not_sampled",
+             "trajval_r_early_provenance": {"sample": sample}} for task, keep in zip(ids, early)]
+    late = stratified_sample(ids[:8], 0.5, 0)
+    first = next(i for i in range(8) if late[i] != early[i])
+    assert late[first] and not early[first]  # the filtered pool's draw takes a row the early pass left
+    with pytest.raises(TrajvalInputError, match=rf"the pool's sampled pass 'trajval_r_early' measured other rows "
+                                                rf"than this pass draws with the same sample settings: row {first} "
+                                                rf"\(id='{ids[first]}'\): this pass draws it and 'trajval_r_early' "
+                                                rf"did not measure it\..*drew from 12 rows, this pool has 8\): run "
+                                                rf"this pass on the pool 'trajval_r_early' ran on"):
+        TrajvalEndpointRewardMapper(window="late", sample_fraction=0.5, sample_seed=0).check_pool(
+            pa.Table.from_pylist(rows[:8]))
+    for pool in (rows, rows[::-1]):  # the pool it sampled, in any order: the same rows drawn
+        late_op = TrajvalEndpointRewardMapper(window="late", sample_fraction=0.5, sample_seed=0)
+        late_op.check_pool(pa.Table.from_pylist(pool))
+        assert late_op.endpoint._sampled_ids == {repr(task) for task, keep in zip(ids, early) if keep}
+
+
 def test_a_misspelled_parameter_is_one_block_with_data_juicers_suggestion(tmp_path):
     """Issue 36, item 12: Data-Juicer's preflight finds a misspelled parameter of a trajval
     operator; the run ends with its message in one block and exit 2 (it printed 314 lines and two

@@ -514,6 +514,7 @@ class EndpointPass:
         if self.sample["group_key"]:
             groups = group_values(table, self.sample["group_key"], f"{self.what} [{self.output_key}]", self.id_key)
         chosen = stratified_sample(ids, self.sample["fraction"], self.sample["seed"], groups)
+        self._check_earlier_draws(table, key, ids, chosen)
         measured = [task for task, keep in zip(ids, chosen) if keep]
         drawn = {**self.sample, "id_key": key, "pool_rows": table.num_rows, "measured_rows": len(measured),
                  "ids": measured}
@@ -523,9 +524,8 @@ class EndpointPass:
                     f"{self.sample['group_key'] or 'nothing'}); the others are left to the learnability mapper")
         return drawn
 
-    def _check_earlier_samples(self, table) -> None:
-        """Refuse to draw another sample than a sampled pass the pool already has (an earlier
-        recipe's): the prior would score only the overlap of the two samples."""
+    def _earlier_samples(self, table):
+        """``(pass name, recorded sample)`` of each other sampled pass the pool already holds."""
         from trajval_ops.pools.io import table_path_values
 
         for name in table.column_names:
@@ -533,12 +533,46 @@ class EndpointPass:
                 continue
             recorded = next((value for value in table_path_values(table, f"{name}.sample") or []
                              if isinstance(value, dict)), None)
-            differ = "" if recorded is None else sample_difference(recorded, self.sample)
+            if recorded is not None:
+                yield name[:-len("_provenance")], recorded
+
+    def _check_earlier_samples(self, table) -> None:
+        """Refuse to draw another sample than a sampled pass the pool already has (an earlier
+        recipe's): the prior would score only the overlap of the two samples."""
+        for earlier, recorded in self._earlier_samples(table):
+            differ = sample_difference(recorded, self.sample)
             if differ:
                 raise TrajvalInputError(
-                    f"{self.what} [{self.output_key}]: the pool's sampled pass '{name[:-len('_provenance')]}' drew "
+                    f"{self.what} [{self.output_key}]: the pool's sampled pass '{earlier}' drew "
                     f"another sample ({differ}): a sampled prior scores the rows both passes measured, so give this "
                     "pass the same sample_fraction, sample_seed and sample_group_key")
+
+    def _check_earlier_draws(self, table, key: str, ids: list, chosen) -> None:
+        """Refuse a draw that differs, on the rows present, from the rows an earlier sampled pass
+        with the same settings measured (its status not ``not_sampled``): the draw takes
+        ``ceil(fraction x size)`` rows per group of the pool it is given, so the same settings
+        draw other rows from a pool that lost or gained rows; the late rollouts of a row the
+        early pass did not measure would be wasted, and the overlap would shrink unsaid."""
+        from trajval_ops.pools.io import table_path_values
+
+        for earlier, recorded in self._earlier_samples(table):
+            statuses = table_path_values(table, f"{earlier}_status")
+            if sample_difference(recorded, self.sample) or statuses is None:
+                continue
+            differing = next((i for i, (status, keep) in enumerate(zip(statuses, chosen))
+                              if status is not None and (status != STATUS_NOT_SAMPLED) != bool(keep)), None)
+            if differing is None:
+                continue
+            which = (f"this pass draws it and '{earlier}' did not measure it" if chosen[differing] else
+                     f"'{earlier}' measured it and this pass does not draw it")
+            raise TrajvalInputError(
+                f"{self.what} [{self.output_key}]: the pool's sampled pass '{earlier}' measured other rows than this "
+                f"pass draws with the same sample settings: row {differing} ({key}={ids[differing]!r}): {which}. "
+                f"The sample takes ceil(fraction x size) rows per group of the pool it is given, so rows were likely "
+                f"removed or added (or their ids or groups changed) between the passes ('{earlier}' drew from "
+                f"{recorded.get('pool_rows', 'an unrecorded number of')} rows, this pool has {table.num_rows}): run "
+                f"this pass on the pool '{earlier}' ran on and filter rows after both passes, or rerun '{earlier}' "
+                "on this pool")
 
     # ------------------------------------------------------------------ reused passes
 
