@@ -162,6 +162,25 @@ def test_repeated_tasks_in_several_workers_are_warned_of(tmp_path, caplog_loguru
             "worker processes (num_proc)") in caplog_loguru.text
 
 
+def test_a_sampled_pass_names_a_measured_row_by_its_id_not_by_a_wrong_position(tmp_path):
+    """The rows a sampled pass rolls out are not contiguous in the pool: an error about one named
+    the batch's first position plus its place among the chosen rows (row 3 for pool row 6). The
+    row is named by its id (a sampled pass reads ids)."""
+    from trajval_ops.pools.io import table_from_columns
+
+    rows = _family_rows(12)
+    op = _op(tmp_path, sample_fraction=0.5, sample_seed=0)
+    op.check_pool(table_from_columns(dict(_batch(rows))))
+    chosen = [i for i, row in enumerate(rows) if repr(row["id"]) in op.endpoint._sampled_ids]
+    last = chosen[-1]
+    assert len(chosen) - 1 != last  # the position the batch's first row plus its place gave
+    broken = [dict(row) for row in rows]
+    broken[last]["prompt"] = ""
+    with pytest.raises(TrajvalInputError, match=rf"row \(id={rows[last]['id']!r}\): field 'prompt' must be non-empty"):
+        op.process_batched(_batch(broken))
+    op.release()
+
+
 def test_interrupted_run_resumes_with_only_the_missing_rows(tmp_path):
     rows = arithmetic_rows(10)
     pool = write_jsonl(tmp_path / "pool.jsonl", rows)

@@ -464,7 +464,9 @@ class EndpointPass:
 
         key = self.sample["id_key"]
         chosen = [i for i, row in enumerate(rows) if repr(get_path(row, key, None)) in self._sampled_ids]
-        measured = self._measured_rows([rows[i] for i in chosen], first_row) if chosen else None
+        # the chosen rows are not contiguous in the pool, and the rollout pass names row i by
+        # first_row + i: they are named by their ids alone (the sample reads ids), not by a wrong row
+        measured = self._measured_rows([rows[i] for i in chosen], None) if chosen else None
         self._prepare()
         # a measured row's fields, nothing generated: one shape for the column (the default
         # executor's datasets would store differing shapes as JSON text of its own spelling)
