@@ -337,6 +337,29 @@ def test_prune_keeps_resume_state_only_on_newest_and_drops_unkept(tmp_path):
     assert last_resumable(tmp_path) is None and (tmp_path / "checkpoint-12" / "model.safetensors").exists()
 
 
+
+@pytest.mark.parametrize("state, why", [
+    ("", "trainer_state.json does not parse"),  # created, not yet written
+    ('{"best_metric": null, "epoch": 2.0, "glo', "trainer_state.json does not parse"),  # cut mid-write
+    ('{"global_step": 8}', "trainer_state.json names no epoch"),
+])
+def test_a_trainer_state_cut_short_makes_a_checkpoint_cut_short(tmp_path, state, why):
+    from loguru import logger
+
+    _fake_checkpoint(tmp_path, 4, 1)
+    (_fake_checkpoint(tmp_path, 8, 2) / "trainer_state.json").write_text(state)
+    assert [(c.step, c.complete) for c in list_checkpoints(tmp_path)] == [(4, True), (8, False)]
+    assert last_resumable(tmp_path).step == 4
+    messages = []
+    handler = logger.add(lambda m: messages.append(m.record["message"]), level="INFO")
+    try:
+        prune_checkpoints(tmp_path, kept_epochs={1, 2})
+    finally:
+        logger.remove(handler)
+    assert [c.path.name for c in list_checkpoints(tmp_path)] == ["checkpoint-4"]
+    assert any("removing incomplete checkpoint checkpoint-8" in m and why in m for m in messages), messages
+
+
 def _engine_checkpoint(root, step, epoch, engine):
     """A checkpoint folder as transformers' Trainer writes it under a sharded training engine
     (names from accelerate's constants and the Trainer's DeepSpeed save), with the loadable model

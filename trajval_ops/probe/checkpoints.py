@@ -1,8 +1,9 @@
 """Checkpoint folders of a probe run: which are complete, which can resume, what to keep.
 
 The trainer writes ``checkpoint-<step>`` at the end of every epoch (model, tokenizer, optimizer,
-scheduler, RNG and trainer state; ``trainer_state.json`` is written last, so a folder without it
-is a save that was cut short). Policy: the newest complete checkpoint keeps everything (resume);
+scheduler, RNG and trainer state; ``trainer_state.json`` is written last, and not atomically, so
+a folder without it, or with one that does not parse or names no epoch, is a save that was cut
+short). Policy: the newest complete checkpoint keeps everything (resume);
 older ones keep only model weights when their epoch is kept (windows, ``keep_epochs``) and are
 deleted otherwise.
 """
@@ -41,6 +42,7 @@ class Checkpoint:
     step: int
     path: Path
     epoch: int | None  # None for an incomplete folder
+    cut_short: str = ""  # why an incomplete folder is one
 
     @property
     def complete(self) -> bool:
@@ -67,12 +69,23 @@ def list_checkpoints(output_dir: str | Path) -> list[Checkpoint]:
         # a link named like a checkpoint is not one of ours: never read, resume from or delete it
         if not match or child.is_symlink() or not child.is_dir():
             continue
-        state_file = child / TRAINER_STATE
-        epoch = None
-        if state_file.is_file():
-            epoch = int(round(json.loads(state_file.read_text(encoding="utf-8"))["epoch"]))
-        found.append(Checkpoint(step=int(match.group(1)), path=child.resolve(), epoch=epoch))
+        epoch, cut_short = _epoch_of(child / TRAINER_STATE)
+        found.append(Checkpoint(step=int(match.group(1)), path=child.resolve(), epoch=epoch, cut_short=cut_short))
     return sorted(found, key=lambda c: c.step)
+
+
+def _epoch_of(state_file: Path) -> tuple[int | None, str]:
+    """The epoch a checkpoint's trainer state records, or None and why it records none (the
+    trainer writes the file in place: a kill may leave it empty or truncated)."""
+    if not state_file.is_file():
+        return None, f"no {TRAINER_STATE}"
+    try:
+        epoch = json.loads(state_file.read_text(encoding="utf-8"))["epoch"]
+        return int(round(float(epoch))), ""
+    except (ValueError, OverflowError) as exc:  # a JSONDecodeError, UnicodeDecodeError, a NaN or infinite epoch
+        return None, f"{TRAINER_STATE} does not parse: {exc}"
+    except (KeyError, TypeError):
+        return None, f"{TRAINER_STATE} names no epoch"
 
 
 def last_resumable(output_dir: str | Path) -> Checkpoint | None:
@@ -96,7 +109,7 @@ def prune_checkpoints(output_dir: str | Path, kept_epochs: set[int] | list[int],
     newest = complete[-1] if complete else None
     for checkpoint in checkpoints:
         if not checkpoint.complete:
-            logger.info(f"probe: removing incomplete checkpoint {checkpoint.path.name}")
+            logger.info(f"probe: removing incomplete checkpoint {checkpoint.path.name} ({checkpoint.cut_short})")
             shutil.rmtree(checkpoint.path)
         elif checkpoint is newest and keep_resume_state:
             continue
