@@ -96,12 +96,18 @@ def test_probe_run_checkpoints_manifest_reuse_and_refusal(tmp_path):
         run_probe(pool(3)[1:], ["t1", "t2"], config, out, show_progress=False)
 
 
-def test_interrupted_probe_resumes_from_last_checkpoint(tmp_path):
+def test_interrupted_probe_resumes_from_last_checkpoint_in_the_uninterrupted_order(tmp_path):
+    """Killed in epoch 2 (2 steps per epoch) and resumed from epoch 1's checkpoint, the probe
+    trains its other epochs on the prompts, in the order, the uninterrupted run drew: every kept
+    checkpoint's weights are bit-identical to those of a run never interrupted. (Before, a resumed
+    run's fresh sampler replayed epoch 1's permutation in epoch 2, and so on.)"""
+    import torch
+    from safetensors.torch import load_file
     from transformers import TrainerCallback
 
     class Crash(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step == 2:  # in epoch 2, after epoch 1's checkpoint (step 1)
+            if state.global_step == 3:  # in epoch 2, after epoch 1's checkpoint (step 2)
                 raise KeyboardInterrupt("simulated kill")
 
     class CountSteps(TrainerCallback):
@@ -111,16 +117,16 @@ def test_interrupted_probe_resumes_from_last_checkpoint(tmp_path):
         def on_step_end(self, args, state, control, **kwargs):
             self.steps.append(state.global_step)
 
-    rows = pool(2)
+    rows = pool(4)
     ids = [r["id"] for r in rows]
-    out = tmp_path / "probe"
-    config = tiny_config(epochs=3)
+    out, whole = tmp_path / "probe", tmp_path / "uninterrupted"
+    config = tiny_config(epochs=3, keep_epochs=[1, 2])
     with pytest.raises(KeyboardInterrupt):
         run_probe(rows, ids, config, out, show_progress=False, extra_callbacks=[Crash()])
     interrupted = json.loads((out / "manifest.json").read_text())
     assert interrupted["status"] == "running"
-    assert [c.step for c in list_checkpoints(out)] == [1]
-    assert list((out / "checkpoint-1").glob("optimizer*"))  # resume state kept on the newest
+    assert [c.step for c in list_checkpoints(out)] == [2]
+    assert list((out / "checkpoint-2").glob("optimizer*"))  # resume state kept on the newest
 
     counter = CountSteps()
     messages, stop = loguru_messages()
@@ -128,12 +134,20 @@ def test_interrupted_probe_resumes_from_last_checkpoint(tmp_path):
         manifest = run_probe(rows, ids, config, out, show_progress=False, extra_callbacks=[counter])
     finally:
         stop()
-    assert any("resuming from checkpoint-1" in m for m in messages)
-    assert counter.steps == [2, 3]  # epoch 1 was not trained again
-    assert manifest["status"] == "complete" and manifest["resumed_from"] == ["checkpoint-1"]
+    assert any("resuming from checkpoint-2" in m for m in messages)
+    assert counter.steps == [3, 4, 5, 6]  # epoch 1 was not trained again
+    assert manifest["status"] == "complete" and manifest["resumed_from"] == ["checkpoint-2"]
     assert manifest["windows"] == {"early": ["base"], "late": ["epoch-3"]}
     assert len(manifest["train_reward_per_epoch"]) == 3  # epoch 1's rewards survive via trainer state
     assert manifest["wall_time_s"] > interrupted["wall_time_s"]
+
+    reference = run_probe(rows, ids, config, whole, show_progress=False)
+    assert [c["name"] for c in reference["checkpoints"]] == ["base", "epoch-1", "epoch-2", "epoch-3"]
+    for entry in reference["checkpoints"][1:]:
+        trained = load_file(out / f"checkpoint-{entry['step']}" / "model.safetensors")
+        expected = load_file(whole / f"checkpoint-{entry['step']}" / "model.safetensors")
+        assert all(torch.equal(trained[name], expected[name]) for name in expected), entry["name"]
+    assert manifest["train_reward_per_epoch"] == reference["train_reward_per_epoch"]
 
 
 def test_probe_endpoint_learnability_pipeline_under_dj_process_and_probe_under_ray(tmp_path):

@@ -36,8 +36,11 @@ def vllm_importable() -> bool:
 
 #: Settings that say how the probe is run, not what it is (declared with ``execution=True``): left
 #: out of the identity hash, so an interrupted run may resume with another process count (the
-#: global batch, and so every optimizer step's prompts, is the same; only the rollouts' random
-#: draws differ).
+#: global batch, and so every optimizer step's prompts, is the same: the prompt order is seeded
+#: alike on every process, and a resumed run goes on in the uninterrupted run's order,
+#: :mod:`trajval_ops.probe.trl_trainer`). Resumed on the one process it started on, it trains the
+#: uninterrupted run's weights bit for bit (tested); on another process count the rollouts'
+#: random draws and the gradients' summation order differ, and so do the weights.
 EXECUTION = "execution"
 #: Declared ``False`` on a setting added after probes were hashed whose default is the behaviour
 #: before it: it enters the hash only when set away from that default, so those probes resume.

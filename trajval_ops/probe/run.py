@@ -111,7 +111,7 @@ def run_probe(
             if warning:
                 logger.warning(f"probe: {warning}")
     with training_memory("probe", config, device, trainer):
-        trainer.train(resume_from_checkpoint=str(resume.path) if resume else None)
+        trainer.train_from(resume.path if resume else None, resume.step // steps_per_epoch if resume else 0)
     return _finish_probe(trainer, args, config, output_dir, base_model, device, manifest, progress)
 
 
@@ -193,14 +193,14 @@ def _prepare_resume(output_dir: Path, config: ProbeConfig, manifest: dict, base_
 
 def _grpo_trainer(config: ProbeConfig, args, base_model: Path, device: str, tokenizer, dataset, manifest: dict,
                   callbacks):
-    """TRL's ``GRPOTrainer`` over the policy, rewarded by the probe's verifier."""
-    from trl import GRPOTrainer
-
+    """TRL's ``GRPOTrainer`` over the policy, rewarded by the probe's verifier (resuming in the
+    uninterrupted run's prompt order: :mod:`trajval_ops.probe.trl_trainer`)."""
+    from trajval_ops.probe.trl_trainer import ProbeGRPOTrainer
     from trajval_ops.rollout.verifiers import build_verifier
 
     verifier = build_verifier(config.verifier, **config.verifier_options)
     manifest["verifier"] = verifier.spec
-    return GRPOTrainer(
+    return ProbeGRPOTrainer(
         model=load_policy(base_model, device, config.precision),
         reward_funcs=[verifier_reward(verifier)],
         args=args,
