@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trajval_ops.probe.checkpoints import (
-    check_loadable_model, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints,
+    check_loadable_model, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints, trained_to,
 )
 from trajval_ops.probe.config import ProbeConfig, grpo_arguments
 from trajval_ops.probe.manifest import (
@@ -337,6 +337,19 @@ def test_prune_keeps_resume_state_only_on_newest_and_drops_unkept(tmp_path):
     assert last_resumable(tmp_path) is None and (tmp_path / "checkpoint-12" / "model.safetensors").exists()
 
 
+
+
+def test_prune_keeps_resume_state_on_the_newest_resumable_checkpoint(tmp_path):
+    """A newer checkpoint stripped of its resume state (a run stopped while finishing) does not
+    take the resume state of the newest one that has it; the last epoch's checkpoint is found."""
+    for epoch in (1, 2, 3):
+        _fake_checkpoint(tmp_path, epoch, epoch)
+    for name in ("optimizer.pt", "rng_state.pth"):
+        (tmp_path / "checkpoint-3" / name).unlink()
+    prune_checkpoints(tmp_path, kept_epochs={0, 3})
+    assert [c.path.name for c in list_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-3"]
+    assert last_resumable(tmp_path).step == 2 and (tmp_path / "checkpoint-2" / "optimizer.pt").exists()
+    assert trained_to(tmp_path, 3).step == 3 and trained_to(tmp_path, 4) is None
 
 @pytest.mark.parametrize("state, why", [
     ("", "trainer_state.json does not parse"),  # created, not yet written

@@ -150,6 +150,51 @@ def test_interrupted_probe_resumes_from_last_checkpoint_in_the_uninterrupted_ord
     assert manifest["train_reward_per_epoch"] == reference["train_reward_per_epoch"]
 
 
+def test_a_probe_stopped_while_finishing_finishes_without_training_again(tmp_path, monkeypatch):
+    """Killed when it writes the complete manifest (after the last epoch, resume state stripped), the probe run again trains no step: its last checkpoint ends epoch T, so it
+    goes straight to finishing. (Before, it found nothing to resume from and trained from the
+    start, each save stripping the new checkpoint's resume state.)"""
+    import trajval_ops.probe.run as run
+    from transformers import TrainerCallback
+
+    class CountSteps(TrainerCallback):
+        def __init__(self):
+            self.steps = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.steps.append(state.global_step)
+
+    def dying(output_dir, manifest):
+        if manifest["status"] == "complete":
+            raise KeyboardInterrupt("killed while finishing")
+        return real(output_dir, manifest)
+
+    rows = pool(2)
+    ids = [r["id"] for r in rows]
+    out = tmp_path / "probe"
+    config = tiny_config(epochs=3)
+    real = run.write_manifest
+    monkeypatch.setattr(run, "write_manifest", dying)
+    with pytest.raises(KeyboardInterrupt, match="while finishing"):
+        run_probe(rows, ids, config, out, show_progress=False)
+    monkeypatch.setattr(run, "write_manifest", real)
+    assert json.loads((out / "manifest.json").read_text())["status"] == "running"
+    assert [(c.step, c.resumable) for c in list_checkpoints(out)] == [(3, False)]  # stripped before the kill
+
+    counter = CountSteps()
+    messages, stop = loguru_messages()
+    try:
+        manifest = run_probe(rows, ids, config, out, show_progress=False, extra_callbacks=[counter])
+    finally:
+        stop()
+    assert counter.steps == []
+    assert any("checkpoint-3" in m and "training is done" in m for m in messages), messages
+    assert manifest == load_manifest(out) and manifest["status"] == "complete" and manifest["resumed_from"] == []
+    assert manifest["windows"] == {"early": ["base"], "late": ["epoch-3"]}
+    assert len(manifest["train_reward_per_epoch"]) == 3  # from the checkpoint's trainer state
+    assert not list((out / "checkpoint-3").glob("optimizer*"))
+
+
 def test_probe_endpoint_learnability_pipeline_under_dj_process_and_probe_under_ray(tmp_path):
     rows = pool(6)
     data = write_jsonl(tmp_path / "pool.jsonl", rows)

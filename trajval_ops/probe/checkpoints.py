@@ -3,9 +3,9 @@
 The trainer writes ``checkpoint-<step>`` at the end of every epoch (model, tokenizer, optimizer,
 scheduler, RNG and trainer state; ``trainer_state.json`` is written last, and not atomically, so
 a folder without it, or with one that does not parse or names no epoch, is a save that was cut
-short). Policy: the newest complete checkpoint keeps everything (resume);
-older ones keep only model weights when their epoch is kept (windows, ``keep_epochs``) and are
-deleted otherwise.
+short). Policy: the newest resumable checkpoint (complete, with optimizer state) keeps everything
+(resume); the others keep only model weights when their epoch is kept (windows, ``keep_epochs``)
+and are deleted otherwise.
 """
 
 from __future__ import annotations
@@ -94,19 +94,25 @@ def last_resumable(output_dir: str | Path) -> Checkpoint | None:
     return resumable[-1] if resumable else None
 
 
+def trained_to(output_dir: str | Path, epochs: int) -> Checkpoint | None:
+    """The complete checkpoint of epoch ``epochs`` (training is done), or None."""
+    done = [c for c in list_checkpoints(output_dir) if c.complete and c.epoch >= epochs]
+    return done[-1] if done else None
+
+
 def prune_checkpoints(output_dir: str | Path, kept_epochs: set[int] | list[int], keep_resume_state: bool = True) -> None:
     """Apply the keep policy (module doc). Idempotent; also removes saves that were cut short.
 
-    :param keep_resume_state: keep optimizer state of the newest complete checkpoint (False once
-        the run is finished).
+    :param keep_resume_state: keep optimizer state of the newest resumable checkpoint (False
+        once the run is finished).
     """
     checkpoints = list_checkpoints(output_dir)
     root = Path(output_dir).resolve()
     outside = [c.path for c in checkpoints if c.path.parent != root]
     if outside:  # defence in depth: nothing outside the output folder is ever deleted
         raise RuntimeError(f"probe: refusing to prune checkpoints outside {root}: {outside}")
-    complete = [c for c in checkpoints if c.complete]
-    newest = complete[-1] if complete else None
+    resumable = [c for c in checkpoints if c.resumable]
+    newest = resumable[-1] if resumable else None
     for checkpoint in checkpoints:
         if not checkpoint.complete:
             logger.info(f"probe: removing incomplete checkpoint {checkpoint.path.name} ({checkpoint.cut_short})")

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 from loguru import logger
 
 from trajval_ops.probe.checkpoints import (
-    MERGED_DIR, base_entry, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints,
+    MERGED_DIR, base_entry, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints, trained_to,
 )
 from trajval_ops.probe.config import (
     EXECUTION_SETTINGS, ProbeConfig, check_autocast, describe_numerics, grpo_arguments, lora_config, numerics_differ,
@@ -88,7 +88,7 @@ def run_probe(
     args = _grpo_config(config, output_dir, device, show_progress)  # sets up a launched run's process group
     main = args.process_index == 0
     manifest = _start_manifest(config, probe_ids, base_model, digest, device, steps_per_epoch, previous)
-    from trajval_ops.probe.progress import NonFiniteGuard, ProbeProgress, quiet_trainer, training_memory
+    from trajval_ops.probe.progress import NonFiniteGuard, ProbeProgress, quiet_trainer
 
     progress = ProbeProgress(config, output_dir, base_model, steps_per_epoch, manifest, show_progress)
     precision = resolve_precision(config.precision, device)
@@ -98,7 +98,7 @@ def run_probe(
     quiet_trainer(trainer)
     # every rank, before the output folder is touched: a run refused here leaves it as it was
     check_autocast(precision, trainer.accelerator.mixed_precision, config.distributed_config)
-    resume = _prepare_resume(output_dir, config, manifest, base_model, args)
+    resume, trained = _prepare_resume(output_dir, config, manifest, base_model, args)
     if main:
         strategy = trainer.accelerator.distributed_type.value
         logger.info(
@@ -110,8 +110,7 @@ def run_probe(
                         precision_note(config.precision, device)):
             if warning:
                 logger.warning(f"probe: {warning}")
-    with training_memory("probe", config, device, trainer):
-        trainer.train_from(resume.path if resume else None, resume.step // steps_per_epoch if resume else 0)
+    _train(trainer, config, device, resume, trained, steps_per_epoch)
     return _finish_probe(trainer, args, config, output_dir, base_model, device, manifest, progress)
 
 
@@ -172,8 +171,8 @@ def _start_manifest(config: ProbeConfig, probe_ids, base_model: Path, digest: st
 
 
 def _prepare_resume(output_dir: Path, config: ProbeConfig, manifest: dict, base_model: Path, args):
-    """Remove a save cut short, find the checkpoint to resume from (or None) and write the
-    starting manifest (main process; every rank waits for it)."""
+    """Remove a save cut short, find the checkpoint to resume from and the one of the last epoch
+    (each or None) and write the starting manifest (main process; every rank waits for it)."""
     barrier = args.distributed_state.wait_for_everyone
     main = args.process_index == 0
     kept = set(config.kept_epochs())
@@ -181,14 +180,30 @@ def _prepare_resume(output_dir: Path, config: ProbeConfig, manifest: dict, base_
     if main:
         prune_checkpoints(output_dir, kept)  # a kill may have left a save cut short
     barrier()
-    resume = last_resumable(output_dir)
+    resume, trained = last_resumable(output_dir), trained_to(output_dir, config.epochs)
     if main:
-        if resume is not None:
+        if trained is not None:
+            logger.info(f"probe: {trained.path.name} in {output_dir} ends epoch {trained.epoch} of {config.epochs}: "
+                        "training is done (the run was stopped while finishing); finishing it")
+        elif resume is not None:
             logger.info(f"probe: resuming from {resume.path.name} (epoch {resume.epoch}) in {output_dir}")
             manifest["resumed_from"].append(resume.path.name)
         manifest["checkpoints"] += checkpoint_entries(output_dir, kept, config)
         write_manifest(output_dir, manifest)
-    return resume
+    return resume, trained
+
+
+def _train(trainer, config: ProbeConfig, device: str, resume, trained, steps_per_epoch: int) -> None:
+    """Train from checkpoint ``resume`` (None: from the start); where checkpoint ``trained`` ends
+    the last epoch, train nothing and take up its trainer state (the log the manifest's figures
+    come from)."""
+    from trajval_ops.probe.progress import training_memory
+
+    if trained is not None:
+        trainer.take_state_from(trained.path)
+        return
+    with training_memory("probe", config, device, trainer):
+        trainer.train_from(resume.path if resume else None, resume.step // steps_per_epoch if resume else 0)
 
 
 def _grpo_trainer(config: ProbeConfig, args, base_model: Path, device: str, tokenizer, dataset, manifest: dict,

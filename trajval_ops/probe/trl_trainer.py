@@ -1,5 +1,6 @@
-"""The probe's one reliance on TRL's and transformers' trainer internals (read in trl 1.16.0 and
-transformers 5.19.0): the prompt order of a resumed run.
+"""The probe's reliance on TRL's and transformers' trainer internals (read in trl 1.16.0 and
+transformers 5.19.0): the prompt order of a resumed run, and the trainer state of a run whose
+training is done.
 
 TRL's ``GRPOTrainer._get_train_sampler`` builds a ``RepeatSampler`` whose ``torch.Generator`` is
 seeded once (``args.seed``) and draws one ``randperm`` of the prompts each time the sampler is
@@ -15,6 +16,9 @@ draws the permutations those epochs drew, and the run trains on the uninterrupte
 
 from __future__ import annotations
 
+import os
+
+from transformers.trainer import TRAINER_STATE_NAME, TrainerState
 from trl import GRPOTrainer
 
 
@@ -29,6 +33,11 @@ class ProbeGRPOTrainer(GRPOTrainer):
         ``epochs_trained`` whole epochs (its global step // steps per epoch)."""
         self.epochs_trained = epochs_trained
         return self.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
+
+    def take_state_from(self, checkpoint) -> None:
+        """Train nothing: take up the trainer state (global step, log history) ``checkpoint``
+        saved, as ``train`` does when it resumes."""
+        self.state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
 
     def _get_train_sampler(self, dataset=None):
         sampler = super()._get_train_sampler(dataset)
