@@ -127,6 +127,29 @@ def test_an_unfinished_probe_goes_on_only_with_the_verifier_reading_it_started_w
             run_probe(rows(2), ["t0", "t1"], CONFIG, out)
 
 
+def test_a_probe_of_the_same_ids_on_other_task_content_is_not_reused(tmp_path, monkeypatch):
+    """The probe's hash holds its task ids, not their content: a pool whose prompt or ground truth
+    was fixed under the same ids got the finished probe trained on the old tasks ("already
+    complete; not repeating it"). The manifest records the tasks' sha256 and a rerun compares it."""
+    from trajval_ops import models
+    from trajval_ops.probe.manifest import STATUS_COMPLETE, write_manifest
+    from trajval_ops.probe.run import probe_examples, tasks_digest
+
+    out = tmp_path / "probe"
+    manifest = _unfinished_probe(out, CONFIG, ["t0", "t1"])
+    finished = manifest | {"status": STATUS_COMPLETE, "tasks_sha256": tasks_digest(probe_examples(rows(2), CONFIG))}
+    write_manifest(out, finished)
+    monkeypatch.setattr(models, "resolve_model", lambda *a, **k: pytest.fail("the model was looked up"))
+    assert run_probe(rows(2), ["t0", "t1"], CONFIG, out)["status"] == STATUS_COMPLETE  # the same tasks: reused
+    fixed = rows(2)
+    fixed[1]["reward_model"]["ground_truth"] = "999"
+    with pytest.raises(ProbeDirectoryError, match="holds a probe of the same task ids whose prompts or ground truths "
+                                                  "were others"):
+        run_probe(fixed, ["t0", "t1"], CONFIG, out)
+    write_manifest(out, {k: v for k, v in finished.items() if k != "tasks_sha256"})  # before the digest: not compared
+    assert run_probe(fixed, ["t0", "t1"], CONFIG, out)["status"] == STATUS_COMPLETE
+
+
 def test_a_refused_probe_directory_is_a_user_error():
     """Under dj-process a user error is one readable block and exit 2, not Data-Juicer's traceback."""
     from trajval_ops.ops.dj.error_exit import user_error_of

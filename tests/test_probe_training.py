@@ -66,6 +66,9 @@ def test_probe_run_checkpoints_manifest_reuse_and_refusal(tmp_path):
     rewards = manifest["train_reward_per_epoch"]
     assert len(rewards) == 2 and all(0.0 < r < 1.0 for r in rewards)
     assert set(manifest["versions"]) >= {"trl", "transformers", "torch", "trajval_ops"}
+    from trajval_ops.probe.run import probe_examples, tasks_digest
+
+    assert manifest["tasks_sha256"] == tasks_digest(probe_examples(rows, config))  # what a rerun compares
     # only model weights are left once the run is finished; nothing for unkept epochs
     for checkpoint in list_checkpoints(out):
         assert (checkpoint.path / "model.safetensors").exists()

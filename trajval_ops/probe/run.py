@@ -74,6 +74,7 @@ def run_probe(
     digest = config_hash(identity)
     if previous is not None:
         _check_same_probe(output_dir, previous, identity, digest)
+        _check_same_tasks(output_dir, previous, examples)
         if previous["status"] == STATUS_COMPLETE:
             logger.info(f"probe: run in {output_dir} is already complete (config {digest[:19]}); not repeating it")
             return previous
@@ -88,6 +89,7 @@ def run_probe(
     args = _grpo_config(config, output_dir, device, show_progress)  # sets up a launched run's process group
     main = args.process_index == 0
     manifest = _start_manifest(config, probe_ids, base_model, digest, device, steps_per_epoch, previous)
+    manifest["tasks_sha256"] = tasks_digest(examples)
     from trajval_ops.probe.progress import NonFiniteGuard, ProbeProgress, quiet_trainer
 
     progress = ProbeProgress(config, output_dir, base_model, steps_per_epoch, manifest, show_progress)
@@ -391,6 +393,26 @@ def _check_same_probe(output_dir: Path, previous: dict, identity: dict, digest: 
         f"{output_dir} holds a probe run with a different configuration (hash {previous.get('config_hash')} "
         f"vs {digest}; differs in {changed or 'unknown fields'}); use another output_dir or delete it"
     )
+
+
+def tasks_digest(examples: Sequence[dict]) -> str:
+    """The sha256 of what the probe trains on (each example's messages and ground truth, in
+    order): the ids the config hash holds do not say that a row's prompt or truth changed."""
+    from trajval_ops.canonical import stable_hash
+
+    return stable_hash([[example["messages"], example["truth"]] for example in examples])
+
+
+def _check_same_tasks(output_dir: Path, previous: dict, examples: Sequence[dict]) -> None:
+    """A probe of the same ids whose tasks' content changed (a fixed prompt or ground truth) is
+    another probe: a finished one is not reused, an unfinished one does not go on on the new
+    tasks. A manifest written before the digest existed is not compared."""
+    recorded = previous.get("tasks_sha256")
+    if recorded is not None and recorded != tasks_digest(examples):
+        raise ProbeDirectoryError(
+            f"{output_dir} holds a probe of the same task ids whose prompts or ground truths were others (tasks "
+            f"sha256 {recorded[:12]}... vs {tasks_digest(examples)[:12]}...): its checkpoints trained on those; "
+            "use another output_dir, or delete it to train on the tasks as they are now")
 
 
 def _check_same_numerics(output_dir: Path, previous: dict, here: dict[str, str]) -> None:
