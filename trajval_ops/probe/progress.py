@@ -129,20 +129,34 @@ class NonFiniteGuard(TrainerCallback):
     def __init__(self, what: str, precision: str, learning_rate: float):
         self.what, self.precision, self.learning_rate = what, precision, learning_rate
 
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        # the step's log comes after every callback's on_step_end, and a held-out evaluation there
+        # (a validation unit's) would sample from non-finite weights first: checked here too, once
+        # per step (one device sync), ahead of the callbacks after this one
+        import torch
+
+        if model is not None:
+            finite = [torch.isfinite(p).all() for p in model.parameters() if p.is_floating_point()]
+            if finite and not bool(torch.stack(finite).all()):
+                self._stop(state.global_step, "a weight after the update", "not finite")
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         for key in self.WATCHED:
             value = (logs or {}).get(key)
             if value is not None and not math.isfinite(float(value)):
-                from trajval_ops.errors import TrainingDiverged
+                self._stop(state.global_step, key, value)
 
-                remedy = {"bf16": "precision: bf16-mixed or fp32 (bf16 weights went non-finite for "
-                                  "SmolLM2-135M-Instruct on a GPU)",
-                          "bf16-mixed": "precision: fp32, or a lower learning_rate or max_grad_norm",
-                          }.get(self.precision, "a lower learning_rate or max_grad_norm")
-                raise TrainingDiverged(
-                    f"{self.what}: step {state.global_step}: {key} is {value} (precision {self.precision}, learning "
-                    f"rate {self.learning_rate:g}); training stopped before a checkpoint of this step was written. "
-                    f"Remedy: {remedy}")
+    def _stop(self, step: int, what: str, value) -> None:
+        from trajval_ops.errors import TrainingDiverged
+
+        remedy = {"bf16": "precision: bf16-mixed or fp32 (bf16 weights went non-finite for "
+                          "SmolLM2-135M-Instruct on a GPU)",
+                  "bf16-mixed": "precision: fp32, or a lower learning_rate or max_grad_norm",
+                  }.get(self.precision, "a lower learning_rate or max_grad_norm")
+        raise TrainingDiverged(
+            f"{self.what}: step {step}: {what} is {value} (precision {self.precision}, learning "
+            f"rate {self.learning_rate:g}); training stopped before a checkpoint of this step was written. "
+            f"Remedy: {remedy}")
 
 
 @contextmanager
