@@ -422,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", help=argparse.SUPPRESS)
     parser.add_argument("--options", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    from trajval_ops.lifetime import die_with_parent
+
+    die_with_parent()  # a part (up to 26 GiB of GPU memory) or the bench cut short ends with its parent
     if args.part:  # a child: one part, its record as the last line of stdout
         import torch
 
