@@ -163,6 +163,14 @@ def test_parquet_input_gives_the_jsonl_input_result(default_runs):
     assert default_runs["from_parquet"].read_bytes() == default_runs["jsonl"].read_bytes()
 
 
+def test_json_export_is_the_jsonl_export(default_runs):
+    # a `.json` export path is JSON lines through write_table, as under Ray: before, Data-Juicer's
+    # pandas writer rounded floats, wrote `1` as `1.0` and the mixed columns as strings
+    tmp = default_runs["tmp"]
+    export = run(tmp, "score_pool.yaml", tmp / "pool.jsonl", tmp / "out.json")
+    assert export.read_bytes() == default_runs["jsonl"].read_bytes()
+
+
 def test_parquet_pool_written_by_other_tools(tmp_path, fixture_rows):
     """A pool written with plain pyarrow (as verl's preprocessing scripts do)."""
     import pyarrow as pa

@@ -55,6 +55,13 @@ def test_a_missing_pool_file(tmp_path):
     assert not (tmp_path / "out.jsonl").exists()
 
 
+def test_a_sharded_export(tmp_path):
+    # Data-Juicer's shard writer swallowed a shard's write error: an empty file and exit 0
+    result = dj_process({**_score_recipe(tmp_path, FIXTURE_POOL), "export_shard_size": 1 << 20}, tmp_path)
+    _ends_with_one_error_block(result, "export_shard_size = 1048576: a trajval run exports one file")
+    assert not list(tmp_path.glob("out*.jsonl"))
+
+
 def test_a_parameter_of_the_wrong_type(tmp_path):
     result = dj_process(_score_recipe(tmp_path, FIXTURE_POOL, eps=True), tmp_path)  # YAML `true` for a float
     _ends_with_one_error_block(result, "trajval_learnability_mapper: parameter 'eps' = True: Input should be a "

@@ -1,5 +1,5 @@
 """The run's export written exactly: Data-Juicer's exporter (default executor) and Ray's dataset
-writers (Ray executor) write local JSONL and parquet through
+writers (Ray executor) write local JSONL (``.jsonl`` and ``.json``: JSON lines) and parquet through
 :func:`trajval_ops.pools.io.write_table` (atomically, every value as it was read); Data-Juicer's
 writer works row by row and straight into ``export_path``, Ray's rounds floats to 10 digits.
 Only the objects of a trajval run change."""
@@ -58,7 +58,9 @@ def _write_ray_dataset(dataset, path) -> None:
     logger.info(f"trajval_ops: wrote {table.num_rows} rows to {path}")
 
 
-_EXACT_SUFFIXES = ("jsonl", "parquet")
+#: a ``.json`` export is JSON lines, as Ray's ``write_json`` writes it (Data-Juicer's pandas
+#: writer would round floats, write ``1`` as ``1.0`` and mixed columns as strings)
+_EXACT_SUFFIXES = ("jsonl", "json", "parquet")
 
 
 def dropped_at_export(keep_stats: bool, keep_hashes: bool) -> set[str]:

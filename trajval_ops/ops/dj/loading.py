@@ -114,6 +114,7 @@ def _read_pool(cfg, path):
             entries[index][1]["budget_prior"] = spec
         check_alike_passes(entries)
         check_export_spares_pool(cfg, path)
+        check_export_unsharded(cfg)
         table = read_table(path)
         check_column_names(table, path)
     logger.info(f"trajval_ops: loaded {table.num_rows} rows from {path} ({_describe_columns(table)})")
@@ -143,6 +144,19 @@ def check_export_spares_pool(cfg, dataset_path) -> None:
     export_path = getattr(cfg, "export_path", None)
     if export_path:
         check_output_spares_inputs(export_path, {"dataset_path": dataset_path}, output_name="export_path")
+
+
+def check_export_unsharded(cfg) -> None:
+    """Refuse ``export_shard_size`` > 0 before anything runs: Data-Juicer's shard writer rounds
+    floats, writes non-atomically and swallows a shard's write error (an empty file, exit 0);
+    a trajval run's export is one file written by :func:`trajval_ops.pools.io.write_table`."""
+    size = getattr(cfg, "export_shard_size", 0) or 0
+    if size > 0:
+        from trajval_ops.errors import TrajvalInputError
+
+        raise TrajvalInputError(f"export_shard_size = {size}: a trajval run exports one file, written exactly and "
+                                "atomically (Data-Juicer's shard writer drops a shard's write errors); set "
+                                "export_shard_size to 0 and split the export afterwards if needed")
 
 
 def ray_block_rows(cfg) -> int:
