@@ -91,6 +91,52 @@ def test_curve_metrics_refuses_its_method_file_as_output(tmp_path, capsys):
     assert "--method file" in capsys.readouterr().err and digest(method) == before
 
 
+@pytest.mark.parametrize("option", ["--report", "--duplicates"])
+def test_import_pool_refuses_a_side_file_over_its_output(tmp_path, capsys, option):
+    from trajval_ops.cli import import_pool
+
+    out = tmp_path / "out.jsonl"
+    assert import_pool.main([str(FIXTURE_POOL), str(out), option, str(out), "--no-progress"]) == 2
+    name = {"--report": "report", "--duplicates": "duplicates file"}[option]
+    assert f"{name} '{out}' is the output '{out}'" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_transfer_prior_refuses_a_report_over_its_output(tmp_path, capsys):
+    from trajval_ops.cli import transfer_prior
+
+    out = tmp_path / "out.jsonl"
+    assert transfer_prior.main([str(FIXTURE_POOL), str(FIXTURE_POOL), str(out), "--source-regime", "r",
+                                "--report", str(out)]) == 2
+    assert f"--report '{out}' is the output '{out}'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_make_pool_refuses_an_out_over_an_exclude_file(tmp_path, capsys):
+    from trajval_ops.cli import make_pool
+
+    pool = tmp_path / "pool.jsonl"
+    shutil.copy(FIXTURE_POOL, pool)
+    before = digest(pool)
+    assert make_pool.main(["--preset", "math", "--size", "4", "--exclude", str(pool), "--out", str(pool)]) == 2
+    assert f"--out '{pool}' is the --exclude file '{pool}'" in capsys.readouterr().err
+    assert digest(pool) == before
+
+
+def test_make_pool_refuses_a_split_file_over_an_exclude_file(tmp_path, capsys):
+    from trajval_ops.cli import make_pool
+
+    folder = tmp_path / "splits"
+    folder.mkdir()
+    tuning = folder / "tuning.jsonl"
+    shutil.copy(FIXTURE_POOL, tuning)
+    before = digest(tuning)
+    assert make_pool.main(["--preset", "math", "--splits", "pool=4,tuning=2", "--exclude", str(tuning),
+                           "--out", str(folder)]) == 2
+    assert f"--splits file tuning.jsonl '{tuning}' is the --exclude file '{tuning}'" in capsys.readouterr().err
+    assert digest(tuning) == before and sorted(p.name for p in folder.iterdir()) == ["tuning.jsonl"]
+
+
 @pytest.mark.parametrize("recipe", ["score_pool.yaml", "resample_pool.yaml"])
 def test_dj_process_refuses_an_export_path_equal_to_the_dataset_path(tmp_path, recipe):
     pool = tmp_path / "pool.jsonl"

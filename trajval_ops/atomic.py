@@ -88,6 +88,24 @@ def check_output_spares_inputs(output: str | os.PathLike, inputs: dict[str, str 
                                       f"input; choose an {output_name} outside it")
 
 
+def check_outputs_spare_inputs(outputs: dict[str, str | os.PathLike | None],
+                               inputs: dict[str, str | os.PathLike | None]) -> None:
+    """Refuse outputs that would replace an input (:func:`check_output_spares_inputs`) or one
+    another (two outputs naming one file: the later write would replace the earlier one),
+    before anything is read or written.
+
+    :param outputs: name -> path of each output (None entries are skipped).
+    :raises InputOverwriteError: naming both paths.
+    """
+    named = [(name, path) for name, path in outputs.items() if path is not None]
+    for index, (name, path) in enumerate(named):
+        check_output_spares_inputs(path, inputs, output_name=name)
+        for other, other_path in named[:index]:
+            if same_path(path, other_path):
+                raise InputOverwriteError(f"{name} {str(path)!r} is the {other} {str(other_path)!r}: one would "
+                                          f"replace the other; choose another {name}")
+
+
 def jsonable(obj: Any, nan_as_null: bool = False) -> Any:
     """Plain JSON values, recursively: numpy scalars and arrays to Python, bytes to text, and
     with ``nan_as_null`` NaN to None (strict JSON has no NaN; reports use it, pool rows keep

@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         mix_summary,
         preset_mix,
     )
+    from trajval_ops.atomic import check_outputs_spare_inputs
     from trajval_ops.errors import first_few
     from trajval_ops.pools.io import read_rows, write_rows
     from trajval_ops.rows import row_label
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     if args.splits is not None:
         return _write_splits(args)
     try:
+        check_outputs_spare_inputs({"--out": args.out}, excluded_inputs(args.exclude))
         rows = generate_pool(preset_mix(args.preset, args.mix), DEFAULT_SIZE if args.size is None else args.size,
                              args.seed, answer_instruction=not args.no_answer_instruction,
                              exclude=excluded_prompts(args.exclude))
@@ -94,7 +96,7 @@ def _write_splits(args: argparse.Namespace) -> int:
     each file written atomically, the manifest last."""
     from pathlib import Path
 
-    from trajval_ops.atomic import write_json
+    from trajval_ops.atomic import check_outputs_spare_inputs, write_json
     from trajval_ops.errors import TrajvalInputError
     from trajval_ops.pools.generate import (
         REASONING_GYM_VERSION,
@@ -109,6 +111,10 @@ def _write_splits(args: argparse.Namespace) -> int:
         if args.size is not None:
             raise ValueError("--size and --splits exclude each other (the splits' sizes are the pool's)")
         splits = parse_splits(args.splits)
+        folder = Path(args.out)
+        check_outputs_spare_inputs({**{f"--splits file {name}.jsonl": folder / f"{name}.jsonl" for name in splits},
+                                    f"--splits manifest {SPLITS_MANIFEST}": folder / SPLITS_MANIFEST},
+                                   excluded_inputs(args.exclude))
         mix = preset_mix(args.preset, args.mix)
         exclude = excluded_prompts(args.exclude)
         rows = generate_splits(mix, splits, args.seed, answer_instruction=not args.no_answer_instruction,
@@ -116,7 +122,6 @@ def _write_splits(args: argparse.Namespace) -> int:
     except (ValueError, TrajvalInputError) as err:
         print(f"make_pool: error: {err}", file=sys.stderr)
         return 2
-    folder = Path(args.out)
     if folder.suffix in (".jsonl", ".json", ".parquet"):
         print(f"make_pool: error: with --splits, --out names a folder (it gets <name>.jsonl per split), "
               f"got {args.out}", file=sys.stderr)
@@ -136,6 +141,12 @@ def _write_splits(args: argparse.Namespace) -> int:
                    for name, split_rows in rows.items()},
     })
     return 0
+
+
+def excluded_inputs(paths: list[str]) -> dict[str, str]:
+    """The ``--exclude`` files as inputs an output must spare (:func:`check_outputs_spare_inputs`)."""
+    return {f"--exclude file {index + 1}" if len(paths) > 1 else "--exclude file": path
+            for index, path in enumerate(paths)}
 
 
 def excluded_prompts(paths: list[str]) -> set[str]:

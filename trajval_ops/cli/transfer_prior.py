@@ -47,7 +47,7 @@ def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> arg
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit code 0, or 2 on bad input (unmatched rows under ``--unmatched error``, mixed regimes)."""
     args = parse_args(argv, prog=prog)
-    from trajval_ops.atomic import check_output_spares_inputs, write_json
+    from trajval_ops.atomic import check_outputs_spare_inputs, write_json
     from trajval_ops.pools.io import write_rows
     from trajval_ops.canonical import file_sha256
     from trajval_ops.pools.io import read_rows
@@ -56,9 +56,8 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
 
     report_path = args.report or f"{args.output}.report.json"
     try:
-        for name, path in (("output", args.output), ("report", report_path)):
-            check_output_spares_inputs(path, {"source pool": args.source, "target pool": args.target},
-                                       output_name=name)
+        check_outputs_spare_inputs({"output": args.output, "--report": report_path},
+                                   {"source pool": args.source, "target pool": args.target})
         rows, report = transfer_prior(
             read_rows(args.source), read_rows(args.target), regime=args.source_regime, match=args.match,
             source_key=args.source_key, target_key=args.target_key,

@@ -29,7 +29,7 @@ from loguru import logger
 
 from trajval_ops.pools.answers import BOXED_MARKER, GSM8K_MARKER, canonical_ground_truth, extract_answer
 from trajval_ops.pools.identity import PROMPT_HASH, TASK_ID, prompt_hash, prompt_messages
-from trajval_ops.atomic import atomic_open, check_output_spares_inputs, write_json
+from trajval_ops.atomic import atomic_open, check_outputs_spare_inputs, write_json
 from trajval_ops.pools.io import write_rows
 from trajval_ops.pools.io import read_rows
 from trajval_ops.errors import TrajvalInputError
@@ -218,8 +218,8 @@ def import_pool(input_path: str, output_path: str, *, format_name: str = "auto",
     """
     report_path = report_path or f"{output_path}.report.json"
     duplicates_path = duplicates_path or f"{output_path}.duplicates.jsonl"
-    for name, path in (("output", output_path), ("report", report_path), ("duplicates file", duplicates_path)):
-        check_output_spares_inputs(path, {"input pool": input_path}, output_name=name)
+    check_outputs_spare_inputs({"output": output_path, "report": report_path, "duplicates file": duplicates_path},
+                               {"input pool": input_path})
     rows = read_rows(input_path)
     try:
         first = next(rows)
