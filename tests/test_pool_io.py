@@ -88,6 +88,20 @@ def test_big_integers_and_empty_containers(tmp_path):
     assert canonical(out) == canonical(rows)
 
 
+@pytest.mark.parametrize("value", [{}, {"a": {}, "b": 1}, [{}], [{"a": [{}]}]])
+def test_empty_objects_round_trip_through_parquet_and_jsonl(tmp_path, value):
+    # a struct without fields (what `{}` gives) cannot be written to parquet: the column is exact JSON
+    rows = [{"id": 1, "x": value}, {"id": 2, "x": value}]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    table = pool_io.read_table(src)
+    assert pool_io.is_json_type(table.schema.field("x").type)
+    for name in ("out.parquet", "out.jsonl"):
+        pool_io.write_table(table, tmp_path / name)
+        assert canonical(pool_io.read_rows(tmp_path / name)) == canonical(rows), name
+    assert list(pool_io.read_rows(tmp_path / "out.jsonl")) == rows
+
+
 def test_parquet_keeps_nested_fields_nested(tmp_path):
     import pyarrow.parquet as pq
 

@@ -113,7 +113,7 @@ _PRIMITIVE_TYPES = {str: "string", bool: "bool", int: "int64", float: "float64"}
 
 def _chunk_array(values: list):
     """One chunk of a column: native when every row has the key and Arrow round-trips the
-    values exactly, else ``arrow.json``."""
+    values exactly (and parquet can store the type: no struct without fields), else ``arrow.json``."""
     import pyarrow as pa
 
     kinds = set(map(type, values))
@@ -150,6 +150,8 @@ def _nested_array(values: list):
         array = pa.array(values)
     except arrow_errors:
         return json_array(values)
+    if _has_fieldless_struct(array.type):  # `{}` somewhere: parquet cannot write a struct without fields
+        return json_array(values)
     if _exact_by_construction(array):
         return array
     try:
@@ -159,6 +161,20 @@ def _nested_array(values: list):
         distinct = values
     probe = array if distinct is values else pa.array(distinct, type=array.type)
     return array if _same_json(distinct, probe.to_pylist()) else json_array(values)
+
+
+def _has_fieldless_struct(arrow_type) -> bool:
+    """Whether an Arrow type holds a struct without fields (what an empty object ``{}`` gives,
+    at any depth), which parquet cannot store."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(arrow_type):
+        return arrow_type.num_fields == 0 or any(_has_fieldless_struct(field.type) for field in arrow_type)
+    if pa.types.is_map(arrow_type):
+        return _has_fieldless_struct(arrow_type.key_type) or _has_fieldless_struct(arrow_type.item_type)
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
+        return _has_fieldless_struct(arrow_type.value_type)
+    return False
 
 
 def _exact_by_construction(array) -> bool:
