@@ -263,6 +263,19 @@ def test_a_pool_folder_leaves_out_work_folders_and_hidden_files(tmp_path):
     assert pool_io.read_table(tmp_path).to_pylist() == [{"id": 1}]
 
 
+def test_a_pool_folder_leaves_out_hidden_folders(tmp_path):
+    # a notebook's checkpoint copy of a pool file duplicated every row silently
+    (tmp_path / "part-0.jsonl").write_text('{"id": 1}\n')
+    for hidden in (".ipynb_checkpoints", "sub/.cache"):
+        (tmp_path / hidden).mkdir(parents=True)
+        (tmp_path / hidden / "part-0.jsonl").write_text('{"id": 1}\n')
+    (tmp_path / "sub" / "part-1.jsonl").write_text('{"id": 2}\n')
+    assert pool_io.pool_files(tmp_path) == [tmp_path / "part-0.jsonl", tmp_path / "sub" / "part-1.jsonl"]
+    assert pool_io.read_table(tmp_path).to_pylist() == [{"id": 1}, {"id": 2}]
+    # a pool folder that itself lies below a hidden folder is read
+    assert pool_io.read_table(tmp_path / "sub" / ".cache").to_pylist() == [{"id": 1}]
+
+
 @pytest.mark.parametrize("text, message", [
     ('{"a": ' + "[" * 5000 + "]" * 5000 + "}\n", "nested deeper than can be read"),
     ('{"id": 1, "prompt": "x\\ud800y"}\n', r"lone surrogate escape \(\\ud800"),

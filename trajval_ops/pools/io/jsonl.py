@@ -40,18 +40,24 @@ def may_hold_long_integer(data: bytes) -> bool:
 def pool_files(path: str | os.PathLike) -> list[Path]:
     """The pool files of ``path``: the file itself, or a folder's JSONL (also gzipped) and
     parquet files (recursively, sorted), leaving out hidden files (an interrupted atomic write)
-    and the work folders Data-Juicer leaves beside an export (their event logs are not rows)."""
+    and everything in hidden folders (``.ipynb_checkpoints``, ``.git``: copies, not rows) below
+    it, and the work folders Data-Juicer leaves beside an export (their event logs are not rows)."""
     path = Path(path)
     if path.is_file():
         return [path]
     if path.is_dir():
         work = {folder for folder in path.rglob("*") if folder.is_dir() and _is_data_juicer_work_folder(folder)}
         files = sorted(p for p in path.rglob("*") if p.is_file() and _pool_kind(p) is not None
-                       and not p.name.startswith(".") and not any(parent in work for parent in p.parents))
+                       and not _hidden_below(p, path) and not any(parent in work for parent in p.parents))
         if not files:
             raise TrajvalInputError(f"{path}: no .jsonl, .json or .parquet file in this folder (nor a gzipped one)")
         return files
     raise TrajvalInputError(f"pool file not found: {path}")
+
+
+def _hidden_below(path: Path, folder: Path) -> bool:
+    """Whether a part of ``path`` below ``folder`` (the file's name or a folder's) starts with ``.``."""
+    return any(part.startswith(".") for part in path.relative_to(folder).parts)
 
 
 def _pool_kind(path: Path) -> str | None:
