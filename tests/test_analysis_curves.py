@@ -149,3 +149,11 @@ def test_auc_at_budgets_reads_each_curve_at_the_same_spend():
         auc_at_budgets(base, base_x, [0, 400])
     with pytest.raises(ValueError, match="increasing"):
         auc_at_budgets(base, [0, 100, 100, 300], base_x)
+
+
+def test_cli_names_a_folder_given_as_a_curve_file(tmp_path, capsys):
+    from trajval_ops.cli import curve_metrics
+
+    assert curve_metrics.main(["--method", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("curve_metrics: error: ") and "Is a directory" in err and "Traceback" not in err

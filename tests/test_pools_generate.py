@@ -144,3 +144,16 @@ def test_cli_check_flags_a_wrong_ground_truth(tmp_path, logic_pool):
     path = tmp_path / "pool.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     assert make_pool.main(["--check", str(path)]) == 1
+
+
+def test_cli_check_of_a_pool_it_cannot_check_is_one_message(tmp_path, capsys):
+    # a missing file, bad JSON, a pool make-pool did not generate: exit 2 and one line, no traceback
+    (tmp_path / "bad.jsonl").write_text('{"id": 1\n')
+    (tmp_path / "other.jsonl").write_text(json.dumps({"id": "t1", "prompt": [{"role": "user", "content": "1+1"}],
+                                                      "reward_model": {"ground_truth": "2"},
+                                                      "extra_info": {"index": "t1"}}) + "\n")
+    for name, message in (("missing.jsonl", "pool file not found"), ("bad.jsonl", "not valid JSON"),
+                          ("other.jsonl", "row 0 (id='t1') is not a row trajval make-pool generated")):
+        assert make_pool.main(["--check", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"make_pool: error: --check {tmp_path / name}: ") and message in err, err

@@ -146,6 +146,15 @@ def test_learnable_subset_keeps_profiles_not_a_score_threshold():
         TrajvalWeightedResampler(mode="learnable_subset").resample_table(table.drop_columns(["trajval_profile"]))
 
 
+def test_a_bad_profile_names_the_row_and_its_id():
+    import pyarrow as pa
+
+    table = pa.table({"id": ["a", "b"], "trajval_weight": [0.5, 0.5], "trajval_score": [0.1, 0.1],
+                      "trajval_profile": ["stable", "nonsense"]})
+    with pytest.raises(TrajvalInputError, match=r"row 1 \(id='b'\): field 'trajval_profile' = 'nonsense'"):
+        TrajvalWeightedResampler(mode="learnable_subset").resample_table(table)
+
+
 @pytest.mark.parametrize("mode", ["multinomial", "systematic"])
 def test_a_pool_drawn_by_its_weight_is_not_drawn_by_it_again(scored, mode):
     """A resampled pool's rows already come in proportion to w: a weighted sampler on it drew in

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
             n = curves.seed_average(next(iter(method.values()))).size
             steps = first + every * np.arange(n)
         metrics = curves.curve_metrics(method, baseline, steps=steps, window=args.window)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError) as err:  # OSError: a missing file, a folder, no permission
         print(f"curve_metrics: error: {err}", file=sys.stderr)
         return 2
     print(f"{'benchmark':16} {'Best Acc':>9} {'AUC':>8}" + (f" {'S2B %':>8}" if baseline else ""))

@@ -53,7 +53,6 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     from trajval_ops.pools.generate import (
         FAMILIES,
         PRESETS,
-        check_row,
         generate_pool,
         mix_summary,
         preset_mix,
@@ -70,7 +69,11 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
             print(f"preset {name}: " + ", ".join(f"{f}/{t}={s:g}" for (f, t), s in mix.items()))
         return 0
     if args.check:
-        failures = [row_label(row, i) for i, row in enumerate(read_rows(args.check)) if check_row(row) != 1.0]
+        try:
+            failures = [row_label(row, i) for i, row in enumerate(read_rows(args.check)) if _checked(row, i) != 1.0]
+        except TrajvalInputError as err:
+            print(f"make_pool: error: --check {args.check}: {err}", file=sys.stderr)
+            return 2
         if failures:
             print(f"{len(failures)} rows fail reasoning-gym's score_answer: {first_few(failures, 10)}", file=sys.stderr)
             return 1
@@ -89,6 +92,20 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     write_rows(args.out, rows)
     print(f"wrote {len(rows)} tasks to {args.out}: {mix_summary(rows)}")
     return 0
+
+
+def _checked(row: dict, position: int) -> float:
+    """reasoning-gym's score of one row of ``--check``; a row ``trajval make-pool`` did not
+    generate (no ``extra_info.generator``, an unknown family) is a user error naming it."""
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.pools.generate import check_row
+    from trajval_ops.rows import row_label
+
+    try:
+        return check_row(row)
+    except (KeyError, TypeError, ValueError, IndexError) as err:
+        raise TrajvalInputError(f"{row_label(row, position)} is not a row trajval make-pool generated (it regenerates "
+                                f"each row from extra_info.generator): {type(err).__name__}: {err}") from None
 
 
 def _write_splits(args: argparse.Namespace) -> int:

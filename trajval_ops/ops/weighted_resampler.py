@@ -163,7 +163,11 @@ class TrajvalWeightedResampler(Pipeline):
         profiles = np.asarray(table.column(self.profile_key).to_pylist(), dtype=object)
         bad = [i for i, p in enumerate(profiles) if p not in core.PROFILES]
         if bad:
-            raise TrajvalInputError(f"{OP_NAME}: row {bad[0]}: field '{self.profile_key}' = {profiles[bad[0]]!r} is "
+            from trajval_ops.pools.io import table_row
+            from trajval_ops.rows import row_label
+
+            label = row_label(table_row(table, bad[0]), bad[0], self.id_key)
+            raise TrajvalInputError(f"{OP_NAME}: {label}: field '{self.profile_key}' = {profiles[bad[0]]!r} is "
                                     f"not a profile ({', '.join(core.PROFILES)})")
         return profiles
 
