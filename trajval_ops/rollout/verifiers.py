@@ -539,17 +539,15 @@ class CustomVerifier(Verifier):
 def _source_digest(fn: Callable) -> str | None:
     """The sha256 of the file ``fn`` is defined in (its module: helpers it calls count too), or
     None where it has no source file (a builtin, a function made at run time)."""
-    import hashlib
     import inspect
+
+    from trajval_ops.canonical import file_sha256
 
     try:
         path = inspect.getsourcefile(fn)
     except TypeError:
         return None
-    if not path or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as source:
-        return hashlib.sha256(source.read()).hexdigest()
+    return file_sha256(path) if path and os.path.isfile(path) else None
 
 
 def load_function(spec: str) -> Callable:
