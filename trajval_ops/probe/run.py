@@ -71,10 +71,10 @@ def run_probe(
     logger.info(f"probe: generation with {engine} ({reason})")
     identity = {"config": config.identity(), "probe_ids": list(probe_ids), "device": device,
                 "trl": library_versions()["trl"]}
-    digest = config_hash(identity)
+    digest, tasks = config_hash(identity), tasks_digest(examples)
     if previous is not None:
         _check_same_probe(output_dir, previous, identity, digest)
-        _check_same_tasks(output_dir, previous, examples)
+        _check_same_tasks(output_dir, previous, tasks)
         if previous["status"] == STATUS_COMPLETE:
             logger.info(f"probe: run in {output_dir} is already complete (config {digest[:19]}); not repeating it")
             return previous
@@ -89,7 +89,7 @@ def run_probe(
     args = _grpo_config(config, output_dir, device, show_progress)  # sets up a launched run's process group
     main = args.process_index == 0
     manifest = _start_manifest(config, probe_ids, base_model, digest, device, steps_per_epoch, previous)
-    manifest["tasks_sha256"] = tasks_digest(examples)
+    manifest["tasks_sha256"] = tasks
     from trajval_ops.probe.progress import NonFiniteGuard, ProbeProgress, quiet_trainer
 
     progress = ProbeProgress(config, output_dir, base_model, steps_per_epoch, manifest, show_progress)
@@ -403,15 +403,16 @@ def tasks_digest(examples: Sequence[dict]) -> str:
     return stable_hash([[example["messages"], example["truth"]] for example in examples])
 
 
-def _check_same_tasks(output_dir: Path, previous: dict, examples: Sequence[dict]) -> None:
+def _check_same_tasks(output_dir: Path, previous: dict, tasks: str) -> None:
     """A probe of the same ids whose tasks' content changed (a fixed prompt or ground truth) is
     another probe: a finished one is not reused, an unfinished one does not go on on the new
-    tasks. A manifest written before the digest existed is not compared."""
+    tasks. ``tasks``: :func:`tasks_digest` of this run's examples. A manifest written before the
+    digest existed is not compared."""
     recorded = previous.get("tasks_sha256")
-    if recorded is not None and recorded != tasks_digest(examples):
+    if recorded is not None and recorded != tasks:
         raise ProbeDirectoryError(
             f"{output_dir} holds a probe of the same task ids whose prompts or ground truths were others (tasks "
-            f"sha256 {recorded[:12]}... vs {tasks_digest(examples)[:12]}...): its checkpoints trained on those; "
+            f"sha256 {recorded[:12]}... vs {tasks[:12]}...): its checkpoints trained on those; "
             "use another output_dir, or delete it to train on the tasks as they are now")
 
 
