@@ -49,6 +49,26 @@ def loguru_messages():
     return messages, lambda: logger.remove(handler)
 
 
+def run_counting_steps(rows, ids, config, out):
+    """``run_probe`` with the steps it trains and the messages it logs: ``(manifest, steps, messages)``."""
+    from transformers import TrainerCallback
+
+    class CountSteps(TrainerCallback):
+        def __init__(self):
+            self.steps = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.steps.append(state.global_step)
+
+    counter = CountSteps()
+    messages, stop = loguru_messages()
+    try:
+        manifest = run_probe(rows, ids, config, out, show_progress=False, extra_callbacks=[counter])
+    finally:
+        stop()
+    return manifest, counter.steps, messages
+
+
 def test_probe_run_checkpoints_manifest_reuse_and_refusal(tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -113,13 +133,6 @@ def test_interrupted_probe_resumes_from_last_checkpoint_in_the_uninterrupted_ord
             if state.global_step == 3:  # in epoch 2, after epoch 1's checkpoint (step 2)
                 raise KeyboardInterrupt("simulated kill")
 
-    class CountSteps(TrainerCallback):
-        def __init__(self):
-            self.steps = []
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.steps.append(state.global_step)
-
     rows = pool(4)
     ids = [r["id"] for r in rows]
     out, whole = tmp_path / "probe", tmp_path / "uninterrupted"
@@ -131,14 +144,9 @@ def test_interrupted_probe_resumes_from_last_checkpoint_in_the_uninterrupted_ord
     assert [c.step for c in list_checkpoints(out)] == [2]
     assert list((out / "checkpoint-2").glob("optimizer*"))  # resume state kept on the newest
 
-    counter = CountSteps()
-    messages, stop = loguru_messages()
-    try:
-        manifest = run_probe(rows, ids, config, out, show_progress=False, extra_callbacks=[counter])
-    finally:
-        stop()
+    manifest, steps, messages = run_counting_steps(rows, ids, config, out)
     assert any("resuming from checkpoint-2" in m for m in messages)
-    assert counter.steps == [3, 4, 5, 6]  # epoch 1 was not trained again
+    assert steps == [3, 4, 5, 6]  # epoch 1 was not trained again
     assert manifest["status"] == "complete" and manifest["resumed_from"] == ["checkpoint-2"]
     assert manifest["windows"] == {"early": ["base"], "late": ["epoch-3"]}
     assert len(manifest["train_reward_per_epoch"]) == 3  # epoch 1's rewards survive via trainer state
@@ -158,14 +166,6 @@ def test_a_probe_stopped_while_finishing_finishes_without_training_again(tmp_pat
     goes straight to finishing. (Before, it found nothing to resume from and trained from the
     start, each save stripping the new checkpoint's resume state.)"""
     import trajval_ops.probe.run as run
-    from transformers import TrainerCallback
-
-    class CountSteps(TrainerCallback):
-        def __init__(self):
-            self.steps = []
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.steps.append(state.global_step)
 
     def dying(output_dir, manifest):
         if manifest["status"] == "complete":
@@ -184,13 +184,8 @@ def test_a_probe_stopped_while_finishing_finishes_without_training_again(tmp_pat
     assert json.loads((out / "manifest.json").read_text())["status"] == "running"
     assert [(c.step, c.resumable) for c in list_checkpoints(out)] == [(3, False)]  # stripped before the kill
 
-    counter = CountSteps()
-    messages, stop = loguru_messages()
-    try:
-        manifest = run_probe(rows, ids, config, out, show_progress=False, extra_callbacks=[counter])
-    finally:
-        stop()
-    assert counter.steps == []
+    manifest, steps, messages = run_counting_steps(rows, ids, config, out)
+    assert steps == []
     assert any("checkpoint-3" in m and "training is done" in m for m in messages), messages
     assert manifest == load_manifest(out) and manifest["status"] == "complete" and manifest["resumed_from"] == []
     assert manifest["windows"] == {"early": ["base"], "late": ["epoch-3"]}
