@@ -162,6 +162,25 @@ def test_repeated_tasks_in_several_workers_are_warned_of(tmp_path, caplog_loguru
             "worker processes (num_proc)") in caplog_loguru.text
 
 
+def test_the_repeat_check_reads_only_the_rows_a_sampled_pass_measures(tmp_path, caplog_loguru):
+    """The check built every row's task: a row the sample leaves out, without a ground truth, was
+    refused with two workers and accepted with one; and copies among unmeasured rows, which share
+    no rollouts, were warned of."""
+    from trajval_ops.priors.sampled import stratified_sample
+    from trajval_ops.pools.io import table_from_columns
+
+    rows = _family_rows()
+    chosen = stratified_sample([r["id"] for r in rows], 0.25, 3, [r["family"] for r in rows])
+    left_out = [i for i, keep in enumerate(chosen) if not keep]
+    del rows[left_out[0]]["reward_model"]
+    copy = rows[left_out[2]]
+    rows[left_out[2]] = {**rows[left_out[1]], "id": copy["id"], "family": copy["family"]}  # both unmeasured
+    for workers in (1, 2):
+        op = _op(tmp_path, sample_fraction=0.25, sample_seed=3, sample_group_key="family", num_proc=workers)
+        op.check_pool(table_from_columns(dict(_batch(rows))))
+    assert "repeats tasks" not in caplog_loguru.text
+
+
 def test_a_sampled_pass_names_a_measured_row_by_its_id_not_by_a_wrong_position(tmp_path):
     """The rows a sampled pass rolls out are not contiguous in the pool: an error about one named
     the batch's first position plus its place among the chosen rows (row 3 for pool row 6). The

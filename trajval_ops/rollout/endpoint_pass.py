@@ -630,11 +630,18 @@ class EndpointPass:
         the transformers engine samples a call as a whole, so their pass rate can follow the
         workers' order (one worker samples a task in its own batch's company)."""
         from trajval_ops.pools.io import table_rows
+        from trajval_ops.rows import get_path
 
         if self.reuse is not None:
             return
-        hashes = [build_task(row, i, self.prompt, self.id_key, self.what).hash
-                  for i, row in enumerate(table_rows(table))]
+        hashes = []
+        for i, row in enumerate(table_rows(table)):
+            if self._sampled_ids is not None and repr(get_path(row, self.sample["id_key"], None)) not in self._sampled_ids:
+                continue  # a sampled pass never rolls out the rows it leaves out
+            try:
+                hashes.append(build_task(row, i, self.prompt, self.id_key, self.what).hash)
+            except TrajvalInputError:
+                continue  # the pass itself stops on that row, in its batch
         repeats = len(hashes) - len(set(hashes))
         if repeats:
             logger.warning(
