@@ -302,6 +302,21 @@ def test_passes_scored_by_two_readings_of_the_verifier_are_not_compared():
     assert measurement_difference({}, now) == ""  # a reused pass: nothing recorded, nothing compared
 
 
+def test_a_custom_verifier_recorded_before_its_module_digest_is_compared_without_it():
+    """A custom verifier's spec holds its module's sha256 since 2026-11-27: an early pass recorded
+    before beside a late pass recorded now was refused as measured otherwise, the module unchanged.
+    Two recorded digests that differ still are."""
+    from trajval_ops.measured_alike import measurement_difference
+
+    spec = {"name": "custom", "function": "my_reward:score", "timeout_s": 5.0}
+    now = {"verifier": {**spec, "source_sha256": "4c5f"}, "temperature": 1.0}
+    before = {"verifier": spec, "temperature": 1.0}
+    assert measurement_difference(before, now) == "" and measurement_difference(now, before) == ""
+    edited = {**now, "verifier": {**spec, "source_sha256": "0a1b"}}
+    assert measurement_difference(edited, now).startswith("verifier ")
+    assert measurement_difference(before, {**now, "temperature": 0.6}) == "temperature 1.0 vs 0.6"
+
+
 @pytest.mark.parametrize("option, value", [("--main-epochs", "nan"), ("--main-epochs", "inf"), ("--main-n", "0"),
                                            ("--pool-rows", "0"), ("--main-epochs", "-1")])
 def test_cost_refuses_a_main_run_that_is_no_number(capsys, option, value):

@@ -23,8 +23,10 @@ MEASUREMENT_SETTINGS = ("temperature", "top_p", "top_k", "max_new_tokens", "veri
 def measurement_difference(first: Mapping[str, Any], second: Mapping[str, Any]) -> str:
     """The :data:`MEASUREMENT_SETTINGS` two passes' provenance disagree on, ``max_new_tokens 8 vs
     16; ...`` ("" when none); a setting either does not record is not compared. A pass recorded
-    before verifiers had revisions read answers as revision 1."""
+    before verifiers had revisions read answers as revision 1; one recorded before a custom verifier's
+    spec held its module's sha256 is compared without it."""
     first, second = _with_revision(first), _with_revision(second)
+    first, second = _without_unrecorded_source(first, second)
     return "; ".join(f"{key} {first[key]!r} vs {second[key]!r}" for key in MEASUREMENT_SETTINGS
                      if key in first and key in second and first[key] != second[key])
 
@@ -33,6 +35,17 @@ def _with_revision(recorded: Mapping[str, Any]) -> Mapping[str, Any]:
     if "verifier" in recorded and "verifier_revision" not in recorded:
         return {**recorded, "verifier_revision": 1}
     return recorded
+
+
+def _without_unrecorded_source(first: Mapping[str, Any], second: Mapping[str, Any]) -> tuple[Mapping, Mapping]:
+    """Both provenances without their custom verifier's module sha256 where only one records it."""
+    from trajval_ops.rollout.verifiers import SOURCE_DIGEST
+
+    specs = [recorded.get("verifier") for recorded in (first, second)]
+    if not all(isinstance(spec, Mapping) for spec in specs) or sum(SOURCE_DIGEST in spec for spec in specs) != 1:
+        return first, second
+    return tuple({**recorded, "verifier": {k: v for k, v in spec.items() if k != SOURCE_DIGEST}}
+                 for recorded, spec in zip((first, second), specs))
 
 
 def entry_measurement(settings: dict[str, Any]) -> dict:

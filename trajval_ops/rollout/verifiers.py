@@ -493,6 +493,10 @@ def _parse_structure(text: str) -> Any:
 
 # ----------------------------------------------------------------------------- custom
 
+#: A custom verifier spec's key for its module file's sha256 (recorded since 2026-11-27).
+SOURCE_DIGEST = "source_sha256"
+
+
 class CustomVerifier(Verifier):
     """Any ``module:function`` taking ``(completion, ground_truth, row)`` and returning [0, 1].
 
@@ -512,7 +516,7 @@ class CustomVerifier(Verifier):
         self._source_sha256 = _source_digest(self._fn)
 
     def _options(self) -> dict:
-        return {"function": self.function, **({"source_sha256": self._source_sha256} if self._source_sha256 else {})}
+        return {"function": self.function, **({SOURCE_DIGEST: self._source_sha256} if self._source_sha256 else {})}
 
     def _check(self, completion, ground_truth, row) -> CheckResult:
         try:
