@@ -14,6 +14,8 @@ differently without the prior knowing); anything else is refused naming the row 
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -145,7 +147,8 @@ def _fraction_strings(rows, key: str, n: int | None, id_key, first_row, prefix: 
 
 
 def _checked_n(value: Any, where: str) -> int:
-    if (isinstance(value, bool) or not isinstance(value, (int, np.integer, float)) or not np.isfinite(value)
-            or value != int(value) or value < 1):  # NaN and inf first: int() of them is a bare error
+    if (isinstance(value, bool) or not isinstance(value, (int, np.integer, float))
+            or (isinstance(value, float) and not math.isfinite(value))  # int() of NaN or inf is a bare error
+            or value != int(value) or value < 1):
         raise TrajvalInputError(f"{where} = {value!r} must be a positive whole number of rollouts")
     return int(value)
