@@ -135,11 +135,13 @@ def test_the_cache_key_holds_what_fits_a_prompt_beyond_the_models_files(tmp_path
 
     default = run_key()
     assert "overlong_prompt" not in default and "tokenizer" not in default
-    cut = run_key(overlong_prompt="truncate_left")
-    assert cut["overlong_prompt"] == {"mode": "truncate_left", "max_model_len": 2048}
-    assert run_key(overlong_prompt="truncate_left", max_model_len=256)["overlong_prompt"]["max_model_len"] == 256
-    assert run_key(overlong_prompt="truncate_left",
-                   engine_kwargs={"max_model_len": 512})["overlong_prompt"]["max_model_len"] == 512
+    # the transformers engine cuts at the model's max_position_embeddings (2048), not at vLLM's setting
+    cut = run_key(overlong_prompt="truncate_left", max_model_len=256)
+    assert cut["overlong_prompt"] == {"mode": "truncate_left", "context": 2048}
+    for engine in ("vllm", "auto"):
+        assert run_key(overlong_prompt="truncate_left", engine=engine, max_model_len=256)["overlong_prompt"]["context"] == 256
+        assert run_key(overlong_prompt="truncate_left", engine=engine,
+                       engine_kwargs={"max_model_len": 512})["overlong_prompt"]["context"] == 512
     from trajval_ops.models import resolve_model
 
     tokenizer = run_key(engine_kwargs={"tokenizer": str(resolve_model("tiny-arith"))})["tokenizer"]
@@ -511,6 +513,23 @@ def test_overlong_prompt_is_an_error_or_cut_from_the_left(tmp_path):
     op.release()
 
 
+def test_auto_falling_back_to_transformers_cuts_where_vllm_would(tmp_path, monkeypatch):
+    """``auto``'s transformers fallback cut at the model's context, vLLM at ``max_model_len``; the
+    rollout cache's key, known before either starts, held vLLM's: a cache vLLM filled answered the
+    fallback with prompts cut elsewhere. The fallback now cuts at ``max_model_len`` too."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "vllm" else find_spec(name, *rest))
+    rows = [arithmetic_rows()[0], {"id": "long", "prompt": "add 1 " * 30 + "and 1", "reward_model": {"ground_truth": "2"}}]
+    statuses = {}
+    for engine in ("transformers", "auto"):
+        op = _op(tmp_path, use_cache=False, overlong_prompt="truncate_left", engine=engine, max_model_len=48)
+        statuses[engine] = op.process_batched(_batch(rows))["trajval_acc_early_status"]
+        op.release()
+    assert statuses == {"transformers": ["ok", "ok"], "auto": ["ok", "truncated_prompt"]}
+
+
 def test_duplicate_ids_stop_the_run_naming_both_rows(tmp_path):
     from data_juicer.core.data import NestedDataset
     from datasets import Dataset
@@ -608,6 +627,7 @@ def test_a_reused_early_pass_reads_the_pool_and_samples_nothing(tmp_path):
     (lambda rows: rows[0].update(base_n=2.5), r"field 'base_n' = 2.5 must be a positive whole number"),
     (lambda rows: rows[0].update(base_n=float("nan")), r"row 0 \(id=.*\): field 'base_n' = nan must be a positive"),
     (lambda rows: rows[1].update(base_n=float("inf")), r"row 1 \(id=.*\): field 'base_n' = inf must be a positive"),
+    (lambda rows: rows[1].update(base_n=2 ** 70), r"row 1 \(id=.*\): field 'base_n' = 1180591620717411303424 differs"),
 ])
 def test_a_reused_pass_refuses_values_out_of_range_and_a_missing_or_mixed_n(tmp_path, change, message):
     rows = _reused_rows()

@@ -89,7 +89,8 @@ class VerifierSettings(_Checked):
     overlong_prompt: str = setting(
         "error", "a rendered prompt longer than the model's context minus ``max_new_tokens``: ``error`` (default, "
         "naming the row and the lengths) or ``truncate_left`` (keep its last tokens; status ``truncated_prompt``, "
-        "counted and logged).", choices=("error", "truncate_left"))
+        "counted and logged). The context: the model's ``max_position_embeddings`` under the transformers engine; "
+        "under ``vllm`` and ``auto`` also at most ``max_model_len``, whichever engine runs.", choices=("error", "truncate_left"))
 
 
 @dataclass(frozen=True)
@@ -304,9 +305,9 @@ class EndpointPass:
 
     def _prompt_fitting(self) -> dict:
         """What decides a cached row's prompt beyond the model's own files, for the rollout cache's
-        key: ``truncate_left`` with the context it cuts to (vLLM's ``max_model_len``: ``error``
-        caches no overlong row), and a tokenizer ``engine_kwargs`` names (vLLM renders prompts with
-        its chat template). Each only where set, so caches of the defaults keep their key."""
+        key: ``truncate_left`` with the context it cuts to (:meth:`_cut_context`; ``error`` caches
+        no overlong row), and a tokenizer ``engine_kwargs`` names (vLLM renders prompts with its
+        chat template). Each only where set, so caches of the defaults keep their key."""
         from pathlib import Path
 
         from trajval_ops.rollout.cache import model_fingerprint
@@ -314,12 +315,25 @@ class EndpointPass:
         extra = dict(self.engine.engine_kwargs or {})
         key = {}
         if self.checks.overlong_prompt != "error":
-            key["overlong_prompt"] = {"mode": self.checks.overlong_prompt,
-                                      "max_model_len": extra.get("max_model_len", self.engine.max_model_len)}
+            key["overlong_prompt"] = {"mode": self.checks.overlong_prompt, "context": self._cut_context()}
         if extra.get("tokenizer"):
             tokenizer = Path(extra["tokenizer"])
             key["tokenizer"] = model_fingerprint(tokenizer) if tokenizer.is_dir() else str(extra["tokenizer"])
         return key
+
+    def _cut_context(self) -> int:
+        """The context ``truncate_left`` fits prompts into, known before any engine starts (a cached
+        row was cut there): the model's ``max_position_embeddings`` for the transformers engine;
+        vLLM's ``max_model_len`` (``engine_kwargs``' first) for vLLM and for ``auto``, whose
+        transformers fallback cuts there too, so one key means one cut whichever engine ran."""
+        import json
+
+        config = json.loads((self._model_path / "config.json").read_text()) \
+            if (self._model_path / "config.json").is_file() else {}
+        model_context = int(config.get("max_position_embeddings") or 2048)
+        if self.engine.engine == "transformers":
+            return model_context
+        return min(model_context, int((self.engine.engine_kwargs or {}).get("max_model_len", self.engine.max_model_len)))
 
     def _prepare(self) -> None:
         """Resolve the checkpoint and open its rollout cache (once per worker; no model load)."""
@@ -360,7 +374,8 @@ class EndpointPass:
                                  keep_completions=self.cache_settings.keep_completions,
                                  max_bad_truth_share=self.checks.max_bad_truth_share,
                                  overlong_prompt=self.checks.overlong_prompt, id_key=self.id_key, what=self.what,
-                                 budget=self.budget, early_key=self.early_key)
+                                 budget=self.budget, early_key=self.early_key,
+                                 cut_context=self._cut_context() if self.checks.overlong_prompt != "error" else None)
 
     def _ensure_session(self):
         """Start the engine, once per worker, when the first row missing from the cache needs it."""

@@ -121,12 +121,14 @@ class RolloutPass:
     :param budget: an :class:`~trajval_ops.rollout.budget.AdaptiveBudget` (rollouts in rounds, a
         row stopped once its weight is pinned), or None for a fixed ``n``.
     :param early_key: (an adaptive late pass) the field holding each row's early pass rate.
+    :param cut_context: the context ``truncate_left`` cuts prompts to at most (what the rollout
+        cache's key records; None: the engine's own).
     """
 
     def __init__(self, session, decoding: DecodingConfig, verifier, settings: PromptSettings = PromptSettings(),
                  cache=None, *, prompts_per_generate: int = 4, keep_completions: bool = False,
                  max_bad_truth_share: float = 0.0, overlong_prompt: str = "error", id_key: str | None = None,
-                 what: str = "", budget=None, early_key: str | None = None):
+                 what: str = "", budget=None, early_key: str | None = None, cut_context: int | None = None):
         if budget is not None and (decoding.temperature == 0 or budget.cap != decoding.n):
             raise ValueError("an adaptive budget samples in rounds at temperature > 0 up to its cap, the pass's n")
         self._session = session
@@ -134,7 +136,7 @@ class RolloutPass:
         self.prompts_per_generate = int(prompts_per_generate)
         self.keep_completions = keep_completions
         self.max_bad_truth_share = float(max_bad_truth_share)
-        self.overlong_prompt = overlong_prompt
+        self.overlong_prompt, self.cut_context = overlong_prompt, cut_context
         self.id_key, self.what = id_key, what
         self.budget, self.early_key = budget, early_key
         self.counters = PassCounters()
@@ -320,8 +322,9 @@ class RolloutPass:
     def _fit(self, prompt: str, task: Task) -> tuple[str, str]:
         """The prompt within the model's context (minus ``max_new_tokens``) and its status."""
         session = self.session
+        context = session.max_context if self.cut_context is None else min(session.max_context, self.cut_context)
         try:
-            prompt, cut_from = fit_prompt(session.tokenizer, prompt, session.max_context,
+            prompt, cut_from = fit_prompt(session.tokenizer, prompt, context,
                                           self.decoding.max_new_tokens, self.overlong_prompt)
         except OverflowError as exc:
             raise TrajvalInputError(f"{self._prefix}{task.label}: field '{self.settings.prompt_key}': {exc}") from None
@@ -330,7 +333,7 @@ class RolloutPass:
         self.counters.truncated += 1
         if self.counters.truncated <= WARN_LIMIT:
             logger.warning(f"{self.what}: {task.label}: prompt of {cut_from} tokens cut to its last "
-                           f"{session.max_context - self.decoding.max_new_tokens}")
+                           f"{context - self.decoding.max_new_tokens}")
         return prompt, STATUS_TRUNCATED
 
     def _sample_call(self, tasks: list[Task], rows: list[Mapping], fresh: list[bool]) -> list[dict]:
