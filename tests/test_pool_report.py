@@ -196,6 +196,22 @@ def test_comparison_with_a_second_pool(fixture_files, tmp_path):
     assert "Agreement with" in (tmp_path / "r" / "index.html").read_text()
 
 
+def test_a_sampled_prior_compared_is_read_on_its_measured_rows(fixture_files, tmp_path):
+    """--compare drops a sampled prior's predicted rows (null pass rates) as --pool does, and
+    counts them; they used to stop the report with 'trajval_r_early is missing (null)'."""
+    rows = fixture_files["rows"]
+    other = [{"id": r["id"], "trajval_r_early": r["trajval_r_early"], "trajval_r_late": r["trajval_r_late"],
+              "trajval_predicted": False} for r in rows[:30]]
+    other += [{"id": r["id"], "trajval_r_early": None, "trajval_r_late": None, "trajval_predicted": True}
+              for r in rows[30:]]
+    other_path = write_jsonl(tmp_path / "sampled.jsonl", other[::-1])  # a predicted row first
+    summary = build_report(fixture_files["pool"], tmp_path / "r", compare_path=other_path)
+    comp = summary["comparison"]
+    assert comp["n_shared"] == 30 and comp["predicted_rows_left_out"] == 30
+    assert comp["spearman_r_early"] == pytest.approx(1.0)
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["comparison"]["predicted_rows_left_out"] == 30
+
+
 def test_analysis_does_not_import_data_juicer():
     import subprocess
     import sys

@@ -231,13 +231,15 @@ def _trajectory_section(cols, traj_path, trajectory_key, id_key, window):
 def _comparison_section(cols, other_path, id_key):
     """Agreement of this pool with another estimate of the same tasks (e.g. a second probe set or
     the oracle run), over the ids both hold."""
-    other = pool_columns.pool_columns(list(read_rows(other_path)), id_key=id_key)
+    rows, predicted = _measured_rows(list(read_rows(other_path)), other_path)
+    other = pool_columns.pool_columns(rows, id_key=id_key)
     here, there = pool_columns.join_on_id(cols["id"], other["id"])
     if here.size < 2:
         raise TrajvalInputError(f"{other_path}: fewer than 2 ids shared with the pool; nothing to compare")
     keys = ("r_early", "r_late", "score", "profile")
     result = agreement.estimate_agreement({k: cols[k][here] for k in keys}, {k: other[k][there] for k in keys})
     result["pool"] = str(other_path)
+    result["predicted_rows_left_out"] = predicted
     result["score_distribution"] = agreement.score_distribution(
         other["profile"], other["score"], other["weight"], other["eps"]
     )
@@ -274,13 +276,14 @@ FIGURE_CAPTIONS = {
 }
 
 
-def _measured_rows(rows: list[dict]) -> tuple[list[dict], int]:
-    """The rows whose pass rates were measured, and how many a sampled prior predicted instead."""
+def _measured_rows(rows: list[dict], path) -> tuple[list[dict], int]:
+    """The rows whose pass rates were measured, and how many a sampled prior predicted instead
+    (``--pool`` and ``--compare`` alike)."""
     measured = [row for row in rows if row.get(fields.PREDICTED) is not True]
     predicted = len(rows) - len(measured)
     if predicted:
-        logger.info(f"report: {predicted} rows whose score was predicted ({fields.PREDICTED}) are left out: the "
-                    "report reads measured pass rates")
+        logger.info(f"report: {predicted} rows of {path} whose score was predicted ({fields.PREDICTED}) are left "
+                    "out: the report reads measured pass rates")
     return measured, predicted
 
 
@@ -306,7 +309,7 @@ def build_report(
         oracle run — for Spearman / kappa agreement on the shared ids.
     """
     out_dir = Path(out_dir)
-    rows, predicted = _measured_rows(list(read_rows(pool_path)))
+    rows, predicted = _measured_rows(list(read_rows(pool_path)), pool_path)
     cols = pool_columns.pool_columns(rows, alpha=alpha, eps=eps, id_key=id_key)
     n = len(rows)
     logger.info(f"report: {n} rows from {pool_path}; computed here: {cols['computed'] or 'nothing'}")
