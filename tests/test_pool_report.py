@@ -141,6 +141,21 @@ def test_cli_builds_and_reports_bad_input(fixture_files, tmp_path, capsys):
     assert "line 2" in capsys.readouterr().err
 
 
+def test_cli_reports_a_manifest_that_is_a_folder(fixture_files, tmp_path, capsys):
+    """A folder given as --manifest is a one-line error naming it and exit 2 (it was an
+    IsADirectoryError traceback); so is a missing manifest."""
+    tool = load_tool("report")
+    folder = tmp_path / "probe_dir"
+    folder.mkdir()
+    for manifest, reason in ((folder, "Is a directory"), (tmp_path / "absent.json", "No such file")):
+        assert tool.main(["--pool", str(fixture_files["pool"]), "--manifest", str(manifest),
+                          "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("report: error: ") and "\n" not in err
+        assert str(manifest) in err and reason in err
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("row, message", [
     ({"id": "r7", "trajval_r_early": 1.5, "trajval_r_late": 0.2}, "id='r7'.*trajval_r_early.*outside"),
     ({"id": "r8", "trajval_r_late": 0.2}, "id='r8'.*trajval_r_early.*missing"),

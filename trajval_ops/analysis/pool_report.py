@@ -186,6 +186,8 @@ def _load_manifest(path) -> dict:
             manifest = json.load(handle)
     except ValueError as err:
         raise TrajvalInputError(f"{path}: malformed JSON manifest ({err})") from None
+    except OSError as err:  # missing, a folder, no permission
+        raise TrajvalInputError(f"{path}: cannot read the manifest ({err.strerror or err})") from None
     if not isinstance(manifest, dict):
         raise TrajvalInputError(f"{path}: the manifest must be a JSON object")
     rewards = manifest.get("train_reward_per_epoch")

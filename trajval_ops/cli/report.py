@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
             alpha=args.alpha, eps=args.eps, id_key=args.id_key,
             trajectory_key=args.trajectory_key, window=args.window,
         )
-    except (TrajvalInputError, ValueError, FileNotFoundError) as err:
+    except (TrajvalInputError, ValueError, OSError) as err:  # OSError: a missing input, a folder, no permission
         print(f"report: error: {err}", file=sys.stderr)
         return 2
     print(f"{args.out}/index.html ({summary['rows']} rows, {len(summary['figures'])} figures)")
