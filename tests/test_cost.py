@@ -354,3 +354,43 @@ def test_a_stage_read_by_any_of_the_recipes_priors_is_not_flagged(tmp_path, caps
     assert cost_cli.main(["--config", str(path), "--pool-rows", "600"]) == 0
     out = capsys.readouterr().out
     assert "priors: trajval (" in out and "; variance (eps 0.05)" in out and "does not read" not in out
+
+
+def test_an_extra_pass_no_prior_reads_is_flagged_and_still_priced(tmp_path, capsys):
+    """An extra pass (not a window) whose field no learnability mapper reads, as the validation
+    probe's per-epoch and other-model passes, was shown with no note; it is flagged as the late
+    pass of a one-pass prior is, and priced all the same. The sampled prior's short pass, a
+    prediction feature of the mapper, is read and stays unflagged."""
+    recipe = yaml.safe_load((REPO / "recipes" / "demo_sampled.yaml").read_text())
+    short = recipe["process"][1]["trajval_endpoint_reward_mapper"]
+    assert short["output_key"] == "trajval_r_early_short"
+    for key, model in (("trajval_acc_epoch_1", "manifest:outputs/demo/probe#late[0]"),
+                       ("trajval_r_early_other_model", "tiny-arith-seed1")):
+        recipe["process"].insert(-1, {"trajval_endpoint_reward_mapper": short | {"output_key": key, "model": model}})
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    report = run_json(capsys, "--config", str(path), "--pool-rows", "600")
+    flags = {stage.get("output_key", "probe"): stage.get("read_by_prior", True) for stage in report["stages"]}
+    assert flags == {"probe": True, "trajval_r_early_short": True, "trajval_r_early": True, "trajval_r_late": True,
+                     "trajval_acc_epoch_1": False, "trajval_r_early_other_model": False}
+    assert report["completions"] == sum(stage["completions"] for stage in report["stages"])
+    assert report["completions"] == 75 * 8 * 8 + 3 * 600 * 4 + 2 * 150 * 16  # 3 full n = 4 passes, 2 sampled
+    assert cost_cli.main(["--config", str(path), "--pool-rows", "600"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    noted = [line.split()[1] for line in lines if "the trajval prior does not read this stage" in line]
+    assert noted == ["trajval_acc_epoch_1", "trajval_r_early_other_model"]
+
+
+def test_a_pass_a_read_pass_reuses_is_read():
+    """An extra pass whose field the early window reuses (reuse_key) is read by the prior
+    through that pass: not flagged."""
+    recipe = yaml.safe_load(DEMO.read_text())
+    early = recipe["process"][1]["trajval_endpoint_reward_mapper"]
+    assert early["window"] == "early"
+    measured = {k: v for k, v in early.items() if k != "window"} | {"output_key": "base_pass_rate"}
+    early.update(reuse_key="base_pass_rate", reuse_n_key="base_pass_rate_n")
+    recipe["process"].insert(1, {"trajval_endpoint_reward_mapper": measured})
+    report = recipe_cost(recipe, 600)
+    assert [(s["stage"], s.get("read_by_prior", True)) for s in report["stages"]] == [
+        ("probe", True), ("extra", True), ("early", True), ("late", True)]
+    assert report["completions"] == 75 * 8 * 8 + 2 * 600 * 16

@@ -139,13 +139,27 @@ def probe_run_elsewhere(recipe: Mapping[str, Any]) -> dict | None:
 
 def recipe_priors(recipe: Mapping[str, Any]) -> list[tuple[Any, list[str]]]:
     """Each learnability mapper's prior (from the registry) and the pass-rate fields it reads,
-    in recipe order."""
+    in recipe order: its windows' passes, then the features it predicts unmeasured rows from
+    (``predict_features``: a short pass over every row, a stage ``extra``)."""
     from trajval_ops.priors import prior_from_spec
     from trajval_ops.recipe import LEARNABILITY_OP, learnability_reads
 
-    reads = [learnability_reads(settings, index) for index, (name, settings) in enumerate(operator_entries(recipe))
-             if name == LEARNABILITY_OP]
-    return [(prior_from_spec(spec), keys) for spec, keys in reads]
+    priors = []
+    for index, (name, settings) in enumerate(operator_entries(recipe)):
+        if name == LEARNABILITY_OP:
+            spec, keys = learnability_reads(settings, index)
+            priors.append((prior_from_spec(spec), [*keys, *(settings.get("predict_features") or [])]))
+    return priors
+
+
+def fields_read(priors: list[tuple[Any, list[str]]], stages: list[dict]) -> set[str]:
+    """The fields the recipe's priors read, directly or through a pass they read that reads the
+    pool in turn (the field a reused pass takes its pass rates from)."""
+    read = {key for _, keys in priors for key in keys}
+    sources = {stage["output_key"]: stage["reused_from"]["field"] for stage in stages if stage.get("reused")}
+    while (more := {sources[key] for key in read if key in sources} - read):
+        read |= more
+    return read
 
 
 def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, main_epochs: float = 1.0,
@@ -158,8 +172,9 @@ def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, mai
     :return: ``{"pool_rows", "prior" (the spec of the prior the recipe's last learnability mapper
         writes, from the registry), "priors" (every mapper's, in recipe order), "stages": [{"stage",
         "completions", "max_new_tokens_total", ...; "read_by_prior": false for a stage no prior of
-        the recipe reads: a late pass or the probe of one-pass priors only}], "completions",
-        "main_epochs_equivalent", "main_runs_equivalent"}``.
+        the recipe reads: a pass whose field no mapper reads (a late pass of one-pass priors only,
+        an extra pass neither a window nor a prediction feature, :func:`fields_read`), or the probe
+        of one-pass priors only}], "completions", "main_epochs_equivalent", "main_runs_equivalent"}``.
     """
     if pool_rows < 1:
         raise ValueError(f"the pool has {pool_rows} rows")
@@ -167,11 +182,11 @@ def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, mai
         raise ValueError(f"main_n must be >= 1 and main_epochs > 0, got {main_n} and {main_epochs}")
     stages = recipe_stages(recipe, pool_rows, group_sizes)
     priors = recipe_priors(recipe)
-    read = {key for _, keys in priors for key in keys}
+    read = fields_read(priors, stages)
     if priors:  # a stage no prior of the recipe reads is priced all the same, and said so
         for stage in stages:
-            if stage["stage"] in ("early", "late") and stage["output_key"] not in read or (
-                    stage["stage"] == "probe" and all(prior.one_pass for prior, _ in priors)):
+            if (all(prior.one_pass for prior, _ in priors) if stage["stage"] == "probe"
+                    else stage["output_key"] not in read):
                 stage["read_by_prior"] = False
     total = sum(stage["completions"] for stage in stages)
     epoch = pool_rows * main_n
