@@ -117,6 +117,10 @@ def test_tool_names_bad_row(tmp_path, capsys):
     assert load_tool("within_bin").main(["--pool", str(tmp_path / "pool.jsonl"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "id='a'" in err and "trajval_r_late" in err
+    # a folder where the pool file belongs: one line and exit 2, not a traceback
+    (tmp_path / "folder").mkdir()
+    assert load_tool("within_bin").main(["--pool", str(tmp_path / "folder"), "--out", str(tmp_path / "o")]) == 2
+    assert "is a folder" in capsys.readouterr().err
 
 
 def test_empty_fixed_bins_are_warned_of(tmp_path, capsys):

@@ -141,3 +141,9 @@ def test_cli_writes_output_and_report_and_fails_cleanly(tmp_path, capsys):
     again = tmp_path / "again.jsonl"
     assert transfer_cli.main([str(source), str(out), str(again), "--source-regime", "B"]) == 2
     assert "mix regimes" in capsys.readouterr().err and not again.exists()
+    # a folder where a pool file belongs: one line and exit 2, not a traceback
+    (tmp_path / "folder").mkdir()
+    folder = str(tmp_path / "folder")
+    for args in ([folder, str(target), str(again)], [str(source), folder, str(again)]):
+        assert transfer_cli.main([*args, "--source-regime", "A"]) == 2
+        assert "transfer_prior: error:" in capsys.readouterr().err and not again.exists()

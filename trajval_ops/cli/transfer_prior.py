@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
             source_weight_column=args.source_weight_column, weight_column=args.weight_column,
             unmatched=args.unmatched, overwrite=args.overwrite, source_name=str(args.source),
             source_sha256=file_sha256(args.source), target_name=str(args.target))
-    except (TrajvalInputError, FileNotFoundError) as err:
+    except (TrajvalInputError, OSError) as err:  # OSError: an unreadable input (a folder)
         print(f"transfer_prior: error: {err}", file=sys.stderr)
         return 2
     write_rows(args.output, rows)

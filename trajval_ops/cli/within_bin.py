@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         stats_path = within_bin.write_within_bin(
             rows, subpools, args.out, meta={"pool": args.pool, "binning": args.binning, "split": args.split}
         )
-    except (TrajvalInputError, ValueError, FileNotFoundError) as err:
+    except (TrajvalInputError, ValueError, OSError) as err:  # OSError: an unreadable input (a folder)
         print(f"within_bin: error: {err}", file=sys.stderr)
         return 2
     empty = [f"{p['bin']} {p['half']}" for p in subpools if p["n"] == 0]

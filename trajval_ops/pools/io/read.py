@@ -24,6 +24,8 @@ def read_rows(path: str | os.PathLike) -> Iterator[dict]:
         :func:`iter_json_blocks` names it).
     """
     path = Path(path)
+    if path.is_dir():
+        raise TrajvalInputError(f"{path} is a folder; this reads one pool file (.jsonl, .json or .parquet)")
     if not path.is_file():
         raise TrajvalInputError(f"pool file not found: {path}")
     if path.suffix.lower() in PARQUET_SUFFIXES:
