@@ -291,6 +291,24 @@ def test_break_even_charges_the_prior_its_own_rollouts():
     assert lean["net_saved"] == 60 * 100 * 0.4 - 1000 and lean["s2b_completions"] == pytest.approx(60.0)
 
 
+def test_a_free_prior_that_reaches_uniforms_best_later_never_breaks_even():
+    """A prior that costs nothing (another model's pass) but reaches uniform's Best Acc later than
+    uniform saves nothing: it never breaks even (None, inf in the interval), not "after 0 runs"."""
+    from trajval_ops.experiment.results import _cost_verdict, bootstrap_ci, break_even
+
+    x = np.array([0, 10, 20, 30, 40, 50, 60]) * 100
+    base = np.full((1, 7), 0.5)  # Best Acc (window 5) 0.5, reached at step 40
+    slow = np.array([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]])  # reaches 0.5 at step 60
+    row = break_even(slow, base, x, x, prior=0)
+    assert row["net_saved"] == -2000 and row["break_even_runs"] is None
+    assert break_even(base, base, x, x, prior=0)["break_even_runs"] == 0.0  # saves nothing, costs nothing
+    assert break_even(base, slow, x, x, prior=0)["break_even_runs"] == 0.0  # saves some, costs nothing
+    ci = bootstrap_ci([slow, base], lambda c, b: break_even(c, b, x, x, 0)["break_even_runs"], undefined=math.inf)
+    assert ci == [math.inf, math.inf]
+    verdict = _cost_verdict({"prior_completions": 0, **row, "net_saved_ci95": [-2000, -2000]}, main_run=6000)
+    assert "breaks even never" in verdict and "after 0 runs" not in verdict
+
+
 def test_a_cost_verdict_is_as_precise_as_its_figure():
     """Issue 36, item 13: the verdict said "breaks even after 12 runs" beside a figure of 12.5."""
     from trajval_ops.experiment.results import _cost_verdict

@@ -322,7 +322,9 @@ def break_even(arm_curves: np.ndarray, base_curves: np.ndarray, arm_completions,
         completions to its Best Acc minus the arm's, prior included), ``s2b_completions`` (the
         arm's training completions to that accuracy in percent of uniform's) and
         ``break_even_runs`` (the runs reusing the prior over which the completions it saves pay
-        its cost back; None when it saves none). All None when the arm never reaches it.
+        its cost back; 0.0 for a prior that costs nothing and saves nothing, uniform against
+        itself; None when it saves none otherwise, also where it reaches uniform's Best Acc later
+        than uniform, whatever its prior cost). All None when the arm never reaches it.
     """
     target = curves.best_acc(base_curves)
     reach_base = curves.first_step_reaching(base_curves, target)  # evaluation index, from 1
@@ -334,7 +336,16 @@ def break_even(arm_curves: np.ndarray, base_curves: np.ndarray, arm_completions,
     saved_in_training = spent_base - spent
     return {"completions_to_uniform_best": spent + prior, "net_saved": saved_in_training - prior,
             "s2b_completions": 100.0 * spent / spent_base if spent_base else None,
-            "break_even_runs": prior / saved_in_training if saved_in_training > 0 else (0.0 if prior == 0 else None)}
+            "break_even_runs": _break_even_runs(prior, saved_in_training)}
+
+
+def _break_even_runs(prior: float, saved: float) -> float | None:
+    """Runs reusing a prior before the training completions it saves per run pay its cost back:
+    None (never) where it saves none, unless it also costs none (0.0, nothing to pay back). A
+    free prior that costs completions in training never breaks even: it was read as 0 runs."""
+    if saved > 0:
+        return prior / saved
+    return 0.0 if prior == 0 and saved == 0 else None
 
 
 def accounting(config: ValidationConfig, out: Path, curve_data: dict) -> dict:
