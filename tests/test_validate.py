@@ -127,6 +127,27 @@ def test_headroom_names_the_best_ceiling_and_says_whether_it_lies_above_uniform(
     assert headroom({"uniform": train["uniform"], "trajval": train["trajval"]}) is None  # no ceiling arm
 
 
+def test_headroom_is_positive_where_any_ceiling_lies_above_uniform():
+    """The audit's case: oracle has the best point estimate but an interval across 0, oracle_subset
+    lies above uniform; the verdict said no prior beats uniform beside oracle_subset's own "better
+    than uniform". Any ceiling above uniform answers yes, and it is the one named."""
+    from trajval_ops.experiment.results import headroom
+
+    def row(arm, diff, ci):
+        return {"arm": arm, "sampling": "standard", "auc_minus_uniform": diff, "auc_minus_uniform_ci95": ci}
+
+    train = {"uniform": row("uniform", 0.0, [-0.003, 0.003]), "oracle": row("oracle", 0.0060, [-0.0010, 0.0130]),
+             "oracle_subset": row("oracle_subset", 0.0050, [0.0020, 0.0080])}
+    result = headroom(train)
+    assert result["arm"] == "oracle_subset" and result["auc_minus_uniform_ci95"] == [0.0020, 0.0080]
+    assert result["verdict"].startswith("a learnability prior can beat uniform per step in this regime: "
+                                        "a ceiling (oracle_subset, ")
+    assert "oracle's, has an interval that does not lie above 0" in result["verdict"]
+    train["oracle"] = row("oracle", 0.0060, [0.0010, 0.0130])  # both above: the best point estimate
+    assert headroom(train)["verdict"].startswith("a learnability prior can beat uniform per step in this "
+                                                 "regime: the best ceiling (oracle, ")
+
+
 def test_baseline_priors():
     r = np.array([0.0, 0.25, 0.5, 1.0])
     assert core.variance_score(r).tolist() == [0.0, 0.1875, 0.25, 0.0]
@@ -695,7 +716,8 @@ def test_committed_verdicts_are_what_the_shipped_code_writes(path):
     """A published verdict is regenerated from its results by the code that ships: five results
     said "breaks even after 12 runs" beside a break-even figure of 12.5 (written before the
     verdicts gave three significant digits)."""
-    from trajval_ops.experiment.results import verdicts
+    from trajval_ops.experiment.results import headroom, verdicts
 
     results = json.loads(path.read_text())
     assert results["verdicts"] == verdicts(results)
+    assert results["headroom"] == headroom(results["training"])  # the headroom verdict verdicts() copies
