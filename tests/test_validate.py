@@ -340,6 +340,35 @@ def test_a_cost_verdict_is_as_precise_as_its_figure():
     assert "breaks even after 12.5 runs reusing it" in verdict and "(2.5 main runs)" in verdict
 
 
+def test_a_dynamic_arms_verdicts_name_uniform_dynamic_the_run_it_is_measured_against():
+    """A +dynamic arm's AUC difference and break-even are against uniform+dynamic: its verdicts
+    said "uniform" and "uniform's Best Acc"."""
+    from trajval_ops.experiment.results import verdicts
+
+    def row(arm, sampling, lo, hi):
+        return {"arm": arm, "sampling": sampling, "auc_minus_uniform": (lo + hi) / 2, "auc_minus_uniform_ci95": [lo, hi]}
+
+    cost = {"prior_completions": 24_000, "net_saved": -16_653, "net_saved_ci95": [-30_000, -16_653],
+            "break_even_runs": 3.27}
+    results = {"reproducibility": {"skipped": "no second context"},
+               "probe_vs_oracle": {"spearman_score_vs_gain": 0.1},
+               "training": {"uniform": row("uniform", "standard", -0.003, 0.003),
+                            "variance": row("variance", "standard", 0.002, 0.008),
+                            "uniform+dynamic": row("uniform", "dynamic", -0.003, 0.003),
+                            "variance+dynamic": row("variance", "dynamic", -0.008, -0.002)},
+               "cost": {"main_run_completions": 11_520, "arms": {"variance": cost, "variance+dynamic": cost,
+                                                                 "uniform+dynamic": cost}}}
+    out = verdicts(results)
+    assert out["variance_vs_uniform_auc"].startswith("better than uniform (")
+    assert out["variance+dynamic_vs_uniform_auc"].startswith("worse than uniform+dynamic (")
+    assert "to reach uniform's Best Acc" in out["variance_pays_for_itself"]
+    assert "to reach uniform+dynamic's Best Acc" in out["variance+dynamic_pays_for_itself"]
+    assert "uniform+dynamic_pays_for_itself" not in out  # the baseline has no verdict of its own
+    never = verdicts({**results, "cost": {"main_run_completions": 11_520, "arms": {
+        "variance+dynamic": {**cost, "net_saved": None}}}})
+    assert never["variance+dynamic_pays_for_itself"].startswith("never reaches uniform+dynamic's Best Acc")
+
+
 def test_cumulative_completions_per_evaluation_step():
     from trajval_ops.experiment.results import cumulative_completions
 

@@ -426,34 +426,43 @@ def verdicts(results: dict) -> dict[str, str]:
         if row["arm"] == BASELINE_ARM:
             continue
         lo, hi = row["auc_minus_uniform_ci95"]
+        base = baseline_of(row)
         if lo > 0:
-            word = "better than uniform"
+            word = f"better than {base}"
         elif hi < 0:
-            word = "worse than uniform"
+            word = f"worse than {base}"
         else:
-            word = "not distinguishable from uniform"
+            word = f"not distinguishable from {base}"
         out[f"{arm}_vs_uniform_auc"] = f"{word} (AUC difference {row['auc_minus_uniform']:+.4f}, 95% CI [{lo:+.4f}, {hi:+.4f}])"
     if results.get("headroom"):
         out["headroom"] = results["headroom"]["verdict"]
     for arm, row in results.get("cost", {}).get("arms", {}).items():
-        if results["training"][arm]["arm"] != BASELINE_ARM:
-            out[f"{arm}_pays_for_itself"] = _cost_verdict(row, results["cost"]["main_run_completions"])
+        if train[arm]["arm"] != BASELINE_ARM:
+            out[f"{arm}_pays_for_itself"] = _cost_verdict(row, results["cost"]["main_run_completions"],
+                                                          baseline_of(train[arm]))
     return out
 
 
-def _cost_verdict(row: dict, main_run: int) -> str:
-    """Whether a prior's cost is paid back, in words, from its accounting row."""
+def baseline_of(row: dict) -> str:
+    """The run a training row's figures are measured against: uniform of its sampling mode
+    (``uniform+dynamic`` for a dynamic-sampling arm)."""
+    return BASELINE_ARM + MODE_SUFFIX[row.get("sampling", "standard")]
+
+
+def _cost_verdict(row: dict, main_run: int, baseline: str = BASELINE_ARM) -> str:
+    """Whether a prior's cost is paid back, in words, from its accounting row (measured against
+    ``baseline``, uniform of the arm's sampling mode)."""
     # as precise as the figures beside the verdict (12.5 runs, not "12")
     share = row["prior_completions"] / main_run
     prior = f"its prior cost {row['prior_completions']:,} completions ({share:.3g} main runs)"
     if row["net_saved"] is None:
-        return f"never reaches uniform's Best Acc in this run; {prior}"
+        return f"never reaches {baseline}'s Best Acc in this run; {prior}"
     lo, hi = row["net_saved_ci95"]
     word = "pays for itself in one run" if lo > 0 else "does not pay for itself in one run" if hi < 0 else \
         "not distinguishable from paying for itself in one run"
     runs = row["break_even_runs"]
     reuse = "never (it saves no training steps)" if runs is None else f"after {runs:.3g} runs reusing it"
-    return (f"{word}: net {row['net_saved']:+,.0f} completions to reach uniform's Best Acc (95% CI "
+    return (f"{word}: net {row['net_saved']:+,.0f} completions to reach {baseline}'s Best Acc (95% CI "
             f"[{lo:+,.0f}, {hi:+,.0f}]), {prior}; breaks even {reuse}")
 
 
