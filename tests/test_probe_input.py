@@ -109,8 +109,8 @@ def test_an_unfinished_probe_goes_on_only_where_its_numerics_resolve_alike(tmp_p
 
 def test_an_unfinished_probe_goes_on_only_with_the_verifier_reading_it_started_with(tmp_path, monkeypatch):
     """The rewards an unfinished probe trained on so far were read by the verifier's revision of the
-    release that started it (a manifest recording none: revision 1): the rest of its steps under
-    another reading would mix the two. Refused before any model loads."""
+    release that started it: the rest of its steps under another reading would mix the two.
+    Refused before any model loads."""
     from trajval_ops import models
     from trajval_ops.probe.manifest import write_manifest
     from trajval_ops.rollout.verifiers import MathVerifier
@@ -119,12 +119,35 @@ def test_an_unfinished_probe_goes_on_only_with_the_verifier_reading_it_started_w
     manifest = _unfinished_probe(out, CONFIG, ["t0", "t1"])
     assert CONFIG.verifier == "math" and manifest["verifier_revision"] == MathVerifier.revision == 2
     monkeypatch.setattr(models, "resolve_model", lambda *a, **k: pytest.fail("the model was looked up"))
-    for recorded in ({"verifier_revision": 1}, {}):
-        write_manifest(out, {k: v for k, v in manifest.items() if k != "verifier_revision"} | recorded)
-        with pytest.raises(ProbeDirectoryError, match=r"holds an unfinished probe whose rewards so far were read by "
-                                                      r"revision 1 of the math verifier; this release reads answers "
-                                                      r"as revision 2"):
-            run_probe(rows(2), ["t0", "t1"], CONFIG, out)
+    write_manifest(out, manifest | {"verifier_revision": 1})
+    with pytest.raises(ProbeDirectoryError, match=r"holds an unfinished probe whose rewards so far were read by "
+                                                  r"revision 1 of the math verifier; this release reads answers "
+                                                  r"as revision 2"):
+        run_probe(rows(2), ["t0", "t1"], CONFIG, out)
+
+
+def test_an_unfinished_probe_recording_no_verifier_revision_is_refused_without_naming_one(tmp_path, monkeypatch):
+    """The math verifier reads answers as revision 2 since 2026-11-27, and manifests record the
+    revision only from later that day: a manifest recording none was read by revision 1 or 2. It is
+    refused (the reading is not known) without claiming revision 1, nor advising to finish it with
+    the release that started it (one from 2026-11-27 read as this one does and is refused too). A
+    verifier never revised reads a manifest recording none as revision 1, its own."""
+    from trajval_ops import models
+    from trajval_ops.probe.manifest import write_manifest
+    from trajval_ops.probe.run import _check_same_reading
+
+    out = tmp_path / "probe"
+    manifest = _unfinished_probe(out, CONFIG, ["t0", "t1"])
+    write_manifest(out, {k: v for k, v in manifest.items() if k != "verifier_revision"})
+    monkeypatch.setattr(models, "resolve_model", lambda *a, **k: pytest.fail("the model was looked up"))
+    with pytest.raises(ProbeDirectoryError) as refused:
+        run_probe(rows(2), ["t0", "t1"], CONFIG, out)
+    message = str(refused.value)
+    assert ("whose manifest records no revision of the math verifier (a release before 2026-11-27 recorded none: "
+            "revision 1, or 2 for releases from 2026-11-27 on); this release reads answers as revision 2") in message
+    assert "revision 1 of the" not in message and "release that started it" not in message
+    assert "use another output_dir, or delete this one" in message
+    _check_same_reading(out, {}, "answer_tag")  # revision 1 then and now: goes on
 
 
 def test_a_probe_of_the_same_ids_on_other_task_content_is_not_reused(tmp_path, monkeypatch):

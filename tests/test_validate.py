@@ -486,13 +486,41 @@ def test_a_run_scored_by_an_earlier_verifier_reading_is_another_protocol(tmp_pat
     monkeypatch.undo()
     assert protocol_hash(config) != before_revisions
     old = tmp_path / "old"
-    old.mkdir()  # as a release before revision 2 recorded it
-    (old / "protocol.json").write_text(json.dumps({"hash": before_revisions, "config": config.to_dict()}))
+    old.mkdir()  # as a release recording revision 1 would record it
+    (old / "protocol.json").write_text(json.dumps({"hash": before_revisions, "config": config.to_dict(),
+                                                   "verifier_revision": 1}))
     with pytest.raises(ConfigError, match="holds a validation run whose units revision 1 of the verifier scored, "
                                           "and this release reads answers as revision 2"):
         check_same_protocol(config, old)
     tagged = load_config(config_file(tmp_path, verifier="answer_tag", verifier_options={}))
     assert AnswerTagVerifier.revision == 1 and "verifier_revision" not in _base_spec(tagged, out, out / "p.jsonl", 0)
+
+
+def test_a_run_recording_no_verifier_revision_is_refused_without_naming_one(tmp_path):
+    """The math verifier reads answers as revision 2 since 2026-11-27, and protocol.json records
+    the revision only from later that day: a run recording none (its hash holds no revision) was
+    scored by revision 1 or 2. It is refused, not resumed, without claiming revision 1 nor advising
+    to finish it with the release that started it (a release from 2026-11-27 scored it as this one
+    does, and is refused too). A verifier never revised resumes such a run."""
+    from trajval_ops.experiment.protocol import check_same_protocol
+    from trajval_ops.experiment.validation_config import protocol_hash
+
+    config = load_config(config_file(tmp_path, verifier="math", verifier_options={"fallback_last_number": True}))
+    old = tmp_path / "old"
+    old.mkdir()  # as a release of 2026-11-27 before 80538c2 recorded it
+    (old / "protocol.json").write_text(json.dumps({"hash": protocol_hash(config, revision=1),
+                                                   "config": config.to_dict(), "model": {"name": config.model}}))
+    with pytest.raises(ConfigError) as refused:
+        check_same_protocol(config, old)
+    message = str(refused.value)
+    assert ("holds a validation run whose protocol.json records no revision of the math verifier (a release before "
+            "2026-11-27 recorded none: revision 1, or 2 for releases from 2026-11-27 on); this release reads answers "
+            "as revision 2") in message
+    assert "revision 1 of the" not in message and "release that started it" not in message
+    assert "start the run over in another --out, or remove this one" in message
+    tagged = load_config(config_file(tmp_path, verifier="answer_tag", verifier_options={}))
+    (old / "protocol.json").write_text(json.dumps({"hash": protocol_hash(tagged), "config": tagged.to_dict()}))
+    check_same_protocol(tagged, old)
 
 
 def test_a_run_moves_to_another_machine_with_its_model_and_resumes_there(tmp_path, monkeypatch):

@@ -52,7 +52,8 @@ from trajval_ops.experiment.priors import (
 )
 from trajval_ops.pools.io import read_rows
 from trajval_ops.priors import ONE_PASS_PRIORS
-from trajval_ops.rollout.verifiers import revision_record, verifier_revision
+from trajval_ops.rollout.verifiers import (revision_record, unrecorded_reading, unrecorded_revision,
+                                          verifier_revision)
 
 DATA_DONE = "data.json"
 PROBE_OUTPUT = "weighted.jsonl"
@@ -555,8 +556,13 @@ def check_same_protocol(config: ValidationConfig, out: Path) -> None:
 
         if recorded_with():
             return
-        then, now = previous.get("verifier_revision", 1), verifier_revision(regime_verifier(config)[0])
-        if then != now and recorded_with(then):
+        verifier = regime_verifier(config)[0]
+        then, now = previous.get("verifier_revision", unrecorded_revision(verifier)), verifier_revision(verifier)
+        if then is None and recorded_with(1):  # a hash made before revisions were recorded holds none
+            raise ConfigError(f"{out} holds a validation run whose protocol.json {unrecorded_reading(verifier)}: "
+                              "its units might be compared with units scored otherwise; start the run over in "
+                              "another --out, or remove this one")
+        if then is not None and then != now and recorded_with(then):
             raise ConfigError(f"{out} holds a validation run whose units revision {then} of the verifier scored, and "
                               f"this release reads answers as revision {now}: its units would be compared with "
                               "units scored otherwise; finish it with the release that started it, or use another "

@@ -429,12 +429,19 @@ def _check_same_numerics(output_dir: Path, previous: dict, here: dict[str, str])
 
 def _check_same_reading(output_dir: Path, previous: dict, verifier: str) -> None:
     """An unfinished probe goes on only where the verifier reads answers as it did for the steps
-    so far (:attr:`~trajval_ops.rollout.verifiers.Verifier.revision`; a manifest that records none
-    was rewarded before revisions existed: 1), or its steps would train on two readings. A finished
-    probe is a trained model whatever read its rewards: its passes are scored by this release."""
-    from trajval_ops.rollout.verifiers import verifier_revision
+    so far (:attr:`~trajval_ops.rollout.verifiers.Verifier.revision`), or its steps would train on
+    two readings. A manifest that records none was read by revision 1, or, for the math verifier,
+    by 1 or 2 (:func:`~trajval_ops.rollout.verifiers.unrecorded_revision`): not known, so it is
+    refused too. A finished probe is a trained model whatever read its rewards: its passes are
+    scored by this release."""
+    from trajval_ops.rollout.verifiers import unrecorded_reading, unrecorded_revision, verifier_revision
 
-    then, now = previous.get("verifier_revision", 1), verifier_revision(verifier)
+    then, now = previous.get("verifier_revision", unrecorded_revision(verifier)), verifier_revision(verifier)
+    if then is None:
+        raise ProbeDirectoryError(
+            f"{output_dir} holds an unfinished probe whose manifest {unrecorded_reading(verifier)}, so the rest "
+            "of its steps might train on another reading than its steps so far: use another output_dir, or "
+            "delete this one to start the probe over")
     if then != now:
         raise ProbeDirectoryError(
             f"{output_dir} holds an unfinished probe whose rewards so far were read by revision {then} of the "

@@ -579,6 +579,27 @@ def verifier_revision(name: str) -> int:
     return _VERIFIERS[name].revision
 
 
+#: What a record that holds no verifier revision was read by: the math verifier reads answers as
+#: revision 2 since 2026-11-27 (3c3f6c1), and results record the revision only from later that
+#: day (80538c2), both at version 0.1.0, so such a record's reading is not known.
+UNRECORDED_REVISION = "a release before 2026-11-27 recorded none: revision 1, or 2 for releases from 2026-11-27 on"
+
+
+def unrecorded_revision(name: str) -> int | None:
+    """The revision of the ``name`` verifier that read what a record holding no ``verifier_revision``
+    holds: 1 for a verifier never revised, None (not known: 1 or 2, :data:`UNRECORDED_REVISION`)
+    for the math verifier."""
+    return None if name == MathVerifier.name else 1
+
+
+def unrecorded_reading(name: str) -> str:
+    """``records no revision of the <name> verifier (...); this release reads answers as revision
+    <n>``: the words of a refusal of work whose record holds no revision (:func:`unrecorded_revision`
+    None) where it would go on under this release's reading."""
+    return (f"records no revision of the {name} verifier ({UNRECORDED_REVISION}); this release reads answers as "
+            f"revision {verifier_revision(name)}")
+
+
 def revision_record(revision: int) -> dict[str, int]:
     """``{"verifier_revision": revision}`` past a verifier's first revision, else empty: an identity
     (a rollout cache's key, a validation run's hash, a unit's spec) holds it beyond 1, so what was
