@@ -288,18 +288,37 @@ def test_a_reused_pass_is_not_compared_with_the_settings_it_never_had():
 
 
 def test_passes_scored_by_two_readings_of_the_verifier_are_not_compared():
-    """A pass's provenance records how its release read answers (the verifier's revision; none
-    recorded: revision 1). An early pass scored by an earlier reading beside a late pass scored now
-    would show the reading's change as learning; a reused pass records no verifier and is not
-    compared."""
+    """A pass's provenance records how its release read answers (the verifier's revision). An early
+    pass scored by an earlier reading beside a late pass scored now would show the reading's change
+    as learning; a reused pass records no verifier and is not compared."""
     from trajval_ops.measured_alike import entry_measurement, measurement_difference
 
     now = entry_measurement({"window": "late", "model": "smollm2-135m-instruct"})
     assert now["verifier_revision"] == 2 and now["verifier"]["name"] == "math"
-    before = {key: value for key, value in now.items() if key != "verifier_revision"}
-    assert measurement_difference(before, now) == "verifier_revision 1 vs 2"
+    assert measurement_difference({**now, "verifier_revision": 1}, now) == "verifier_revision 1 vs 2"
     assert measurement_difference(now, dict(now)) == ""
     assert measurement_difference({}, now) == ""  # a reused pass: nothing recorded, nothing compared
+
+
+def test_a_math_pass_recording_no_verifier_revision_is_not_called_revision_1():
+    """The math verifier reads answers as revision 2 since 2026-11-27, and a pass's provenance
+    records the revision only from later that day: a math pass recording none was scored by
+    revision 1 or 2 (a pass at f38a22c: 2). Beside a pass recording a revision it is still refused
+    (the reading is not known), but not as revision 1; two passes recording none are compared alike
+    as before, and under a verifier never revised none recorded is revision 1."""
+    from trajval_ops.measured_alike import entry_measurement, measurement_difference
+
+    now = entry_measurement({"window": "late", "model": "smollm2-135m-instruct"})
+    unrecorded = {key: value for key, value in now.items() if key != "verifier_revision"}
+    assert measurement_difference(unrecorded, now) == (
+        "verifier_revision none recorded (a release before 2026-11-27 recorded none: revision 1, or 2 for releases "
+        "from 2026-11-27 on) vs 2")
+    assert measurement_difference(now, unrecorded).endswith("vs none recorded (a release before 2026-11-27 recorded "
+                                                            "none: revision 1, or 2 for releases from 2026-11-27 on)")
+    assert measurement_difference(unrecorded, dict(unrecorded)) == ""
+    assert measurement_difference(unrecorded, {**unrecorded, "temperature": 0.6}) == "temperature 1.0 vs 0.6"
+    tagged = {**unrecorded, "verifier": {**now["verifier"], "name": "answer_tag"}}
+    assert measurement_difference(tagged, {**tagged, "verifier_revision": 1}) == ""
 
 
 def test_a_custom_verifier_recorded_before_its_module_digest_is_compared_without_it():

@@ -23,17 +23,36 @@ MEASUREMENT_SETTINGS = ("temperature", "top_p", "top_k", "max_new_tokens", "veri
 def measurement_difference(first: Mapping[str, Any], second: Mapping[str, Any]) -> str:
     """The :data:`MEASUREMENT_SETTINGS` two passes' provenance disagree on, ``max_new_tokens 8 vs
     16; ...`` ("" when none); a setting either does not record is not compared. A pass recorded
-    before verifiers had revisions read answers as revision 1; one recorded before a custom verifier's
-    spec held its module's sha256 is compared without it."""
+    before verifiers had revisions read answers as revision 1, or, with the math verifier, as 1 or
+    2 (not known: :func:`~trajval_ops.rollout.verifiers.unrecorded_revision`), which differs from
+    a recorded revision and equals another pass recording none; one recorded before a custom
+    verifier's spec held its module's sha256 is compared without it."""
     first, second = _with_revision(first), _with_revision(second)
     first, second = _without_unrecorded_source(first, second)
     return "; ".join(f"{key} {first[key]!r} vs {second[key]!r}" for key in MEASUREMENT_SETTINGS
                      if key in first and key in second and first[key] != second[key])
 
 
+class _Unrecorded:
+    """The revision of a pass's provenance that records none where it is not known: equal only to
+    itself (two such passes are compared alike, as before revisions were recorded)."""
+
+    def __repr__(self) -> str:
+        from trajval_ops.rollout.verifiers import UNRECORDED_REVISION
+
+        return f"none recorded ({UNRECORDED_REVISION})"
+
+
+_UNRECORDED = _Unrecorded()
+
+
 def _with_revision(recorded: Mapping[str, Any]) -> Mapping[str, Any]:
+    from trajval_ops.rollout.verifiers import unrecorded_revision
+
     if "verifier" in recorded and "verifier_revision" not in recorded:
-        return {**recorded, "verifier_revision": 1}
+        spec = recorded["verifier"]
+        revision = unrecorded_revision(spec.get("name") if isinstance(spec, Mapping) else spec)
+        return {**recorded, "verifier_revision": _UNRECORDED if revision is None else revision}
     return recorded
 
 
