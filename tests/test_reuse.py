@@ -165,6 +165,34 @@ def test_a_run_recorded_before_the_model_record_is_checked_by_its_hash(tmp_path,
                 check_reusable_run(source, out, config)
 
 
+def test_a_run_recorded_before_revisions_is_told_by_its_model_and_its_reading_named(tmp_path, monkeypatch,
+                                                                                   caplog_loguru):
+    """A protocol.json from before the ``model`` key holds a hash without the verifier's revision:
+    recomputed with this release's (the math verifier's 2) it never matched, and the same weights
+    were refused as "cannot tell which model ... It trained other weights". The hash is tried
+    without the revision too; that its units were scored by another reading (or one not known) is
+    said naming the revision, and no unit is copied (their specs differ). Another build is still
+    refused."""
+    from trajval_ops.experiment.validation_config import protocol_hash
+
+    config, other = _other_build(tmp_path, monkeypatch)
+    source, out = _run(tmp_path / "a"), _run(tmp_path / "b")
+    (source / "protocol.json").write_text(json.dumps({"hash": protocol_hash(config, revision=1),
+                                                      "config": config.to_dict()}))
+    check_reusable_run(source, out, config)
+    assert (f"--reuse-from {source}: its protocol.json records no revision of the math verifier (a release before "
+            "2026-11-27 recorded none: revision 1, or 2 for releases from 2026-11-27 on); this release reads answers "
+            "as revision 2: none of its units is reused") in caplog_loguru.text
+    (source / "protocol.json").write_text(json.dumps({"model": model_identity(config), "verifier_revision": 1}))
+    check_reusable_run(source, out, config)
+    assert ("revision 1 of the math verifier scored its units, and this release reads answers as revision 2: none "
+            "of its units is reused") in caplog_loguru.text
+    (source / "protocol.json").write_text(json.dumps({"hash": protocol_hash(other, revision=1),
+                                                      "config": other.to_dict()}))
+    with pytest.raises(ConfigError, match="cannot tell which model its units trained"):
+        check_reusable_run(source, out, config)
+
+
 def test_a_new_run_records_its_models_content(tmp_path):
     from trajval_ops.experiment.protocol import check_same_protocol
 

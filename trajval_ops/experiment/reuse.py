@@ -31,7 +31,7 @@ from typing import Any
 from loguru import logger
 
 from trajval_ops.experiment.validation_config import (ConfigError, ValidationConfig, model_identity,
-                                                     recorded_model_sha256)
+                                                     recorded_model_sha256, regime_verifier)
 from trajval_ops.experiment.grpo_run import RESULT_FILE, unit_file
 
 TRAIN_POOL = Path("priors") / "train_pool.jsonl"
@@ -46,6 +46,7 @@ def check_reusable_run(source: Path, out: Path, config: ValidationConfig) -> Non
     if source.resolve() == out.resolve():
         raise ConfigError(f"--reuse-from {source}: the run's own folder; a rerun resumes it already")
     _check_same_model(source, config)
+    _report_other_reading(source, config)
     mine, theirs = _data_files(out), _data_files(source)
     if mine.keys() != theirs.keys() or any(mine[name] != theirs[name] for name in mine):
         differ = sorted(name for name in mine.keys() | theirs.keys() if mine.get(name) != theirs.get(name))
@@ -71,6 +72,27 @@ def _check_same_model(source: Path, config: ValidationConfig) -> None:
         f"--reuse-from {source}: its units trained '{name}' with content sha256 {theirs[:12]}... and {here}: "
         f"other weights give other results, so none of its units is reused; reuse a run of this model, or "
         f"leave out --reuse-from")
+
+
+def _report_other_reading(source: Path, config: ValidationConfig) -> None:
+    """A run whose units another revision of this run's verifier scored (or whose protocol.json
+    records none where that is not known: the math verifier) shares no unit spec with this run:
+    said here naming the revision, since a unit whose spec differs is left out without a word."""
+    from trajval_ops.regime.tasks import VERIFIER
+    from trajval_ops.rollout.verifiers import unrecorded_reading, unrecorded_revision, verifier_revision
+
+    record = json.loads((source / "protocol.json").read_text())
+    verifier = regime_verifier(config)[0]
+    if ((record.get("config") or {}).get("verifier", config.verifier) or VERIFIER[0]) != verifier:
+        return  # another verifier: the specs differ by it, whatever its revision
+    then, now = record.get("verifier_revision", unrecorded_revision(verifier)), verifier_revision(verifier)
+    if then is None:
+        logger.warning(f"validate: --reuse-from {source}: its protocol.json {unrecorded_reading(verifier)}: none "
+                       "of its units is reused (their specs hold no revision)")
+    elif then != now:
+        logger.warning(f"validate: --reuse-from {source}: revision {then} of the {verifier} verifier scored its "
+                       f"units, and this release reads answers as revision {now}: none of its units is reused "
+                       "(their specs differ)")
 
 
 def _data_files(run: Path) -> dict[str, bytes]:

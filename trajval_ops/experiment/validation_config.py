@@ -381,14 +381,18 @@ def recorded_model_sha256(record: dict, config: ValidationConfig) -> str | None:
     A record written before the ``model`` key existed holds the model only inside its hash: the
     hash is recomputed from the record's own settings with ``config``'s model (by content, or, for
     runs recorded before 2026-11-27, by folder, as resuming accepts it), and gives that model's
-    sha256 when it matches; None when it does not (other weights, or a model that cannot be told)."""
+    sha256 when it matches; None when it does not (other weights, or a model that cannot be told).
+    The hash is tried with this release's verifier revision and without one (revision 1: every
+    hash made before the ``model`` key was), so a run scored by another reading is still told by
+    its model; that its units were scored otherwise is for their specs to tell (they differ)."""
     recorded = record.get("model")
     if isinstance(recorded, dict) and isinstance(recorded.get("sha256"), str):
         return recorded["sha256"]
     settings = record.get("config")
     if not isinstance(settings, dict) or not record.get("hash"):
         return None
-    if record["hash"] in (protocol_hash(config, settings), protocol_hash(config, settings, by_location=True)):
+    if any(record["hash"] == protocol_hash(config, settings, by_location=by_location, revision=revision)
+           for revision in (None, 1) for by_location in (False, True)):
         return model_identity(config)["sha256"]
     return None
 
