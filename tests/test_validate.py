@@ -60,6 +60,32 @@ def test_bad_config_is_an_error_before_training(tmp_path, changes, message):
         load_config(config_file(tmp_path, **changes))
 
 
+@pytest.mark.parametrize("changes, message", [
+    ({"verifier": "maths"}, r"verifier: unknown verifier 'maths'; choose one of \['answer_tag', 'custom', 'math'\]"),
+    ({"verifier": "math", "verifier_options": {"fallback_last_numbr": True}},
+     r"verifier_options \{'fallback_last_numbr': True\} for the math verifier: .*unexpected keyword argument "
+     r"'fallback_last_numbr'"),
+    ({"verifier": "math", "verifier_options": {"timeout_s": 0}}, r"verifier_options .* timeout_s must be > 0"),
+    ({"verifier": "custom", "verifier_options": {"function": "no_such_module_here:score"}},
+     r"verifier_options .* for the custom verifier: No module named 'no_such_module_here'"),
+], ids=["unknown-verifier", "misspelt-option", "bad-timeout", "missing-module"])
+def test_a_bad_verifier_or_option_is_a_config_error_before_anything_is_written(tmp_path, capsys, changes, message):
+    """The verifier was first built by a unit: --dry-run accepted ``verifier: maths``, and a run
+    with a misspelt option wrote protocol.json, data/ and oracle/ and then died with a TypeError
+    traceback, exit 1 (the fixed config then refused for that --out). The config check builds it
+    once: a config error naming the field, exit 2, nothing written."""
+    from trajval_ops.experiment.protocol import main
+
+    path = config_file(tmp_path, **changes)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+    out = tmp_path / "out"
+    assert main(["--config", str(path), "--dry-run"]) == 2
+    assert main(["--config", str(path), "--out", str(out)]) == 2
+    assert "validate: error:" in capsys.readouterr().err and not (out / "protocol.json").exists()
+    load_config(config_file(tmp_path, verifier="math", verifier_options={"fallback_last_number": True}))
+
+
 def test_heldout_overlapping_the_pool_is_an_error():
     config = load_config(SMOKE)
     row = lambda i, prompt: {"id": f"t{i}", "prompt": prompt, "reward_model": {"ground_truth": "1"},  # noqa: E731

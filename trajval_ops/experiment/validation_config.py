@@ -328,6 +328,25 @@ def check_config(config: ValidationConfig) -> None:
     if config.oracle.window * 2 > evaluation_count(config.oracle.steps, config.oracle.every_steps):
         raise ConfigError(f"{where}: oracle.window {config.oracle.window} needs at least "
                           f"{2 * config.oracle.window} evaluations; raise oracle.steps or lower every_steps")
+    _check_verifier(config, where)
+
+
+def _check_verifier(config: ValidationConfig, where: str) -> None:
+    """The verifier the config names, built once with its options: an unknown name or option
+    would otherwise stop the run with a traceback after its protocol.json, data and oracle were
+    written (and the fixed config be refused for that --out)."""
+    from trajval_ops.rollout.verifiers import build_verifier, verifier_revision
+
+    name, options = regime_verifier(config)
+    try:
+        verifier_revision(name)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: verifier: {exc}") from None
+    try:
+        verifier = build_verifier(name, **options)
+    except (ValueError, TypeError, ImportError) as exc:
+        raise ConfigError(f"{where}: verifier_options {options} for the {name} verifier: {exc}") from None
+    verifier.close()
 
 
 def protocol_hash(config: ValidationConfig, settings: dict | None = None, *, by_location: bool = False,
