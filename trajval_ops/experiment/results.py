@@ -191,7 +191,7 @@ def training(config: ValidationConfig, out: Path) -> tuple[dict, dict]:
 
     table = {}
     for name, arm, mode in config.training_runs():
-        base_name = BASELINE_ARM + MODE_SUFFIX[mode]
+        base_name = baseline_of(mode)
         arm_curves, base = curves_by_run[name], curves_by_run[base_name]
         records = records_by_run[name]
         by_completions = against_completions(name, base_name)
@@ -354,7 +354,7 @@ def accounting(config: ValidationConfig, out: Path, curve_data: dict) -> dict:
     costs = prior_costs(config, out)
     table = {}
     for name, arm, mode in config.training_runs():
-        base_name = BASELINE_ARM + MODE_SUFFIX[mode]
+        base_name = baseline_of(mode)
         prior, x, base_x = costs["by_arm"][arm], curve_data["completions"][name], curve_data["completions"][base_name]
 
         def statistic(key, x=x, base_x=base_x, prior=prior):
@@ -426,7 +426,7 @@ def verdicts(results: dict) -> dict[str, str]:
         if row["arm"] == BASELINE_ARM:
             continue
         lo, hi = row["auc_minus_uniform_ci95"]
-        base = baseline_of(row)
+        base = baseline_of(row.get("sampling", "standard"))
         if lo > 0:
             word = f"better than {base}"
         elif hi < 0:
@@ -439,14 +439,14 @@ def verdicts(results: dict) -> dict[str, str]:
     for arm, row in results.get("cost", {}).get("arms", {}).items():
         if train[arm]["arm"] != BASELINE_ARM:
             out[f"{arm}_pays_for_itself"] = _cost_verdict(row, results["cost"]["main_run_completions"],
-                                                          baseline_of(train[arm]))
+                                                          baseline_of(train[arm].get("sampling", "standard")))
     return out
 
 
-def baseline_of(row: dict) -> str:
-    """The run a training row's figures are measured against: uniform of its sampling mode
+def baseline_of(mode: str) -> str:
+    """The run an arm trained in sampling ``mode`` is measured against: uniform of that mode
     (``uniform+dynamic`` for a dynamic-sampling arm)."""
-    return BASELINE_ARM + MODE_SUFFIX[row.get("sampling", "standard")]
+    return BASELINE_ARM + MODE_SUFFIX[mode]
 
 
 def _cost_verdict(row: dict, main_run: int, baseline: str = BASELINE_ARM) -> str:
