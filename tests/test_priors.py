@@ -111,3 +111,27 @@ def test_the_mapper_and_the_harness_give_the_same_weights_for_the_same_passes():
     assert np.array_equal(harness["bandpass"], mapper(prior="bandpass"))
     assert np.array_equal(harness["trajval_posterior"], mapper(estimator="posterior"))
     assert np.array_equal(harness["trajval_pooled"], mapper(estimator="pooled", group_key="family"))
+
+
+def test_the_harness_counts_a_windows_rollouts_over_its_own_passes_only():
+    """With K = 2 the pool has no ``trajval_r_early_n``: the harness summed every ``_n`` column
+    whose name began like the window's, the protocol's extra passes included (short, other model,
+    adaptive late), so its posterior weights were not the mapper's (38 of 40 rows differed)."""
+    import pyarrow as pa
+
+    from trajval_ops.experiment.priors import prior_weights
+    from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
+    from trajval_ops.pools.io import table_rows
+
+    rng = np.random.default_rng(0)
+    rows = [{"id": f"t{i}", **{f"trajval_r_{window}_{k}": int(rng.integers(0, 9)) / 8
+                               for window in ("early", "late") for k in (0, 1)},
+             **{f"trajval_r_{window}_{k}_n": 8 for window in ("early", "late") for k in (0, 1)},
+             "trajval_r_early_short": 0.5, "trajval_r_early_short_n": 4, "trajval_r_early_other_model": 0.5,
+             "trajval_r_early_other_model_n": 8, "trajval_r_late_adaptive": 0.5, "trajval_r_late_adaptive_n": 64}
+            for i in range(40)]
+    settings = {"alpha": 0.5, "eps": 0.1, "window_k": 2}
+    scored = table_rows(TrajvalLearnabilityMapper(**settings).score_pool(pa.Table.from_pylist(rows)))
+    mapper = TrajvalLearnabilityMapper(**settings, estimator="posterior").score_pool(pa.Table.from_pylist(rows))
+    assert np.array_equal(prior_weights(scored, {"trajval_posterior"})["trajval_posterior"],
+                          np.array(mapper.column("trajval_weight").to_pylist()))

@@ -122,12 +122,15 @@ def group_mean(values: np.ndarray, groups: list) -> np.ndarray:
 
 
 def _rollouts(rows: list[dict], window: str) -> np.ndarray:
-    """Rollouts behind each row's window mean: its ``_n`` (K = 1) or the sum over its K passes."""
-    key = fields.window_mean_key(window)
-    if f"{key}_n" in rows[0]:
-        return np.array([row[f"{key}_n"] for row in rows], dtype=np.float64)
-    passes = sorted(name for name in rows[0] if name.startswith(f"{key}_") and name.endswith("_n"))
-    return np.array([sum(row[name] for name in passes) for row in rows], dtype=np.float64)
+    """Rollouts behind each row's window mean: the sum of the ``_n`` of the passes the learnability
+    mapper averaged for it (its provenance's ``r_<window>_source``), not of every pass whose name
+    begins like the window's (the protocol's extra passes: short, other model, adaptive)."""
+    provenance = rows[0].get(fields.SCORE_PROVENANCE) or {}
+    keys = provenance.get(f"r_{window}_source") or [fields.window_mean_key(window)]
+    missing = [f"{key}_n" for key in keys if f"{key}_n" not in rows[0]]
+    if missing:
+        raise ValueError(f"the probe unit's pool lacks {missing[0]}, the rollouts behind its {window} pass rates")
+    return np.array([sum(row[f"{key}_n"] for key in keys) for row in rows], dtype=np.float64)
 
 
 def prior_weights(rows: list[dict], priors: set[str], oracle: dict | None = None,
