@@ -804,3 +804,14 @@ def test_committed_verdicts_are_what_the_shipped_code_writes(path):
     results = json.loads(path.read_text())
     assert results["verdicts"] == verdicts(results)
     assert results["headroom"] == headroom(results["training"])  # the headroom verdict verdicts() copies
+
+
+def test_run_units_starts_the_guardian_of_the_units_it_forks(monkeypatch):
+    """A forked unit outlived a killed caller of run_units by seconds, long enough to finish and
+    write its result (only run_protocol started the guardian): run_units starts it itself."""
+    import trajval_ops.lifetime
+    from trajval_ops.experiment.protocol import run_units
+
+    calls = []
+    monkeypatch.setattr(trajval_ops.lifetime, "guard_descendants", lambda: calls.append(os.getpid()))
+    assert run_units([], 1, set(), {}) == [] and calls == [os.getpid()]

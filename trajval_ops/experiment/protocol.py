@@ -351,6 +351,9 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
         running then finish (a job's time limit: a unit is restarted from its beginning).
     :return: the units left unstarted at that instant (empty when every unit finished).
     """
+    from trajval_ops.lifetime import guard_descendants
+
+    guard_descendants()  # the units die with this process, however it ends (run_protocol's, or a caller's)
     for unit in units:
         if unit.done() and unit.name not in finished:
             finished.add(unit.name)

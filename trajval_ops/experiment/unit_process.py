@@ -17,8 +17,10 @@ parent. A fresh unit dies with the process that started it (``trajval validate``
 that, exits at once if the parent is already gone, then executes ``COMMAND`` (the request
 survives the exec). So ``dj-process`` (the probe) needs no knowledge of it, and a kill of the
 run in the instant after a unit started, before the run's guardian has seen the unit, leaves
-nothing behind. A forked unit dies with the fork server, which exits when the process that
-started it does.
+nothing behind. A forked unit dies with the fork server, which exits when it notices the process
+that started it is gone, seconds later (a unit can finish meanwhile): so
+:func:`~trajval_ops.experiment.protocol.run_units` starts the run's guardian
+(:func:`trajval_ops.lifetime.guard_descendants`), which kills every unit at once.
 """
 
 from __future__ import annotations
