@@ -58,6 +58,32 @@ def test_equal_units_are_copied_and_others_are_not(tmp_path):
     assert not mine[1].done()
 
 
+def test_a_copy_cut_short_leaves_the_unit_unfinished(tmp_path, monkeypatch):
+    """A unit is done once its result.json is there: a copy that failed part-way (disk full, a
+    kill) left the result beside a cut trajectory, and the rerun took the unit as finished."""
+    import os
+    import shutil
+
+    source, out = _run(tmp_path / "a", [1.0]), _run(tmp_path / "b", [1.0])
+    _finish(_unit(source, "uniform"))
+    (_unit(source, "uniform").folder / "heldout.jsonl").write_text('{"id": "t0"}\n' * 1000)
+    copy = shutil.copyfile
+
+    def disk_full(src, dst, *args, **kwargs):
+        if os.fspath(src).endswith("heldout.jsonl"):  # copytree hands over directory entries
+            raise OSError(28, "No space left on device")
+        return copy(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "copyfile", disk_full)
+    mine = _unit(out, "uniform")
+    with pytest.raises(shutil.Error):
+        reuse_units([mine], source, out, CPU)
+    assert not mine.done()
+    monkeypatch.setattr(shutil, "copyfile", copy)
+    assert reuse_units([mine], source, out, CPU) == ["arms/uniform/seed-0"] and mine.done()
+    assert (mine.folder / "heldout.jsonl").read_text().count("\n") == 1000
+
+
 def test_a_unit_trained_with_other_numerics_is_not_copied(tmp_path, caplog_loguru):
     source, out = _run(tmp_path / "a", [1.0]), _run(tmp_path / "b", [1.0])
     _finish(_unit(source, "uniform"), json.dumps({"steps": 4, "precision": "bf16-mixed", "generation": "transformers"}))

@@ -157,12 +157,22 @@ def reuse_units(units, source: Path, out: Path, here: dict[str, str]) -> list[st
                     source / TRAIN_POOL, columns)
             if not columns_equal[key]:
                 continue
-        if unit.folder.exists():
-            shutil.rmtree(unit.folder)
-        shutil.copytree(folder, unit.folder)
+        _copy_unit(folder, unit.folder)
         if unit_file(folder, "log").is_file():
             shutil.copy2(unit_file(folder, "log"), unit.log)
         copied.append(unit.name)
     if copied:
         logger.info(f"validate: reused from {source}: {', '.join(copied)}")
     return copied
+
+
+def _copy_unit(source: Path, target: Path) -> None:
+    """Copy a finished unit's folder, its result last and atomically: a unit is done once its
+    result is there, so a kill mid-copy leaves it unfinished, not finished with a cut trajectory."""
+    from trajval_ops.atomic import atomic_open
+
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target, ignore=lambda folder, names: [RESULT_FILE] if Path(folder) == source else [])
+    with atomic_open(target / RESULT_FILE, "wb") as handle:
+        handle.write((source / RESULT_FILE).read_bytes())
