@@ -66,16 +66,107 @@ def test_online_feedback_between_batches_shapes_later_draws():
     assert counts[10:].sum() > 1.5 * counts[:10].sum()
 
 
-def test_a_state_saved_between_epochs_resumes_on_the_next_epochs_own_stream():
+def test_a_state_saved_after_an_epoch_ended_resumes_with_nothing_left_in_it():
+    """The sampler cannot tell "between epochs" from "after the epoch's last index": a state saved
+    once epoch 0 was handed over whole resumes in epoch 0 with nothing left, and epoch 1 (by
+    ``set_epoch(1)``, or the next iteration) starts on its own stream."""
     w = np.arange(1, 11, dtype=float)
     uninterrupted = TrajvalSampler(w, seed=7, chunk_size=4)
     list(uninterrupted)
     second_epoch = list(uninterrupted)
     stopped = TrajvalSampler(w, seed=7, chunk_size=4)
     list(stopped)  # the checkpoint is taken after epoch 0 ended
+    state = stopped.state_dict()
+    assert (state["epoch"], state["yielded"]) == (0, 10)
     resumed = TrajvalSampler(w, seed=7, chunk_size=4)
-    resumed.load_state_dict(stopped.state_dict())
+    resumed.load_state_dict(state)
+    resumed.set_epoch(1)
     assert list(resumed) == second_epoch
+    resumed = TrajvalSampler(w, seed=7, chunk_size=4)
+    resumed.load_state_dict(state)
+    assert list(resumed) == []
+    assert list(resumed) == second_epoch
+    # a state written by an earlier release at an epoch's end ("epoch 1, nothing yielded")
+    old = TrajvalSampler(w, seed=7, chunk_size=4)
+    old.load_state_dict(dict(state, epoch=1, yielded=0))
+    assert list(old) == second_epoch
+
+
+def test_uninterrupted_epochs_draw_what_they_drew_before():
+    """Pinned against the sampler before the epoch was left unadvanced at an epoch's end: the same
+    seeds, the same order, with and without set_epoch, on one rank and on two."""
+    w = np.arange(1, 11, dtype=float)
+    sampler = TrajvalSampler(w, seed=5, chunk_size=4)
+    assert [list(sampler) for _ in range(3)] == [
+        [8, 8, 7, 5, 1, 6, 6, 1, 1, 9], [8, 6, 8, 8, 7, 7, 4, 2, 6, 9], [4, 6, 7, 8, 1, 6, 4, 2, 4, 2]]
+    shard = TrajvalSampler(w, seed=5, chunk_size=3, num_replicas=2, rank=1)
+    assert [list(shard) for _ in range(3)] == [[8, 5, 6, 1, 9], [6, 8, 7, 2, 9], [6, 8, 6, 2, 2]]
+    sampler = TrajvalSampler(w, seed=5, chunk_size=4)
+    loader = DataLoader(list(range(10)), batch_size=4, sampler=sampler, collate_fn=list)
+    served = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        served.append(list(loader))
+    assert served == [[[8, 8, 7, 5], [1, 6, 6, 1], [1, 9]], [[8, 6, 8, 8], [7, 7, 4, 2], [6, 9]],
+                      [[4, 6, 7, 8], [1, 6, 4, 2], [4, 2]]]
+
+
+def _docs_loop(make_loader, sampler, start_epoch=0, epochs=3, save_at=None):
+    """docs/downstream.md's PyTorch loop; returns the batches served and, after batch ``save_at``,
+    ``(state, epoch)``, the state from ``make_loader``'s second item."""
+    loader, save = make_loader(sampler)
+    served, saved = [], None
+    for epoch in range(start_epoch, epochs):
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            served.append(list(batch))
+            if len(served) == save_at:
+                saved = (save(), epoch)
+    return served, saved
+
+
+def test_a_checkpoint_after_an_epochs_last_partial_batch_resumes_in_that_epoch():
+    """30 rows, batches of 4: the DataLoader serves epoch 0's last batch (2 rows) after the
+    sampler's iterator ended. A checkpoint after it resumed, in epoch 0 with set_epoch(0), by
+    replaying epoch 0 whole (it said "epoch 1, nothing yielded"); now it serves what remains."""
+    import json
+
+    rows = [{"trajval_weight": 1.0, "i": i} for i in range(30)]
+
+    def make_loader(sampler):
+        loader = DataLoader(rows, batch_size=4, sampler=sampler, collate_fn=lambda b: [r["i"] for r in b])
+        return loader, lambda: json.dumps(sampler.state_dict())
+
+    full, _ = _docs_loop(make_loader, TrajvalSampler.from_dataset(rows, seed=0))
+    for save_at in (5, 8, 9, 16):
+        _, (state, epoch) = _docs_loop(make_loader, TrajvalSampler.from_dataset(rows, seed=0), save_at=save_at)
+        resumed = TrajvalSampler.from_dataset(rows, seed=0)
+        resumed.load_state_dict(json.loads(state))
+        assert _docs_loop(make_loader, resumed, start_epoch=epoch)[0] == full[save_at:], save_at
+
+
+def test_stateful_dataloader_checkpoint_after_an_epochs_last_partial_batch():
+    """torchdata's StatefulDataLoader saves the sampler's state with its own: a checkpoint after
+    epoch 0's last, partial batch served epoch 1's draws inside epoch 0 and again in epoch 1."""
+    stateful = pytest.importorskip(
+        "torchdata.stateful_dataloader",
+        reason="needs torchdata (installed with TRAJVAL_WITH_TRAINERS=1; see docs/downstream.md)")
+
+    def make_loader(sampler):
+        loader = stateful.StatefulDataLoader(list(range(30)), batch_size=4, sampler=sampler, collate_fn=list)
+        return loader, loader.state_dict
+
+    full, _ = _docs_loop(make_loader, TrajvalSampler(np.ones(30), seed=0))
+    for save_at in (3, 8, 9):
+        _, (state, epoch) = _docs_loop(make_loader, TrajvalSampler(np.ones(30), seed=0), save_at=save_at)
+        sampler = TrajvalSampler(np.ones(30), seed=0)
+
+        def restored(sampler, state=state):
+            loader, save = make_loader(sampler)
+            loader.load_state_dict(state)
+            return loader, save
+
+        assert _docs_loop(restored, sampler, start_epoch=epoch)[0] == full[save_at:], save_at
 
 
 def test_set_epoch_after_a_resume_keeps_the_resume_point():

@@ -91,14 +91,27 @@ class TrajvalSampler(Sampler[int]):
             return
         self.epoch = int(epoch)
         self._resuming = False
+        self._yielded = 0
+        self._pending.clear()
 
     def __iter__(self) -> Iterator[int]:
+        # Decided when the iterator is made, as DistributedSampler does: a resumed state continues
+        # where it stopped (nothing left for an epoch saved finished); otherwise a finished epoch,
+        # with no set_epoch since, gives way to the next one, started on its own stream.
         if self._resuming:
             self._resuming = False
         else:
+            if self._yielded >= self.total_size:
+                self.epoch += 1
             self.source.set_epoch(self.epoch)
             self._yielded = 0
             self._pending.clear()
+        return self._stream()
+
+    def _stream(self) -> Iterator[int]:
+        # The epoch stays the current one when its last index is handed over: a DataLoader serves
+        # the last, partial batch after this generator ended, and a checkpoint taken after that
+        # batch must still say "epoch e, all of it served" (yielded == total), not "epoch e + 1".
         while self._yielded < self.total_size:
             if not self._pending:
                 count = min(self.chunk_size, self.total_size - self._yielded)
@@ -108,8 +121,6 @@ class TrajvalSampler(Sampler[int]):
             self._yielded += 1
             if position % self.num_replicas == self.rank:
                 yield index
-        self.epoch += 1
-        self._yielded = 0
 
     def feedback(self, task_ids, rewards):
         """Forward one step's rollout feedback to the online scheduler (returns the DAPO mask)."""
@@ -124,12 +135,13 @@ class TrajvalSampler(Sampler[int]):
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume: the next iteration continues the saved epoch where it stopped (or, for a state
-        saved between epochs, starts the next epoch's own stream)."""
+        """Resume: the next iteration continues the saved epoch where it stopped; a state saved
+        once the epoch's last index was handed over resumes with nothing left in that epoch, and
+        the epoch after it (``set_epoch(e + 1)``, or the next iteration) starts its own stream."""
         self.source.load_state_dict(state["source"])
         self.epoch = int(state["epoch"])
         self._yielded = int(state["yielded"])
         self._pending = deque(int(i) for i in state["pending"])
-        # Saved between epochs, the source still stands at the end of the previous epoch's
-        # stream: the next iteration must start epoch (seed, epoch) afresh, not continue it.
+        # Saved before the epoch's first draw, the source still stands at the end of the previous
+        # epoch's stream: the next iteration must start epoch (seed, epoch) afresh, not continue it.
         self._resuming = self._yielded > 0 or bool(self._pending)
