@@ -209,3 +209,66 @@ def test_from_dataset_checks_the_rows_a_bare_list_cannot_show():
         TrajvalSampler.from_dataset(drawn)
     with pytest.raises(TrajvalInputError, match="row 1"):
         TrajvalSampler.from_dataset([rows[0], {"id": "t1"}])
+
+
+def test_feedback_on_indices_a_saved_state_already_covered_warns():
+    """A state saved after indices were handed out and before the feedback on them misses that
+    feedback (a resume restarts the online scheduler from the saved one): what a DataLoader with
+    num_workers > 0 does. Saved after feedback, or with no online scheduler, nothing is lost."""
+    import warnings
+
+    from trajval_ops.samplers import GresoScheduler
+
+    def online_sampler():
+        return TrajvalSampler(source=ComposedSampler(np.ones(16), online=GresoScheduler(16), seed=0), chunk_size=4)
+
+    sampler = online_sampler()
+    it = iter(sampler)
+    batch = [next(it) for _ in range(4)]
+    sampler.state_dict()  # the loader's snapshot, taken when it handed the batch to a worker
+    with pytest.warns(RuntimeWarning, match=r"num_workers > 0.*num_workers=0 and save the loader state after feedback"):
+        sampler.feedback(np.repeat(batch, 2), np.ones(8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for sampler in (online_sampler(), TrajvalSampler(np.ones(16), chunk_size=4)):
+            it = iter(sampler)
+            for _ in range(3):
+                batch = [next(it) for _ in range(4)]
+                sampler.feedback(np.repeat(batch, 2), np.ones(8))
+                sampler.state_dict()  # saved after the feedback: it holds it
+        plain = TrajvalSampler(np.ones(16), chunk_size=4)
+        it = iter(plain)
+        batch = [next(it) for _ in range(4)]
+        plain.state_dict()
+        plain.feedback(np.repeat(batch, 2), np.ones(8))  # prior only: no scheduler to miss
+
+
+def test_stateful_dataloader_with_workers_warns_that_online_feedback_misses_its_checkpoints():
+    """torchdata saves the sampler's state when it hands indices to a worker (ahead of the batch
+    trained on), so the feedback given since is not in a checkpoint: the feedback warns."""
+    stateful = pytest.importorskip(
+        "torchdata.stateful_dataloader",
+        reason="needs torchdata (installed with TRAJVAL_WITH_TRAINERS=1; see docs/downstream.md)")
+    from trajval_ops.samplers import GresoScheduler
+
+    def run(num_workers):
+        sampler = TrajvalSampler(source=ComposedSampler(np.ones(16), online=GresoScheduler(16), seed=0), chunk_size=4)
+        loader = stateful.StatefulDataLoader(list(range(16)), batch_size=4, sampler=sampler,
+                                             num_workers=num_workers, collate_fn=list)
+        it = iter(loader)
+        for _ in range(2):
+            batch = next(it)
+            sampler.feedback(np.repeat(batch, 4), np.ones(16))
+        return sampler, loader.state_dict()
+
+    with pytest.warns(RuntimeWarning, match="num_workers > 0"):
+        run(num_workers=1)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        sampler, state = run(num_workers=0)
+    resumed = TrajvalSampler(source=ComposedSampler(np.ones(16), online=GresoScheduler(16), seed=0), chunk_size=4)
+    loader = stateful.StatefulDataLoader(list(range(16)), batch_size=4, sampler=resumed, collate_fn=list)
+    loader.load_state_dict(state)
+    next(iter(loader))
+    assert (resumed.source.online.easy_streak > 0).sum() == (sampler.source.online.easy_streak > 0).sum() > 0

@@ -6,6 +6,7 @@ and restores :meth:`TrajvalSampler.state_dict` with the loader state).
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from typing import Any, Iterator, Mapping
 
@@ -15,6 +16,15 @@ from trajval_ops.fields import RESAMPLE_PROVENANCE, WEIGHT
 from trajval_ops.samplers.online import ComposedSampler
 
 DEFAULT_CHUNK_SIZE = 64
+
+SAVED_BEFORE_FEEDBACK = (
+    "TrajvalSampler: feedback() came for indices this sampler handed out before its last state_dict() "
+    "call, so that saved state does not hold this feedback and a run resumed from it restarts the online "
+    "scheduler from there (the draws after it differ from the uninterrupted run's). A DataLoader with "
+    "num_workers > 0 does this: it takes indices ahead of the batches trained on, and torchdata's "
+    "StatefulDataLoader saves the sampler's state when it hands them to a worker. With an online source "
+    "use num_workers=0 and save the loader state after feedback() (see docs/downstream.md, PyTorch)."
+)
 
 
 class TrajvalSampler(Sampler[int]):
@@ -66,6 +76,8 @@ class TrajvalSampler(Sampler[int]):
         self._yielded = 0  # global positions consumed in this epoch
         self._pending: deque[int] = deque()
         self._resuming = False
+        self._handed = 0  # indices this rank handed out since the last feedback
+        self._saved_ahead = False  # a state_dict() taken while some of them awaited feedback
 
     @classmethod
     def from_dataset(cls, dataset, field: str = WEIGHT, **options) -> "TrajvalSampler":
@@ -120,13 +132,21 @@ class TrajvalSampler(Sampler[int]):
             position = self._yielded
             self._yielded += 1
             if position % self.num_replicas == self.rank:
+                self._handed += 1
                 yield index
 
     def feedback(self, task_ids, rewards):
-        """Forward one step's rollout feedback to the online scheduler (returns the DAPO mask)."""
+        """Forward one step's rollout feedback to the online scheduler (returns the DAPO mask).
+
+        Warns when a :meth:`state_dict` was taken after indices were handed out and before
+        this feedback on them: the saved state misses it (a DataLoader with ``num_workers > 0``)."""
+        if self._saved_ahead and self.source.online is not None:
+            warnings.warn(SAVED_BEFORE_FEEDBACK, RuntimeWarning, stacklevel=2)
+        self._saved_ahead, self._handed = False, 0
         return self.source.feedback(task_ids, rewards)
 
     def state_dict(self) -> dict:
+        self._saved_ahead = self._saved_ahead or self._handed > 0
         return {
             "epoch": self.epoch,
             "yielded": self._yielded,
@@ -145,3 +165,4 @@ class TrajvalSampler(Sampler[int]):
         # Saved before the epoch's first draw, the source still stands at the end of the previous
         # epoch's stream: the next iteration must start epoch (seed, epoch) afresh, not continue it.
         self._resuming = self._yielded > 0 or bool(self._pending)
+        self._handed, self._saved_ahead = 0, False
