@@ -265,3 +265,49 @@ def test_greso_adapts_when_the_epochs_are_counted_in_draws():
         tasks = source.draw_counting_epochs(5, 5 * step)
         source.feedback(np.repeat(tasks, 4), np.ones(20))  # every task always solved
     assert greso.epoch == 4 and greso.p_easy < 0.5
+
+
+def test_a_task_drawn_twice_in_a_step_is_two_groups():
+    """Draws are with replacement: task 2 drawn twice, one group all solved and one all failed.
+    Grouped by task, the two merged into one group with spread (kept by DAPO's mask, no GRESO
+    observation); each drawn group is judged on its own."""
+    ids = np.repeat([2, 0, 2], 4)
+    rewards = np.r_[np.ones(4), [1, 0, 1, 0], np.zeros(4)]
+    assert zero_variance_mask(ids, rewards).tolist() == [False] * 4 + [True] * 4 + [False] * 4
+    assert zero_variance_mask(ids, rewards, group_size=4).tolist() == [False] * 4 + [True] * 4 + [False] * 4
+    tasks, rate, counts, zero_var = group_feedback(ids, rewards, num_tasks=3)
+    assert tasks.tolist() == [0, 2, 2] and rate.tolist() == [0.5, 1.0, 0.0]
+    assert counts.tolist() == [4, 4, 4] and zero_var.tolist() == [False, True, True]
+    greso = GresoScheduler(3)
+    composed = ComposedSampler(np.ones(3), online=greso, seed=0)
+    keep = composed.feedback(ids, rewards, group_size=4)
+    assert keep.tolist() == [False] * 4 + [True] * 4 + [False] * 4
+    assert greso.easy_streak.tolist() == [0, 0, 0] and greso.hard_streak.tolist() == [0, 0, 0]
+    composed.feedback(np.repeat([1, 1], 3), np.ones(6), group_size=3)  # two all-solved groups: two observations
+    assert greso.easy_streak[1] == 2
+
+
+def test_groups_reordered_or_side_by_side_are_told_apart_by_group_ids():
+    """verl tags each prompt's responses with a uid and may reorder them (balance_batch); a task
+    drawn twice side by side is one run of rollouts unless the layout is given."""
+    ids = np.array([1, 1, 1, 1, 1, 1])
+    rewards = np.array([1, 1, 1, 0, 0, 0])
+    assert zero_variance_mask(ids, rewards).tolist() == [True] * 6  # one run: read as one group
+    assert zero_variance_mask(ids, rewards, group_size=3).tolist() == [False] * 6
+    uid = np.array(["a", "b", "a", "b", "a", "b"], dtype=object)
+    assert zero_variance_mask(ids, [1, 0, 1, 0, 1, 0], group_ids=uid).tolist() == [False] * 6
+    with pytest.raises(ValueError, match="rollout 0: task 1's rollouts are not consecutive.*group_ids="):
+        zero_variance_mask([1, 2, 1, 2], [1, 0, 1, 0])
+    with pytest.raises(ValueError, match="rollout 1: task 2 in the group of rollout 0"):
+        zero_variance_mask([1, 2], [1, 0], group_size=2)
+    with pytest.raises(ValueError, match="group_size=3 does not divide the 4 rollouts"):
+        zero_variance_mask([1, 1, 2, 2], [1, 0, 1, 0], group_size=3)
+
+
+def test_bots_observes_a_task_drawn_twice_once_at_its_pooled_rate():
+    pooled = BotsScheduler(3, thompson=False)
+    pooled.update(np.array([0, 2, 2]), np.array([0.5, 1.0, 0.0]), np.array([4, 4, 4]), np.array([False, True, True]))
+    once = BotsScheduler(3, thompson=False)
+    once.update(np.array([0, 2]), np.array([0.5, 0.5]), np.array([4, 8]), np.array([False, False]))
+    assert pooled.state_dict()["pseudo_successes"].tolist() == once.state_dict()["pseudo_successes"].tolist()
+    assert pooled.state_dict()["pseudo_failures"].tolist() == once.state_dict()["pseudo_failures"].tolist()

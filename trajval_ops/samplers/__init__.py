@@ -11,6 +11,7 @@ from trajval_ops.samplers.online import (
     ComposedSampler,
     GresoScheduler,
     group_feedback,
+    rollout_groups,
     zero_variance_mask,
 )
 from trajval_ops.samplers.weighted import WeightedIndexSampler, weights_from_column, weights_from_dataset
@@ -21,6 +22,7 @@ __all__ = [
     "GresoScheduler",
     "WeightedIndexSampler",
     "group_feedback",
+    "rollout_groups",
     "weights_from_column",
     "weights_from_dataset",
     "zero_variance_mask",

@@ -21,7 +21,8 @@ Reference implementations driven by per-step rollout feedback (numpy only):
   rewards are not all equal.
 
 Feedback is what a trainer has after a step: one task index and one reward per rollout
-(:func:`group_feedback` groups them). Rewards are reduced to binary accuracy with
+(:func:`group_feedback` groups them by drawn group: draws are with replacement, so a task drawn
+twice in a step has two groups, each judged on its own). Rewards are reduced to binary accuracy with
 ``success_threshold`` (reward > threshold counts as solved), so shaped rewards such as
 DAPO's -1/1 work unchanged.
 """
@@ -51,15 +52,76 @@ BOTS_TAU = 0.5
 DEFAULT_SUCCESS_THRESHOLD = 0.5
 
 
-def group_feedback(task_ids, rewards, num_tasks: int, success_threshold: float = DEFAULT_SUCCESS_THRESHOLD):
-    """Group per-rollout feedback by task.
+def rollout_groups(task_ids, group_size: int | None = None, group_ids=None) -> np.ndarray:
+    """The drawn group of each rollout: one number per rollout, groups numbered from 0 by task and
+    then by their first rollout.
 
-    :param task_ids: one task index per rollout (repeated ``num_generations`` times per task).
-    :param rewards: one reward per rollout, same length.
-    :return: ``(tasks, pass_rate, num_rollouts, zero_variance)``: unique task indices, their
-        fraction of rollouts with reward > ``success_threshold``, rollouts per task, and whether
-        all of a task's raw rewards are equal.
+    Draws are with replacement, so a task can be drawn twice in a step; each draw's rollouts are a
+    group of their own. ``group_size``: the rollouts come in consecutive groups of that many (TRL's
+    ``num_generations``, ``np.repeat(tasks, n)``); ``group_ids``: one label per rollout naming its
+    group (verl's ``uid``), for batches whose rollouts were reordered. With neither, a group is a
+    run of consecutive rollouts of the same task (two draws of a task side by side are one group).
     """
+    ids = np.asarray(task_ids, dtype=np.int64).reshape(-1)
+    if group_size is not None and group_ids is not None:
+        raise ValueError("give group_size or group_ids, not both")
+    if ids.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if group_ids is not None:
+        labels = np.asarray(group_ids).reshape(-1)
+        if labels.shape != ids.shape:
+            raise ValueError(f"task_ids and group_ids differ in length: {ids.size} vs {labels.size}")
+        _, first, raw = np.unique(labels, return_index=True, return_inverse=True)
+        raw = raw.reshape(-1)
+    elif group_size is not None:
+        if int(group_size) < 1 or ids.size % int(group_size):
+            raise ValueError(f"group_size={group_size} does not divide the {ids.size} rollouts into groups")
+        raw = np.arange(ids.size) // int(group_size)
+        first = np.arange(0, ids.size, int(group_size))
+    else:
+        new_run = np.r_[True, ids[1:] != ids[:-1]]
+        first, raw = np.flatnonzero(new_run), np.cumsum(new_run) - 1
+        _check_runs(ids, first)
+    mixed = np.flatnonzero(ids != ids[first][raw])
+    if mixed.size:
+        at = int(mixed[0])
+        raise ValueError(f"rollout {at}: task {int(ids[at])} in the group of rollout {int(first[raw[at]])}, "
+                         f"which answers task {int(ids[first[raw[at]]])}: a group is one task's rollouts")
+    order = np.lexsort((first, ids[first]))  # by task, then by where the group starts
+    number = np.empty(order.size, dtype=np.int64)
+    number[order] = np.arange(order.size)
+    return number[raw]
+
+
+def _check_runs(ids: np.ndarray, starts: np.ndarray) -> None:
+    """Runs of one rollout of a task that has rollouts elsewhere in the step: the rollouts are not
+    laid out group by group, and reading runs as groups would be wrong."""
+    lengths = np.diff(np.r_[starts, ids.size])
+    _, run_task, runs_of_task = np.unique(ids[starts], return_inverse=True, return_counts=True)
+    single = starts[(lengths == 1) & (runs_of_task[run_task.reshape(-1)] > 1)]
+    if single.size:
+        raise ValueError(f"rollout {int(single[0])}: task {int(ids[single[0]])}'s rollouts are not consecutive, so "
+                         "its groups cannot be told apart: pass group_size= (consecutive groups of that many "
+                         "rollouts) or group_ids= (one group label per rollout, e.g. verl's uid)")
+
+
+def group_feedback(task_ids, rewards, num_tasks: int, success_threshold: float = DEFAULT_SUCCESS_THRESHOLD,
+                   group_size: int | None = None, group_ids=None):
+    """Group per-rollout feedback by drawn group (see :func:`rollout_groups`).
+
+    :param task_ids: one task index per rollout.
+    :param rewards: one reward per rollout, same length.
+    :param group_size: consecutive groups of this many rollouts, or
+    :param group_ids: one group label per rollout; with neither, runs of one task's rollouts.
+    :return: ``(tasks, pass_rate, num_rollouts, zero_variance)``, one entry per group, ordered by
+        task (a task drawn twice in the step has two entries): its task, its fraction of rollouts
+        with reward > ``success_threshold``, its rollouts, and whether all its raw rewards are equal.
+    """
+    return _grouped_feedback(task_ids, rewards, num_tasks, success_threshold, group_size, group_ids)[:4]
+
+
+def _grouped_feedback(task_ids, rewards, num_tasks, success_threshold, group_size, group_ids):
+    """:func:`group_feedback`'s four arrays and the group of each rollout."""
     ids = np.asarray(task_ids, dtype=np.int64).reshape(-1)
     values = np.asarray(rewards, dtype=np.float64).reshape(-1)
     if ids.shape != values.shape:
@@ -71,24 +133,28 @@ def group_feedback(task_ids, rewards, num_tasks: int, success_threshold: float =
     if ids.min() < 0 or ids.max() >= num_tasks:
         bad = int(np.flatnonzero((ids < 0) | (ids >= num_tasks))[0])
         raise ValueError(f"rollout {bad}: task index {int(ids[bad])} outside the pool [0, {num_tasks})")
-    tasks, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
-    solved = np.bincount(inverse, weights=(values > success_threshold).astype(np.float64))
-    low = np.full(tasks.size, np.inf)
-    high = np.full(tasks.size, -np.inf)
-    np.minimum.at(low, inverse, values)
-    np.maximum.at(high, inverse, values)
-    return tasks, solved / counts, counts, low == high
+    group = rollout_groups(ids, group_size, group_ids)
+    counts = np.bincount(group)
+    tasks = np.zeros(counts.size, dtype=np.int64)
+    tasks[group] = ids
+    solved = np.bincount(group, weights=(values > success_threshold).astype(np.float64))
+    low = np.full(counts.size, np.inf)
+    high = np.full(counts.size, -np.inf)
+    np.minimum.at(low, group, values)
+    np.maximum.at(high, group, values)
+    return tasks, solved / counts, counts, low == high, group
 
 
-def zero_variance_mask(task_ids, rewards) -> np.ndarray:
-    """DAPO dynamic sampling, per rollout: True where the rollout's task group has reward spread.
+def zero_variance_mask(task_ids, rewards, group_size: int | None = None, group_ids=None) -> np.ndarray:
+    """DAPO dynamic sampling, per rollout: True where the rollout's group has reward spread.
 
-    Drop the rollouts where this is False: with identical rewards the group advantage is zero.
+    Drop the rollouts where this is False: with identical rewards the group advantage is zero. The
+    groups are the drawn groups (``group_size`` / ``group_ids`` as in :func:`rollout_groups`).
     """
     ids = np.asarray(task_ids, dtype=np.int64).reshape(-1)
-    _, _, _, zero_var = group_feedback(ids, rewards, num_tasks=int(ids.max()) + 1 if ids.size else 0)
-    _, inverse = np.unique(ids, return_inverse=True)
-    return ~zero_var[inverse]
+    num_tasks = int(ids.max()) + 1 if ids.size else 0
+    *_, zero_var, group = _grouped_feedback(ids, rewards, num_tasks, DEFAULT_SUCCESS_THRESHOLD, group_size, group_ids)
+    return ~zero_var[group]
 
 
 class GresoScheduler:
@@ -125,15 +191,21 @@ class GresoScheduler:
         self.epoch = 0
 
     def update(self, tasks, pass_rate, num_rollouts, zero_variance) -> None:
-        """Record one step's grouped feedback (see :func:`group_feedback`)."""
+        """Record one step's grouped feedback (see :func:`group_feedback`): one entry per drawn
+        group, each an observation (a task drawn twice adds two to its streak when both its groups
+        were all correct, and ends it when either was not)."""
         # Easy / hard are the zero-variance groups, all correct / all wrong, for any n. (GRESO's
         # code uses mean reward >= 0.98 / <= 0.11, which means exactly that at its n = 8 only:
         # at n = 16 one correct rollout in 16 has mean 0.0625 and would count as all wrong.)
         zero_variance = np.asarray(zero_variance, dtype=bool)
         easy = zero_variance & (pass_rate >= 1.0)
         hard = zero_variance & (pass_rate <= 0.0)
-        self.easy_streak[tasks] = np.where(easy, self.easy_streak[tasks] + 1, 0)
-        self.hard_streak[tasks] = np.where(hard, self.hard_streak[tasks] + 1, 0)
+        task, of_group, groups = np.unique(np.asarray(tasks, dtype=np.int64), return_inverse=True, return_counts=True)
+        of_group = of_group.reshape(-1)
+        all_easy = np.bincount(of_group, weights=easy, minlength=task.size) == groups
+        all_hard = np.bincount(of_group, weights=hard, minlength=task.size) == groups
+        self.easy_streak[task] = np.where(all_easy, self.easy_streak[task] + groups, 0)
+        self.hard_streak[task] = np.where(all_hard, self.hard_streak[task] + groups, 0)
         if self.epoch < 1:
             return  # GRESO adapts p from the second epoch on (nothing is skipped in the first)
         # Too many wasted easy (hard) groups this step -> skip them more (lower p), else explore
@@ -281,6 +353,9 @@ class BotsScheduler:
         return self.pseudo_successes / (self.pseudo_successes + self.pseudo_failures)
 
     def update(self, tasks, pass_rate, num_rollouts, zero_variance) -> None:
+        """One step's feedback (see :func:`group_feedback`). A task drawn in several groups is
+        observed once, at its pass rate over all their rollouts."""
+        tasks, pass_rate = self._per_task_rates(tasks, pass_rate, num_rollouts)
         successes = np.zeros(self.num_tasks)
         failures = np.zeros(self.num_tasks)
         successes[tasks] = pass_rate * self.m
@@ -293,6 +368,18 @@ class BotsScheduler:
         rho, m = self.rho, self.m  # rho * p~ * m: the pseudo-counts the implicit pass rate adds
         self.pseudo_successes = keep * self.pseudo_successes + self.lam + (1 - rho) * successes + rho * p_ref * m
         self.pseudo_failures = keep * self.pseudo_failures + self.lam + (1 - rho) * failures + rho * (1 - p_ref) * m
+
+    @staticmethod
+    def _per_task_rates(tasks, pass_rate, num_rollouts):
+        tasks = np.asarray(tasks, dtype=np.int64)
+        pass_rate = np.asarray(pass_rate, dtype=np.float64)
+        task, of_group = np.unique(tasks, return_inverse=True)
+        if task.size == tasks.size:
+            return tasks, pass_rate  # one group per task: as given
+        rollouts = np.asarray(num_rollouts, dtype=np.float64)
+        of_group = of_group.reshape(-1)
+        solved = np.bincount(of_group, weights=pass_rate * rollouts, minlength=task.size)
+        return task, solved / np.bincount(of_group, weights=rollouts, minlength=task.size)
 
     def online_weights(self, rng: np.random.Generator | None = None) -> np.ndarray:
         """``exp(-|p~ - target| / tau)``, ``p~`` a Thompson sample (needs ``rng``) or the mean."""
@@ -375,17 +462,21 @@ class ComposedSampler:
             drawn, k = drawn + take, k - take
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
-    def feedback(self, task_ids, rewards) -> np.ndarray:
+    def feedback(self, task_ids, rewards, group_size: int | None = None, group_ids=None) -> np.ndarray:
         """Feed one step's rollouts (one task index and reward per rollout) to the scheduler.
 
-        :return: the DAPO keep mask per rollout (False where the task's rewards have no spread).
+        ``group_size`` / ``group_ids`` say which rollouts form one drawn group (see
+        :func:`rollout_groups`; by default runs of one task's consecutive rollouts), so two draws
+        of a task in one step are two observations.
+
+        :return: the DAPO keep mask per rollout (False where its group's rewards have no spread).
         """
-        tasks, pass_rate, counts, zero_var = group_feedback(task_ids, rewards, self.num_tasks, self.success_threshold)
+        tasks, pass_rate, counts, zero_var, group = _grouped_feedback(
+            task_ids, rewards, self.num_tasks, self.success_threshold, group_size, group_ids)
         if self.online is not None:
             self.online.update(tasks, pass_rate, counts, zero_var)
             self._stale = True
-        _, inverse = np.unique(np.asarray(task_ids, dtype=np.int64).reshape(-1), return_inverse=True)
-        return ~zero_var[inverse]
+        return ~zero_var[group]
 
     def feedback_pass_rates(self, task_ids, pass_rates, num_rollouts: int) -> None:
         """Feedback as one pass rate per task (Trinity-RFT's form); rates 0 or 1 count as zero-variance."""

@@ -135,15 +135,16 @@ class TrajvalSampler(Sampler[int]):
                 self._handed += 1
                 yield index
 
-    def feedback(self, task_ids, rewards):
-        """Forward one step's rollout feedback to the online scheduler (returns the DAPO mask).
+    def feedback(self, task_ids, rewards, group_size: int | None = None, group_ids=None):
+        """Forward one step's rollout feedback to the online scheduler (returns the DAPO mask);
+        ``group_size`` / ``group_ids`` as in :meth:`ComposedSampler.feedback`.
 
         Warns when a :meth:`state_dict` was taken after indices were handed out and before
         this feedback on them: the saved state misses it (a DataLoader with ``num_workers > 0``)."""
         if self._saved_ahead and self.source.online is not None:
             warnings.warn(SAVED_BEFORE_FEEDBACK, RuntimeWarning, stacklevel=2)
         self._saved_ahead, self._handed = False, 0
-        return self.source.feedback(task_ids, rewards)
+        return self.source.feedback(task_ids, rewards, group_size=group_size, group_ids=group_ids)
 
     def state_dict(self) -> dict:
         self._saved_ahead = self._saved_ahead or self._handed > 0

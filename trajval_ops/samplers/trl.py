@@ -215,8 +215,9 @@ class TrajvalSamplerMixin:
             rewards = (rewards_per_func * weights).nansum(dim=1)
             scorable = ~torch.isnan(rewards_per_func).all(dim=1)  # TRL's unscorable completions
             rewards, scorable = rewards.float().cpu().numpy(), scorable.cpu().numpy()
+            groups = np.arange(rows.size) // self.num_generations  # TRL's layout: each prompt's group in a row
             if scorable.any():
-                self.trajval_source.feedback(rows[scorable], rewards[scorable])
+                self.trajval_source.feedback(rows[scorable], rewards[scorable], group_ids=groups[scorable])
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):

@@ -35,6 +35,8 @@ from trajval_ops.rows import get_path, path_parts
 ONLINE_SCHEDULERS = {"greso": GresoScheduler, "bots": BotsScheduler}
 #: Where verl rows carry their task id (RLHFDataset also copies it to ``index``).
 DEFAULT_ID_KEY = "extra_info.index"
+#: The non_tensor_batch key verl gives every response of one prompt alike (its GRPO group).
+GROUP_KEY = "uid"
 
 
 def _sampler_option(data_config: DictConfig, key: str, default: Any = None) -> Any:
@@ -132,4 +134,5 @@ class TrajvalVerlCurriculumSampler(TrajvalVerlSampler, AbstractCurriculumSampler
         except KeyError as err:
             raise TrajvalInputError(f"task id {err.args[0]!r} in the batch is not in the training set") from err
         scores = batch.batch["token_level_scores"].sum(dim=-1).float().cpu().numpy()
-        self.source.feedback(rows, scores)
+        # verl tags each prompt's responses with one uid (balance_batch may reorder them)
+        self.source.feedback(rows, scores, group_ids=batch.non_tensor_batch.get(GROUP_KEY))

@@ -109,6 +109,8 @@ OPTION_DEFAULTS = {"epochs": 1, "seed": None, "weight_key": WEIGHT, "online": No
                    "reward_threshold": DEFAULT_SUCCESS_THRESHOLD, "rollout_n_from_prior": None}
 #: The column an item carries with its pool row, for the feedback of the legacy trainer.
 POSITION_KEY = "trajval_position"
+#: The non_tensor_batch key verl gives every response of one prompt alike (its GRPO group).
+GROUP_KEY = "uid"
 #: The item key verl 0.9's V1 agent loop reads as the prompt's number of rollouts
 #: (``AgentLoopWorkerTQ._run_prompt`` in ``verl/trainer/ppo/v1/agent_loop_tq.py``).
 ROLLOUT_N_KEY = "__rollout_n__"
@@ -387,7 +389,8 @@ class TrajvalVerlDataset(RLHFDataset):
         scores = batch.batch["token_level_scores"].sum(dim=-1).float().cpu().numpy()
         if rows.shape != scores.shape:
             raise ValueError(f"{rows.size} pool rows for {scores.size} rewards in the step's batch")
-        self.trajval_source.feedback(rows, scores)
+        # verl tags each prompt's responses with one uid (balance_batch may reorder them)
+        self.trajval_source.feedback(rows, scores, group_ids=batch.non_tensor_batch.get(GROUP_KEY))
 
     # Saved with the dataloader state (torchdata's StatefulDataLoader checks for these methods).
     def state_dict(self) -> dict:
