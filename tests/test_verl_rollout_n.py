@@ -130,6 +130,52 @@ def test_largest_remainder_rounding_is_exact_and_by_position_on_ties():
     assert rollout_n_per_prompt([0.3, 0.0, 1.0, 0.0], 4, 2, 5).tolist() == [5, 4, 4, 3]
 
 
+def test_pass_rates_near_zero_get_their_rollouts_instead_of_an_internal_error():
+    """The level was bisected on s with an absolute resolution of ~1e-18: a rate <= ~1e-19 rises
+    from min_n to max_n inside one step, the bisection ended at s = 0 and the rounding raised
+    "a bug, not an input" on valid rates."""
+    assert rollout_n_per_prompt([0.5, 1e-300], 5, 3, 27).tolist() == [3, 7]
+    assert rollout_n_per_prompt([0.5, 1e-300, 1.0], 5, 3, 27).tolist() == [3, 9, 3]
+    assert rollout_n_per_prompt([1e-300], 5, 3, 27).tolist() == [5]
+    assert rollout_n_per_prompt([0.5, 5e-324, 1e-310, 1e-200, 1e-19, 1e-18, 1e-20], 8, 2, 64).tolist() == [
+        2, 44, 2, 2, 2, 2, 2]  # the least rate takes what the others leave (max-min)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        size = int(rng.integers(1, 20))
+        rates = 10.0 ** rng.uniform(-323, 0, size)
+        rates = np.where(rng.random(size) < 0.3, 1 - rates, rates)
+        min_n = int(rng.integers(1, 5))
+        n = int(rng.integers(min_n, min_n + 8))
+        max_n = int(rng.integers(n, n + 40))
+        counts = rollout_n_per_prompt(rates, n, min_n, max_n)
+        assert counts.sum() == n * size and counts.min() >= min_n and counts.max() <= max_n
+
+
+def test_ordinary_rates_keep_their_counts():
+    """Pinned against the allocation before the level was refined in ln s for rates near 0."""
+    import hashlib
+
+    r = [0.02, 0.1, 0.5, 0.9, 0.98]
+    assert rollout_n_per_prompt(r, 8, 2, 32).tolist() == [16, 3, 2, 3, 16]
+    assert rollout_n_per_prompt(r, 16, 2, 64).tolist() == [33, 6, 2, 6, 33]
+    assert rollout_n_per_prompt([0.5, 1e-12], 5, 3, 27).tolist() == [3, 7]
+    assert rollout_n_per_prompt([0.3, 0.7, 1e-17], 8, 2, 32).tolist() == [2, 2, 20]
+    assert rollout_n_per_prompt(np.random.default_rng(3).random(12), 6, 2, 20).tolist() == [
+        14, 5, 5, 3, 12, 3, 3, 7, 4, 10, 3, 3]
+    assert rollout_n_per_prompt([0.5, 0.5, 1 - 1e-15, 1.0, 0.0, 0.25], 8, 2, 32).tolist() == [3, 3, 32, 2, 2, 6]
+    rng = np.random.default_rng(7)
+    digest = hashlib.sha256()
+    for trial in range(400):
+        size = int(rng.integers(1, 30))
+        rates = [rng.random(size), rng.integers(0, 17, size) / 16, rng.beta(0.3, 0.3, size),
+                 rng.choice([0.0, 1.0, 1e-12, 1 - 1e-12, 0.5, 1e-9, 0.02], size)][trial % 4]
+        min_n = int(rng.integers(2, 5))
+        n = int(rng.integers(min_n, min_n + 10))
+        max_n = int(rng.integers(n, n + 40))
+        digest.update(rollout_n_per_prompt(rates, n, min_n, max_n).tobytes())
+    assert digest.hexdigest() == "10f16e8c43828f7daabe9bc8748a5d1461a5913d67903fee089813e8be015187"
+
+
 def test_empty_pass():
     assert rollout_n_per_prompt([], 8, 2, 32).tolist() == []
 

@@ -97,17 +97,41 @@ def rollout_n_per_prompt(rates, n: int, min_n: int, max_n: int) -> np.ndarray:
     def allotted(s: float) -> np.ndarray:
         return _rollouts_to_reach(log_a, log_b, s, min_n, max_n)
 
+    def within(s: float) -> bool:
+        return float(counts @ allotted(s)) <= budget
+
     # s = -ln(1 - p). At s = 0 one rollout reaches p = 0 (all at min_n, within the budget as
     # n >= min_n); at `high`, max_n stays short of p for every rate (all at max_n, over the budget).
-    low, high = 0.0, float(np.max(-np.logaddexp(max_n * log_a, max_n * log_b)))
+    low, high = _bisect(within, 0.0, float(np.max(-np.logaddexp(max_n * log_a, max_n * log_b))))
+    real[~degenerate] = allotted(low)[inverse]  # the side within the budget: rounding only adds
+    if not _roundable(real, total, max_n):
+        # A rate so near 0 (<= ~1e-19) that its rollouts rise from min_n to max_n within the
+        # bracket's absolute width (~1e-18 of s): refine in ln s, where every m_i moves by at most
+        # max_n per unit, from a positive level within the budget (every prompt at most n there).
+        floor = max(low, float(np.min(-np.logaddexp(n * log_a, n * log_b))))
+        if 0.0 < floor < high:
+            low, _ = _bisect(lambda t: within(float(np.exp(t))), float(np.log(floor)), float(np.log(high)))
+            real[~degenerate] = allotted(float(np.exp(low)))[inverse]
+    return _largest_remainder(real, total, max_n)
+
+
+def _bisect(within, low: float, high: float) -> tuple[float, float]:
+    """The bracket ``[low, high]`` after :data:`_BISECTIONS` halvings, ``within(low)`` kept true
+    and ``within(high)`` false."""
     for _ in range(_BISECTIONS):
         middle = 0.5 * (low + high)
-        if float(counts @ allotted(middle)) <= budget:
+        if within(middle):
             low = middle
         else:
             high = middle
-    real[~degenerate] = allotted(low)[inverse]  # the side within the budget: rounding only adds
-    return _largest_remainder(real, total, max_n)
+    return low, high
+
+
+def _roundable(real: np.ndarray, total: int, max_n: int) -> bool:
+    """Whether :func:`_largest_remainder` can bring ``real`` to ``total`` (one unit at most for
+    each prompt below ``max_n``)."""
+    whole = np.floor(real)
+    return 0 <= total - int(whole.sum()) <= int((whole < max_n).sum())
 
 
 def _largest_remainder(real: np.ndarray, total: int, max_n: int) -> np.ndarray:
