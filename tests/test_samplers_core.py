@@ -105,3 +105,24 @@ def test_package_does_not_import_heavy_libraries():
     code = f"import sys, trajval_ops.samplers; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_weights_whose_sum_overflows_draw_by_their_ratios():
+    """[1e308, 1e308, 1] are finite weights, but their sum overflowed to inf: every probability
+    became 0 and every draw went to the last row. They are scaled by the largest first; any other
+    weights are divided by their sum as before (pinned against the earlier code)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning either
+        sampler = WeightedIndexSampler([1e308, 1e308, 1.0], seed=0)
+        assert sampler.prob.tolist() == [0.5, 0.5, 5e-309]
+        counts = np.bincount(sampler.draw(1000), minlength=3)
+    assert counts[2] == 0 and 400 < counts[0] < 600
+    w = np.random.default_rng(11).random(1000) * 3
+    ordinary = WeightedIndexSampler(w, seed=2)
+    assert ordinary.prob.tolist() == (w / w.sum()).tolist()
+    assert ordinary.fingerprint == "67c0e84b3e7da663563a2487ddb3d979"
+    assert ordinary.draw(8).tolist() == [266, 304, 823, 98, 593, 726, 194, 61]
+    tiny = WeightedIndexSampler([1e-300, 2e-300, 5e-301], seed=2)
+    assert tiny.fingerprint == "2c14f61b563a34815e83635f5e7ad763"

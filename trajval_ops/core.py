@@ -109,7 +109,9 @@ def at_floor(weight, eps: float = DEFAULT_EPS) -> np.ndarray:
 
 
 def normalize(weight) -> np.ndarray:
-    """``p = w / sum(w)``.  Refuses negative, non-finite, empty or all-zero weights."""
+    """``p = w / sum(w)``.  Refuses negative, non-finite, empty or all-zero weights. Weights
+    whose sum overflows (each finite, e.g. ``[1e308, 1e308, 1]``) are divided by their largest
+    first; every other vector is divided by its sum as it is."""
     w = _as_float_array(weight, "weight")
     if w.ndim != 1:
         raise ValueError(f"weight must be one-dimensional, got shape {w.shape}")
@@ -117,9 +119,13 @@ def normalize(weight) -> np.ndarray:
         raise ValueError("cannot normalise an empty weight vector (empty pool)")
     if (w < 0).any():
         raise ValueError(f"weight must be >= 0, first negative at position {int(np.flatnonzero(w < 0)[0])}")
-    total = w.sum()
+    with np.errstate(over="ignore"):
+        total = w.sum()
     if not total > 0:
         raise ValueError("all weights are zero: no row can be sampled")
+    if np.isinf(total):  # finite weights whose sum overflows: only ratios matter, so scale first
+        w = w / w.max()
+        total = w.sum()
     return w / total
 
 
