@@ -126,3 +126,21 @@ def test_weights_whose_sum_overflows_draw_by_their_ratios():
     assert ordinary.draw(8).tolist() == [266, 304, 823, 98, 593, 726, 194, 61]
     tiny = WeightedIndexSampler([1e-300, 2e-300, 5e-301], seed=2)
     assert tiny.fingerprint == "2c14f61b563a34815e83635f5e7ad763"
+
+
+def test_pass_rates_from_dataset_names_the_row_and_the_field():
+    from datasets import Dataset
+
+    from trajval_ops.samplers.weighted import pass_rates_from_dataset
+
+    data = Dataset.from_dict({"id": ["a", "b", "c"], "ok": [0.0, 0.5, 1.0], "null": [0.1, None, 0.2],
+                              "high": [0.1, 0.2, 1.5], "nan": [float("nan"), 0.1, 0.2]})
+    assert pass_rates_from_dataset(data, "ok").tolist() == [0.0, 0.5, 1.0]
+    for field, says in (("null", r"row 1 \(id='b'\): field 'null' is missing \(null\)"),
+                        ("high", r"row 2 \(id='c'\): field 'high' = 1.5 is outside \[0, 1\]"),
+                        ("nan", r"row 0 \(id='a'\): field 'nan' is nan"),
+                        ("absent", r"row 0: field 'absent' is missing from the dataset")):
+        with pytest.raises(TrajvalInputError, match=says):
+            pass_rates_from_dataset(data, field)
+    with pytest.raises(TrajvalInputError, match=r"row 1 \(task_id='y'\): field 'f' is missing"):
+        pass_rates_from_dataset({"f": [0.5, None], "task_id": ["x", "y"]}, "f")

@@ -289,3 +289,18 @@ def test_a_key_no_scheduler_takes_is_refused_naming_it_and_the_known_ones(kwargs
 
     with pytest.raises(TrajvalInputError, match=message):
         _selector(**kwargs)
+
+
+def test_a_null_reference_pass_rate_is_named_by_its_row_and_feature_key():
+    """BOTS's reference columns were read with np.asarray: a null became NaN and the error said
+    "f1 must be pass rates in [0, 1]; position 19 is not", naming neither the key nor a row."""
+    from trajval_ops.errors import TrajvalInputError
+
+    data = Dataset.from_dict({"id": [f"t{i}" for i in range(N)], "trajval_weight": [1.0] * N,
+                              "weak_pass_rate": [0.1] * N, "strong_pass_rate": [0.9] * (N - 1) + [None]})
+    reader = _HFBatchReader(data, name="pool", default_batch_size=8, total_epochs=1, enable_progress_bar=False)
+    config = DataSelectorConfig(selector_type=REGISTRY_NAME, seed=7, kwargs={"online": "bots"},
+                                feature_keys=["trajval_weight", "weak_pass_rate", "strong_pass_rate"])
+    with pytest.raises(TrajvalInputError, match=r"row 19 \(id='t19'\): field 'strong_pass_rate' is missing \(null\) "
+                                                r"\(feature_keys: 'strong_pass_rate' is the stronger reference"):
+        TrajvalSelector(reader, config)

@@ -50,7 +50,7 @@ from loguru import logger
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.fields import WEIGHT
 from trajval_ops.samplers.online import BotsScheduler, ComposedSampler, GresoScheduler
-from trajval_ops.samplers.weighted import weights_from_dataset
+from trajval_ops.samplers.weighted import pass_rates_from_dataset, weights_from_dataset
 
 REGISTRY_NAME = "trajval"
 ONLINE_SCHEDULERS = {"greso": GresoScheduler, "bots": BotsScheduler}
@@ -106,6 +106,16 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _reference_column(dataset, key: str, which: str) -> np.ndarray:
+    """A BOTS reference column named in ``feature_keys``: pass rates in [0, 1], a bad value
+    named by its row and the key."""
+    try:
+        return pass_rates_from_dataset(dataset, key)
+    except TrajvalInputError as err:
+        raise TrajvalInputError(f"{err} (feature_keys: '{key}' is the {which} reference model's pass rate "
+                                "BOTS interpolates)") from err
+
+
 class TrajvalSelector(BaseSelector):
     """Draws tasks in proportion to ``trajval_weight`` (times GRESO/BOTS online weights).
 
@@ -127,7 +137,8 @@ class TrajvalSelector(BaseSelector):
         if len(keys) == 3:
             if online_name != "bots":
                 raise ValueError("reference pass-rate feature keys are BOTS's evidence: set kwargs.online: bots")
-            references = tuple(np.asarray(data_source.dataset[key], dtype=np.float64) for key in keys[1:])
+            references = tuple(_reference_column(data_source.dataset, key, which)
+                               for key, which in zip(keys[1:], ("weaker", "stronger")))
         self.num_rollouts = int(kwargs.pop("m", 16))
         self.reward_mapping = kwargs.pop("reward_mapping", "auto")
         self.reward_threshold = float(kwargs.pop("reward_threshold", 0.0))

@@ -21,9 +21,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from trajval_ops.core import normalize
-from trajval_ops.fields import PROB, RESAMPLE_PROVENANCE, WEIGHT
+from trajval_ops.fields import ID_CANDIDATES, PROB, RESAMPLE_PROVENANCE, WEIGHT
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.input_checks import float_column
+from trajval_ops.rows import path_root
 
 STATE_VERSION = 1
 #: Pool size from which draws use the guide table.
@@ -74,6 +75,24 @@ def weights_from_dataset(dataset: Any, field: str = WEIGHT) -> np.ndarray:
             "proportion to its weight squared. Train on the resampled pool uniformly (a plain sampler), or sample the "
             "weighted pool before it was resampled")
     return weights_from_column(column, field)
+
+
+def pass_rates_from_dataset(dataset: Any, field: str) -> np.ndarray:
+    """Read ``field`` from a map-style dataset as pass rates in [0, 1] (e.g. BOTS's reference
+    columns).
+
+    :raises TrajvalInputError: naming the row (its position, and its id when the dataset has an id
+        column) and the field for a missing column, a null, a non-number, NaN or a value outside [0, 1].
+    """
+    try:
+        column = dataset[field]
+    except (KeyError, ValueError) as err:
+        raise TrajvalInputError(f"row 0: field '{field}' is missing from the dataset") from err
+    samples = {field: list(column)}
+    columns = set(getattr(dataset, "column_names", None) or getattr(dataset, "keys", lambda: [])())
+    for key in {path_root(candidate) for candidate in ID_CANDIDATES} & columns:
+        samples[key] = list(dataset[key])  # so a bad row is named by its id as well
+    return float_column(samples, field, lower=0.0, upper=1.0)
 
 
 def resample_provenance(dataset: Any, key: str = RESAMPLE_PROVENANCE) -> dict:
