@@ -28,6 +28,7 @@ from verl.experimental.dataset.sampler import AbstractCurriculumSampler, Abstrac
 from trajval_ops.fields import WEIGHT
 from trajval_ops.samplers.online import BotsScheduler, ComposedSampler, GresoScheduler
 from trajval_ops.samplers.torch_sampler import TrajvalSampler
+from trajval_ops.samplers.verl_dataset import GROUP_KEY
 from trajval_ops.samplers.weighted import weights_from_dataset
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.rows import get_path, path_parts
@@ -35,8 +36,6 @@ from trajval_ops.rows import get_path, path_parts
 ONLINE_SCHEDULERS = {"greso": GresoScheduler, "bots": BotsScheduler}
 #: Where verl rows carry their task id (RLHFDataset also copies it to ``index``).
 DEFAULT_ID_KEY = "extra_info.index"
-#: The non_tensor_batch key verl gives every response of one prompt alike (its GRPO group).
-GROUP_KEY = "uid"
 
 
 def _sampler_option(data_config: DictConfig, key: str, default: Any = None) -> Any:
