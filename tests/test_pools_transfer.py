@@ -94,6 +94,23 @@ def test_chained_transfer_keeps_the_original_regime_and_names_it_on_conflict():
         transfer_prior(annotated_source(), carried, regime="B")
 
 
+def test_carrying_a_carried_column_records_its_own_score_provenance_and_eps():
+    """A column that was itself carried records (and floors at) the score provenance it was carried
+    with, not the row's own trajval_score_provenance (another regime's scoring)."""
+    own = {"alpha": 1.0, "eps": 0.001, "tag": "B"}
+    target = [dict(row, **{WEIGHT: 0.3, SCORE_PROVENANCE: own}) for row in target_copy(3)]
+    carried, _ = transfer_prior(annotated_source(3), target, regime="A", weight_column="w_a")
+    assert carried[0]["w_a_provenance"]["source_score_provenance"] == {"alpha": 0.3, "eps": 0.05}
+    onward = [{"prompt": "Question 1?"}, {"prompt": "A new question?"}]
+    rows, report = transfer_prior(carried, onward, regime=None, source_weight_column="w_a",
+                                  weight_column="w", unmatched="floor")
+    assert report.regime == "A" and report.fill_value == 0.05 and rows[1]["w"] == 0.05
+    assert rows[0]["w_provenance"]["source_score_provenance"] == {"alpha": 0.3, "eps": 0.05}
+    # the row's own trajval_weight is still read with its trajval_score_provenance
+    rows, report = transfer_prior(carried, onward, regime="B", unmatched="floor")
+    assert report.fill_value == 0.001 and rows[0]["trajval_weight_provenance"]["source_score_provenance"] == own
+
+
 def test_source_that_mixes_regimes_or_has_no_regime_is_refused():
     carried, _ = transfer_prior(annotated_source(), target_copy(), regime="A")
     carried[0][PROV] = dict(carried[0][PROV], regime="B")

@@ -109,7 +109,7 @@ def transfer_prior(source_rows: Iterable[dict], target_rows: Iterable[dict], *, 
                             weight_column=weight_column, source_rows=len(source_rows),
                             source_tasks=len(tasks), target_rows=len(target_rows),
                             unmatched_policy=unmatched)
-    report.fill_value = _fill_value(unmatched, tasks, source_rows)
+    report.fill_value = _fill_value(unmatched, tasks, source_rows, source_weight_column)
     base = {REGIME: regime, "source_pool": source_name, "source_sha256": source_sha256, "match": match,
             "source_key": source_key, "target_key": target_key, "source_weight_column": source_weight_column}
     out_rows, used = [], set()
@@ -190,8 +190,19 @@ def _source_tasks(rows: list[dict], match: str, key_field: str, weight_column: s
                     f"'{weight_column}' {weight} != {known.weight}")
             continue
         tasks[key] = _SourceTask(weight, position, get_path(row, TASK_ID, None),
-                                 get_path(row, SCORE_PROVENANCE, None))
+                                 score_provenance(row, weight_column))
     return tasks
+
+
+def score_provenance(row: dict, weight_column: str) -> Any:
+    """The score provenance behind ``row[weight_column]``: when the column was itself carried
+    (the row has ``<weight_column>_provenance``), the ``source_score_provenance`` it recorded (None
+    for a filled row); else the row's ``trajval_score_provenance`` (what the learnability mapper
+    writes, whatever its weight column is named), None when absent."""
+    carried = get_path(row, provenance_column(weight_column), None)
+    if isinstance(carried, dict):
+        return carried.get("source_score_provenance")
+    return get_path(row, SCORE_PROVENANCE, None)
 
 
 def _match_key(row: dict, position: int, match: str, key_field: str, side: str) -> str:
@@ -221,18 +232,24 @@ def _refuse_mixing(rows: list[dict], weight_column: str, regime: str, overwrite:
                 f"column in every row")
 
 
-def _fill_value(unmatched: str, tasks: dict[str, _SourceTask], rows: list[dict]) -> Optional[float]:
+def _fill_value(unmatched: str, tasks: dict[str, _SourceTask], rows: list[dict],
+                weight_column: str) -> Optional[float]:
     if unmatched == "median":
         return float(np.median([task.weight for task in tasks.values()]))
     if unmatched == "floor":
-        return _source_eps(rows)
+        return _source_eps(rows, weight_column)
     return None
 
 
-def _source_eps(rows: list[dict]) -> float:
-    """The floor eps the source weights were made with (its score provenance), else the default."""
-    values = {get_path(row, f"{SCORE_PROVENANCE}.eps", None) for row in rows} - {None}
+def _source_eps(rows: list[dict], weight_column: str) -> float:
+    """The floor eps the source weights were made with (their score provenance,
+    :func:`score_provenance`), else the default."""
+    values = set()
+    for row in rows:
+        provenance = score_provenance(row, weight_column)
+        if isinstance(provenance, dict) and provenance.get("eps") is not None:
+            values.add(provenance["eps"])
     if len(values) > 1:
-        raise TrajvalInputError(f"source rows record several eps values {sorted(values)} in "
-                                f"'{SCORE_PROVENANCE}'; cannot fill unmatched rows at one floor")
+        raise TrajvalInputError(f"source rows record several eps values {sorted(values)} in the score "
+                                f"provenance of '{weight_column}'; cannot fill unmatched rows at one floor")
     return float(values.pop()) if values else core.DEFAULT_EPS
