@@ -120,6 +120,22 @@ def test_source_that_mixes_regimes_or_has_no_regime_is_refused():
         transfer_prior(annotated_source(), target_copy(), regime=None)
 
 
+def test_source_whose_rows_record_different_score_provenances_is_refused_under_every_policy():
+    """Two scored pools concatenated: one weight column made under two scorings is refused, naming
+    two rows that differ, whatever --unmatched is (floor included, even with nothing to fill)."""
+    source = annotated_source(4)
+    for row in source[2:]:
+        row[SCORE_PROVENANCE] = {"alpha": 0.3, "eps": 0.001}
+    for unmatched in ("error", "null", "median", "floor"):
+        with pytest.raises(TrajvalInputError, match=r"mixes score provenances: source row 0 \(task_id='src-0'\) and "
+                                                    r"source row 2 \(task_id='src-2'\) differ \(eps: 0.05 vs 0.001"):
+            transfer_prior(source, target_copy(4), regime="A", unmatched=unmatched)
+    # rows without a score provenance (a hand-made weight) do not count as another scoring
+    del source[2][SCORE_PROVENANCE], source[3][SCORE_PROVENANCE]
+    rows, report = transfer_prior(source, target_copy(4) + [{"prompt": "new"}], regime="A", unmatched="floor")
+    assert report.fill_value == 0.05 and rows[0][PROV]["source_score_provenance"] is None
+
+
 def test_source_duplicates_and_bad_weights():
     source = annotated_source(2) + [dict(annotated_source(2)[1])]  # a resampled pool repeats rows
     rows, report = transfer_prior(source, target_copy(2), regime="A")

@@ -21,6 +21,7 @@ import numpy as np
 from loguru import logger
 
 from trajval_ops import core
+from trajval_ops.canonical import canonical_json
 from trajval_ops.fields import SCORE_PROVENANCE, WEIGHT
 from trajval_ops.pools.identity import TASK_ID, prompt_hash
 from trajval_ops.errors import TrajvalInputError
@@ -102,6 +103,7 @@ def transfer_prior(source_rows: Iterable[dict], target_rows: Iterable[dict], *, 
     if not source_rows:
         raise TrajvalInputError(f"source pool {source_name} is empty")
     regime = _source_regime(source_rows, source_weight_column, regime)
+    scoring = _source_scoring(source_rows, source_weight_column)
     tasks = _source_tasks(source_rows, match, source_key, source_weight_column)
     _refuse_mixing(target_rows, weight_column, regime, overwrite)
 
@@ -109,7 +111,7 @@ def transfer_prior(source_rows: Iterable[dict], target_rows: Iterable[dict], *, 
                             weight_column=weight_column, source_rows=len(source_rows),
                             source_tasks=len(tasks), target_rows=len(target_rows),
                             unmatched_policy=unmatched)
-    report.fill_value = _fill_value(unmatched, tasks, source_rows, source_weight_column)
+    report.fill_value = _fill_value(unmatched, tasks, scoring)
     base = {REGIME: regime, "source_pool": source_name, "source_sha256": source_sha256, "match": match,
             "source_key": source_key, "target_key": target_key, "source_weight_column": source_weight_column}
     out_rows, used = [], set()
@@ -169,6 +171,38 @@ def _source_regime(rows: list[dict], weight_column: str, regime: Optional[str]) 
         raise TrajvalInputError("name the regime the source prior was estimated under (--source-regime, "
                                 "e.g. 'Qwen3-1.7B/GRPO/math'); every carried weight records it")
     return str(regime)
+
+
+def _source_scoring(rows: list[dict], weight_column: str) -> Any:
+    """The one score provenance behind the source weights (:func:`score_provenance`; rows without
+    one are not counted), None when no row has one.
+
+    :raises TrajvalInputError: naming two rows whose score provenances differ (e.g. two scored
+        files concatenated): their weights were made under different regimes or runs.
+    """
+    found = None  # (canonical text, position, row, provenance)
+    for position, row in enumerate(rows):
+        provenance = score_provenance(row, weight_column)
+        if provenance is None:
+            continue
+        text = canonical_json(provenance)
+        if found is None:
+            found = (text, position, row, provenance)
+        elif text != found[0]:
+            raise TrajvalInputError(
+                f"source column '{weight_column}' mixes score provenances: source {row_label(found[2], found[1])} "
+                f"and source {row_label(row, position)} differ ({_difference(found[3], provenance)}; two scored "
+                f"pools concatenated?); it cannot be carried as one prior: carry each scored pool on its own")
+    return None if found is None else found[3]
+
+
+def _difference(first: Any, second: Any) -> str:
+    """The keys two score provenances differ in, with their values (shortened)."""
+    if not (isinstance(first, dict) and isinstance(second, dict)):
+        return f"{canonical_json(first)[:80]} vs {canonical_json(second)[:80]}"
+    keys = sorted(k for k in set(first) | set(second) if canonical_json(first.get(k)) != canonical_json(second.get(k)))
+    return "; ".join(f"{k}: {canonical_json(first.get(k))[:60]} vs {canonical_json(second.get(k))[:60]}"
+                     for k in keys[:3]) + ("; ..." if len(keys) > 3 else "")
 
 
 def _source_tasks(rows: list[dict], match: str, key_field: str, weight_column: str) -> dict[str, _SourceTask]:
@@ -232,24 +266,10 @@ def _refuse_mixing(rows: list[dict], weight_column: str, regime: str, overwrite:
                 f"column in every row")
 
 
-def _fill_value(unmatched: str, tasks: dict[str, _SourceTask], rows: list[dict],
-                weight_column: str) -> Optional[float]:
+def _fill_value(unmatched: str, tasks: dict[str, _SourceTask], scoring: Any) -> Optional[float]:
     if unmatched == "median":
         return float(np.median([task.weight for task in tasks.values()]))
-    if unmatched == "floor":
-        return _source_eps(rows, weight_column)
+    if unmatched == "floor":  # the floor eps the source weights were made with, else the default
+        eps = scoring.get("eps") if isinstance(scoring, dict) else None
+        return core.DEFAULT_EPS if eps is None else float(eps)
     return None
-
-
-def _source_eps(rows: list[dict], weight_column: str) -> float:
-    """The floor eps the source weights were made with (their score provenance,
-    :func:`score_provenance`), else the default."""
-    values = set()
-    for row in rows:
-        provenance = score_provenance(row, weight_column)
-        if isinstance(provenance, dict) and provenance.get("eps") is not None:
-            values.add(provenance["eps"])
-    if len(values) > 1:
-        raise TrajvalInputError(f"source rows record several eps values {sorted(values)} in the score "
-                                f"provenance of '{weight_column}'; cannot fill unmatched rows at one floor")
-    return float(values.pop()) if values else core.DEFAULT_EPS
