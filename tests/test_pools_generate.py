@@ -119,6 +119,23 @@ def test_mix_errors():
         generate_pool(parse_mix("products/easy=1"), 101, 0)  # only 100 one-digit products exist
 
 
+def test_bucket_counts_do_not_depend_on_the_order_the_mix_lists_its_buckets():
+    """The same --mix in another order gives the same counts (splits.json records the mix
+    sorted): the shares are exact, so equal remainders are not split by float noise."""
+    import itertools
+
+    mix = parse_mix("basic_arithmetic/easy=0.4,chain_sum/easy=0.3,products/easy=0.15,chain_sum/two_digit=0.15")
+    for size in (4, 16, 30, 64, 128, 256):
+        counts = bucket_counts(dict(sorted(mix.items())), size)
+        for order in itertools.permutations(mix):
+            assert bucket_counts({bucket: mix[bucket] for bucket in order}, size) == counts, (size, order)
+    # equal remainders go to the buckets in name order
+    assert bucket_counts(parse_mix("products/easy=0.15,chain_sum/two_digit=0.15"), 1) == {
+        ("chain_sum", "two_digit"): 1, ("products", "easy"): 0}
+    with pytest.raises(ValueError, match="finite number > 0"):
+        bucket_counts(parse_mix("chain_sum/easy=inf"), 4)
+
+
 @pytest.mark.parametrize("name", sorted(DEMO_POOLS))
 def test_shipped_demo_pool_is_what_the_documented_command_makes(tmp_path, name):
     out = tmp_path / name

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Iterable, Optional
 
@@ -164,10 +166,14 @@ def parse_mix(text: str) -> dict[tuple[str, str], float]:
 
 
 def bucket_counts(mix: dict[tuple[str, str], float], size: int) -> dict[tuple[str, str], int]:
-    """Split ``size`` rows over the buckets by share (largest remainder; sums to ``size``)."""
+    """Split ``size`` rows over the buckets by share (largest remainder; sums to ``size``).
+
+    The shares are computed exactly (each float share as the fraction it is), so the counts do not
+    depend on the order the mix lists its buckets; equal remainders go to the buckets in name order.
+    """
     validate_mix(mix)
-    total = sum(mix.values())
-    exact = {bucket: size * share / total for bucket, share in mix.items()}
+    total = sum(Fraction(share) for share in mix.values())
+    exact = {bucket: size * Fraction(share) / total for bucket, share in mix.items()}
     counts = {bucket: int(value) for bucket, value in exact.items()}
     by_remainder = sorted(mix, key=lambda b: (-(exact[b] - counts[b]), b))
     for bucket in by_remainder[: size - sum(counts.values())]:
@@ -185,8 +191,8 @@ def validate_mix(mix: dict[tuple[str, str], float]) -> str:
             raise ValueError(f"unknown family {family!r}; known: {sorted(FAMILIES)}")
         if tier not in FAMILIES[family].tiers:
             raise ValueError(f"family {family!r} has no tier {tier!r}; it has {sorted(FAMILIES[family].tiers)}")
-        if not share > 0:
-            raise ValueError(f"share of {family}/{tier} must be > 0, got {share}")
+        if not 0 < share < math.inf:
+            raise ValueError(f"share of {family}/{tier} must be a finite number > 0, got {share}")
         domains.add(FAMILIES[family].domain)
     if len(domains) > 1:
         raise ValueError("a pool mixes math and logic families: they need different verifiers; make two pools")
