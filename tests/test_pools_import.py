@@ -224,6 +224,25 @@ def test_one_id_on_two_different_prompts_is_an_error(tmp_path):
     assert len({r[TASK_ID] for r in rows}) == 2
 
 
+def test_a_dropped_copys_id_on_another_prompt_is_an_error(tmp_path, capsys):
+    """P/id 1, P/id 2, Q/id 2: the dropped copy's id 2 names P (the duplicates file says it became
+    id 1), so Q under id 2 is one id on two different prompts, in either order."""
+    def row(prompt, truth, index):
+        return {"prompt": prompt, "reward_model": {"ground_truth": truth}, "extra_info": {"index": index}}
+
+    source = [row("P", "1", "1"), row("P", "1", "2"), row("Q", "9", "2")]
+    with pytest.raises(TrajvalInputError, match=r"row 2 \(extra_info.index='2'\): task id '2' already belongs to "
+                                                r"the different prompt of row 1"):
+        run_import(tmp_path, source)
+    with pytest.raises(TrajvalInputError, match=r"row 2 \(extra_info.index='2'\): task id '2' already belongs to "
+                                                r"the different prompt of row 0"):
+        run_import(tmp_path, [source[2], source[0], source[1]])
+    path = write_jsonl(tmp_path / "in.jsonl", source)
+    assert import_pool_cli.main([str(path), str(tmp_path / "o.jsonl"), "--no-progress"]) == 2
+    assert "task id '2' already belongs" in capsys.readouterr().err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
 def test_malformed_jsonl_line_and_empty_pool(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"input": "q", "label": "1"}\n{"input": \n', encoding="utf-8")

@@ -154,7 +154,7 @@ def canonical_rows(rows: Iterable[dict], fmt: PoolFormat, report: ImportReport, 
         raise TrajvalInputError(f"on_duplicate must be one of {ON_DUPLICATE}, got {on_duplicate!r}")
     first_seen: dict[str, tuple[int, str, str]] = {}  # prompt hash -> (position, ground truth, id)
     copies: Counter = Counter()
-    id_owner: dict[str, int] = {}  # task id -> position of the prompt that owns it
+    id_owner: dict[str, tuple[int, str]] = {}  # task id -> (position, prompt hash) of the row that first had it
     for position, row in enumerate(rows):
         report.rows_read += 1
         prompt_key, prompt = _first_present(row, fmt.prompt_keys)
@@ -171,6 +171,7 @@ def canonical_rows(rows: Iterable[dict], fmt: PoolFormat, report: ImportReport, 
         if digest in first_seen:
             kept_position, kept_truth, kept_id = first_seen[digest]
             dropped_id = _own_id(row, position, fmt, digest, id_fallback)
+            _claim_id(id_owner, dropped_id, digest, row, position)
             if dropped_id != kept_id:
                 if on_duplicate == "error":
                     raise TrajvalInputError(
@@ -193,12 +194,7 @@ def canonical_rows(rows: Iterable[dict], fmt: PoolFormat, report: ImportReport, 
             continue
         task_id = _task_id(row, position, fmt, digest, id_fallback, report)
         first_seen[digest] = (position, ground_truth, task_id)
-        if task_id in id_owner:
-            raise TrajvalInputError(
-                f"{row_label(row, position)}: task id {task_id!r} already belongs to the different prompt "
-                f"of row {id_owner[task_id]}; ids must be unique (pass --id-key none to use content hashes)"
-            )
-        id_owner[task_id] = position
+        _claim_id(id_owner, task_id, digest, row, position)
         yield _canonical_row(row, fmt, prompt_key, messages, ground_truth, task_id, digest, data_source)
     report.duplicates_removed = report.rows_read - len(first_seen)
     report.max_copies_of_one_prompt = max(copies.values(), default=0)
@@ -294,6 +290,17 @@ def _ground_truth(row: dict, position: int, fmt: PoolFormat) -> str:
     if not truth:
         raise TrajvalInputError(f"{row_label(row, position)}: ground-truth field '{key}' is empty")
     return truth
+
+
+def _claim_id(id_owner: dict[str, tuple[int, str]], task_id: str, digest: str, row: dict, position: int) -> None:
+    """Record that ``task_id`` names the prompt ``digest`` (a kept row's or a dropped copy's own
+    id alike); refuse an id an earlier row gave to a different prompt."""
+    owner = id_owner.setdefault(task_id, (position, digest))
+    if owner[1] != digest:
+        raise TrajvalInputError(
+            f"{row_label(row, position)}: task id {task_id!r} already belongs to the different prompt "
+            f"of row {owner[0]}; ids must be unique (pass --id-key none to use content hashes)"
+        )
 
 
 def _task_id(row: dict, position: int, fmt: PoolFormat, digest: str, id_fallback: str,
