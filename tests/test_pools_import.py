@@ -122,6 +122,14 @@ def test_gsm8k_final_answer_marker(tmp_path):
     assert rows[0]["answer"] == "48 + 24 = 72\n#### 72"  # original kept
 
 
+@pytest.mark.parametrize("answer,truth", [
+    ("1,234,567", "1234567"), ("-1,200", "-1200"), ("12,345.5", "12345.5"), ("72", "72"), ("1000", "1000"),
+    ("(2, 3)", "(2, 3)"), ("2,3", "2,3"), ("1,23", "1,23"), ("1,2345", "1,2345"), ("x, y", "x, y"),
+])
+def test_gsm8k_removes_only_thousands_commas(answer, truth):
+    assert extract_answer(f"work\n#### {answer}", "gsm8k") == truth
+
+
 def test_gsm8k_answer_without_marker_names_row_and_field(tmp_path):
     source = [{"question": "q0", "answer": "#### 1"}, {"question": "q1", "answer": "the answer is 3"}]
     with pytest.raises(TrajvalInputError, match=r"row 1.*'answer'.*####"):

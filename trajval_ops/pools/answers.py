@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from trajval_ops.canonical import canonical_json
@@ -11,6 +12,9 @@ from trajval_ops.rollout.verifiers import last_boxed
 ANSWER_EXTRACTORS = ("none", "gsm8k", "boxed", "auto")
 
 GSM8K_MARKER = "####"
+#: A comma grouping digits in thousands (``1,234,567``), which GSM8K answers write; other commas
+#: (``(2, 3)``, ``2,3``) are part of the answer.
+THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 BOXED_MARKER = "\\boxed{"
 
 
@@ -25,7 +29,8 @@ def canonical_ground_truth(value: Any) -> str:
 def extract_answer(text: str, how: str) -> str:
     """Apply an extractor to a ground-truth string.
 
-    ``none`` keeps it; ``gsm8k`` takes what follows the last ``####`` (thousands commas removed);
+    ``none`` keeps it; ``gsm8k`` takes what follows the last ``####`` (commas between digit groups of
+    three removed: ``1,234`` gives ``1234``, ``(2, 3)`` stays);
     ``boxed`` takes the content of the last ``\\boxed{...}``; ``auto`` uses gsm8k when ``####`` is
     present, boxed when ``\\boxed{`` is, else keeps the text.
 
@@ -43,7 +48,7 @@ def extract_answer(text: str, how: str) -> str:
     if how == "gsm8k":
         if GSM8K_MARKER not in text:
             raise ValueError(f"no '{GSM8K_MARKER}' final-answer marker")
-        answer = text.rsplit(GSM8K_MARKER, 1)[1].strip().replace(",", "")
+        answer = THOUSANDS_COMMA.sub("", text.rsplit(GSM8K_MARKER, 1)[1].strip())
     elif how == "boxed":
         answer = last_boxed(text)  # the verifiers' reader: the same answer the reward would see
         if answer is None:
