@@ -271,6 +271,20 @@ def test_prompt_hash_ignores_container_and_outer_whitespace():
         prompt_hash("")
 
 
+def test_a_string_prompt_that_is_a_json_array_of_non_messages_is_text(tmp_path):
+    """OpenRLHF {"input": "[3, 1, 2]"} is a question, not a chat list; JSON-string chats still decode."""
+    rows, _ = run_import(tmp_path, [{"input": "[3, 1, 2]", "label": "[1, 2, 3]"}, {"input": " [] ", "label": "0"},
+                                    {"input": '["a", {"role": "user"}]', "label": "1"}])
+    assert [r["prompt"] for r in rows] == [[{"role": "user", "content": "[3, 1, 2]"}], [{"role": "user", "content": "[]"}],
+                                           [{"role": "user", "content": '["a", {"role": "user"}]'}]]
+    assert rows[0][PROMPT_HASH] == prompt_hash([{"role": "user", "content": "[3, 1, 2]"}])
+    chat = [{"role": "system", "content": "Be brief"}, {"role": "user", "content": "Q1"}]
+    # a chat list as a JSON string: the hash it always had (pinned), the chat list's
+    assert prompt_hash(json.dumps(chat)) == prompt_hash(chat) == "2b1ecc2f9fec9e6a4159215018f9eea3"
+    with pytest.raises(ValueError, match="no string 'content'"):
+        prompt_hash('[{"role": "user"}]')  # a chat list with a broken message is still refused
+
+
 def test_extract_answer_boxed_nesting():
     assert extract_answer("a \\boxed{1} then \\boxed{\\frac{a}{b}}", "boxed") == "\\frac{a}{b}"
     with pytest.raises(ValueError):

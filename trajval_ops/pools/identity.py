@@ -24,16 +24,20 @@ HASH_HEX_DIGITS = 32
 def prompt_messages(prompt: Any) -> list[list[str]]:
     """Normalise a prompt (string, chat list, or JSON string of a chat list) to [[role, content]].
 
+    A string is decoded as a chat list only when it is the JSON of a non-empty list of objects
+    (messages); any other string, a JSON array of numbers (``"[3, 1, 2]"``) included, is the text
+    of one user message.
+
     :raises ValueError: when the value is not a prompt (None, empty, a message without content).
     """
     if isinstance(prompt, str):
         stripped = prompt.strip()
-        if stripped.startswith("[") :
+        if stripped.startswith("["):
             try:
                 decoded = json.loads(stripped)
             except ValueError:
                 decoded = None
-            if isinstance(decoded, list):
+            if isinstance(decoded, list) and decoded and all(isinstance(m, dict) for m in decoded):
                 return prompt_messages(decoded)
         if not stripped:
             raise ValueError("prompt is an empty string")
