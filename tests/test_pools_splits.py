@@ -151,3 +151,52 @@ def test_exclude_keeps_the_tasks_a_study_read_out_of_every_split(tmp_path):
     assert make_pool.main(["--mix", MIX, "--size", "30", "--seed", "3", "--out", str(pool),
                            "--exclude", str(studied / "tuning.jsonl")]) == 0
     assert not read & {row[PROMPT_HASH] for row in read_rows(pool)}
+
+
+def _problem(row) -> str | None:
+    """The arithmetic problem of a row, read from its wording (independently of the code under test)."""
+    import re
+
+    question = row["prompt"][-1]["content"].split("\n\n")[0]
+    match = re.fullmatch(r"(?:State the final answer to the following arithmetic problem:|Calculate|Solve the "
+                         r"following multiplication:)\s*([-\d\s+*/()]+?)\s*(?:=|\.|\. Give only the result as your "
+                         r"final answer\.)", question)
+    return match.group(1).replace(" ", "") if match else None
+
+
+def test_shared_problems_under_other_wording_are_measured_logged_and_recorded(tmp_path, caplog_loguru):
+    """Splits are disjoint by prompt, not by problem: 'Calculate 1 + 8.' (basic_arithmetic) and
+    '...arithmetic problem: 1 + 8 =' (chain_sum) are one problem. make-pool counts the rows of each
+    split whose problem another split (or an --exclude row) asks, warns, and records it."""
+    mix = "basic_arithmetic/easy=1,chain_sum/easy=1,leg_counting/easy=1"
+    studied = tmp_path / "studied"
+    assert make_pool.main(["--mix", mix, "--splits", "tuning=24", "--seed", "1", "--out", str(studied)]) == 0
+    imported = tmp_path / "imported.jsonl"
+    imported.write_text(json.dumps({"prompt": "Calculate 1 + 8.", "reward_model": {"ground_truth": "9"}}) + "\n")
+    out = tmp_path / "out"
+    assert make_pool.main(["--mix", mix, "--splits", "heldout=30,pool=60", "--seed", "2", "--out", str(out),
+                           "--exclude", str(studied / "tuning.jsonl"), "--exclude", str(imported)]) == 0
+    splits = {name: list(read_rows(out / f"{name}.jsonl")) for name in ("heldout", "pool")}
+    problems = {name: [_problem(row) for row in rows] for name, rows in splits.items()}
+    sets = {name: set(keys) - {None} for name, keys in problems.items()}
+    excluded = {_problem(row) for row in read_rows(studied / "tuning.jsonl")} - {None}
+    expected_pair = {"heldout": sum(k in sets["pool"] for k in problems["heldout"]),
+                     "pool": sum(k in sets["heldout"] for k in problems["pool"])}
+    expected_excluded = {name: sum(k in excluded for k in keys) for name, keys in problems.items()}
+    assert expected_pair["heldout"] > 0 and expected_excluded["pool"] > 0  # the case this test is about
+    shared = json.loads((out / SPLITS_MANIFEST).read_text())["shared_problems"]
+    assert "metadata.expression" in shared["key"] and "rows of split a" in shared["counts"]
+    assert shared["pairs"] == {"heldout/pool": expected_pair}
+    assert shared["excluded"] == expected_excluded
+    assert shared["excluded_rows_not_regenerated"] == 1  # the imported row: its problem is unknown
+    assert (f"disjoint by prompt, not by problem): heldout/pool: {expected_pair['heldout']} of 30 heldout rows, "
+            f"{expected_pair['pool']} of 60 pool rows") in caplog_loguru.text
+    assert f"pool/--exclude: {expected_excluded['pool']} of 60 pool rows" in caplog_loguru.text
+
+
+def test_the_committed_splits_record_their_shared_problems():
+    """recipes/data/real_smollm2: 33 of the 128 held-out rows ask a problem a pool row asks too."""
+    manifest = json.loads((REPO / "recipes" / "data" / "real_smollm2" / SPLITS_MANIFEST).read_text())
+    shared = manifest["shared_problems"]
+    assert shared["pairs"]["heldout/pool"] == {"heldout": 33, "pool": 33}
+    assert shared["excluded"] == {"tuning": 11, "heldout": 18, "pool": 37}

@@ -83,9 +83,11 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         return _write_splits(args)
     try:
         check_outputs_spare_inputs({"--out": args.out}, excluded_inputs(args.exclude))
+        exclude, excluded_generated, excluded_others = read_excluded(args.exclude)
         rows = generate_pool(preset_mix(args.preset, args.mix), DEFAULT_SIZE if args.size is None else args.size,
-                             args.seed, answer_instruction=not args.no_answer_instruction,
-                             exclude=excluded_prompts(args.exclude))
+                             args.seed, answer_instruction=not args.no_answer_instruction, exclude=exclude)
+        if args.exclude:
+            measure_shared_problems({"pool": rows}, excluded_generated, excluded_others)
     except (ValueError, TrajvalInputError) as err:
         print(f"make_pool: error: {err}", file=sys.stderr)
         return 2
@@ -133,9 +135,10 @@ def _write_splits(args: argparse.Namespace) -> int:
                                     f"--splits manifest {SPLITS_MANIFEST}": folder / SPLITS_MANIFEST},
                                    excluded_inputs(args.exclude))
         mix = preset_mix(args.preset, args.mix)
-        exclude = excluded_prompts(args.exclude)
+        exclude, excluded_generated, excluded_others = read_excluded(args.exclude)
         rows = generate_splits(mix, splits, args.seed, answer_instruction=not args.no_answer_instruction,
                                exclude=exclude)
+        shared = measure_shared_problems(rows, excluded_generated, excluded_others)
     except (ValueError, TrajvalInputError) as err:
         print(f"make_pool: error: {err}", file=sys.stderr)
         return 2
@@ -156,6 +159,7 @@ def _write_splits(args: argparse.Namespace) -> int:
         "excluded": {"files": list(args.exclude), "prompts": len(exclude)},
         "splits": {name: {"file": f"{name}.jsonl", "rows": len(split_rows), "mix": mix_summary(split_rows)}
                    for name, split_rows in rows.items()},
+        "shared_problems": shared,
     })
     return 0
 
@@ -169,16 +173,43 @@ def excluded_inputs(paths: list[str]) -> dict[str, str]:
 def excluded_prompts(paths: list[str]) -> set[str]:
     """The prompt hashes of the rows of ``paths`` (``--exclude``): the stored hash, else the
     prompt's (:func:`trajval_ops.pools.identity.prompt_hash`)."""
+    return read_excluded(paths)[0]
+
+
+def read_excluded(paths: list[str]) -> tuple[set[str], list[dict], int]:
+    """``(prompt hashes, generated rows, other rows)`` of the ``--exclude`` files: the hashes as
+    :func:`excluded_prompts`; the rows that carry ``extra_info.generator`` (make-pool rows, whose
+    problems :func:`~trajval_ops.pools.generate.shared_problems` reads); how many rows do not
+    (not kept)."""
     from trajval_ops.errors import TrajvalInputError
     from trajval_ops.pools.identity import PROMPT_HASH, prompt_hash
     from trajval_ops.pools.io import read_rows
-    from trajval_ops.rows import row_label
+    from trajval_ops.rows import get_path, row_label
 
     hashes: set[str] = set()
+    generated, others = [], 0
     for path in paths:
         for position, row in enumerate(read_rows(path)):  # a missing file: read_rows's error
             try:
                 hashes.add(row.get(PROMPT_HASH) or prompt_hash(row.get("prompt")))
             except ValueError as exc:
                 raise TrajvalInputError(f"--exclude {path}: {row_label(row, position)}: field 'prompt': {exc}") from None
-    return hashes
+            if get_path(row, "extra_info.generator", None) is not None:
+                generated.append(row)
+            else:
+                others += 1
+    return hashes, generated, others
+
+
+def measure_shared_problems(splits: dict[str, list[dict]], excluded_generated: list[dict], excluded_others: int) -> dict:
+    """:func:`~trajval_ops.pools.generate.shared_problems` of the splits (and the ``--exclude``
+    rows), with a warning logged when any split shares a problem under other wording."""
+    from loguru import logger
+
+    from trajval_ops.pools.generate import shared_problems, shared_problems_warning
+
+    shared = shared_problems(splits, excluded_generated, not_generated=excluded_others)
+    message = shared_problems_warning(shared, {name: len(rows) for name, rows in splits.items()})
+    if message:
+        logger.warning(message)
+    return shared

@@ -368,6 +368,73 @@ def regenerate_entry(row: dict) -> dict:
     return dataset[int(generator["item"])]
 
 
+#: What :func:`shared_problems` counts as one problem (recorded with the counts in splits.json).
+PROBLEM_KEY = ("reasoning-gym metadata.expression without whitespace (basic_arithmetic, chain_sum, products: "
+               "'Calculate 1 + 8.' and '... arithmetic problem: 1 + 8 =' are one problem); rows of other "
+               "families have none")
+
+#: What the counts of :func:`shared_problems` are (recorded with them).
+SHARED_COUNTS = ("pairs['a/b'][a]: rows of split a whose problem split b also asks; excluded[s]: rows of split s "
+                 "whose problem an --exclude row asks; excluded_rows_not_regenerated: --exclude rows whose "
+                 "problem is unknown (not make-pool rows of this reasoning-gym; not counted)")
+
+
+def row_problem(row: dict) -> Optional[str]:
+    """The problem a generated row asks (:data:`PROBLEM_KEY`), None for a family without one.
+
+    :raises ValueError: when the row cannot be regenerated from ``extra_info.generator`` (no such
+        field, another reasoning-gym's item: the stored question is not the regenerated one).
+    """
+    try:
+        entry = regenerate_entry(row)
+        content = row["prompt"][-1]["content"]
+    except (KeyError, TypeError, ValueError, IndexError) as err:
+        raise ValueError(f"not regenerable from extra_info.generator: {type(err).__name__}: {err}") from None
+    if not isinstance(content, str) or not content.startswith(entry["question"].strip()):
+        raise ValueError("its question is not the regenerated item's")
+    expression = (entry.get("metadata") or {}).get("expression")
+    return None if expression is None else "".join(str(expression).split())
+
+
+def shared_problems(splits: dict[str, list[dict]], excluded: Iterable[dict] = (), not_generated: int = 0) -> dict:
+    """How many rows of each split ask a problem (:data:`PROBLEM_KEY`) that another split, or an
+    excluded row, asks too under other wording: splits and ``exclude`` are disjoint by prompt,
+    not by problem.
+
+    ``pairs["a/b"]`` is ``{a: rows of a whose problem b has, b: rows of b whose problem a has}``
+    for every two splits (in the order given); ``excluded[name]``: rows of the split whose problem
+    an excluded row has; ``excluded_rows_not_regenerated``: excluded rows that are no make-pool
+    row this reasoning-gym regenerates (their problems are unknown, not counted), ``not_generated``
+    (rows without ``extra_info.generator`` the caller did not pass) included.
+    """
+    problems = {name: [row_problem(row) for row in rows] for name, rows in splits.items()}
+    sets = {name: set(keys) - {None} for name, keys in problems.items()}
+    names = list(splits)
+    pairs = {f"{a}/{b}": {a: sum(k in sets[b] for k in problems[a]), b: sum(k in sets[a] for k in problems[b])}
+             for i, a in enumerate(names) for b in names[i + 1:]}
+    excluded_set, unknown = set(), not_generated
+    for row in excluded:
+        try:
+            excluded_set.add(row_problem(row))
+        except ValueError:
+            unknown += 1
+    excluded_set.discard(None)
+    return {"key": PROBLEM_KEY, "counts": SHARED_COUNTS, "pairs": pairs,
+            "excluded": {name: sum(k in excluded_set for k in keys) for name, keys in problems.items()},
+            "excluded_rows_not_regenerated": unknown}
+
+
+def shared_problems_warning(shared: dict, sizes: dict[str, int]) -> Optional[str]:
+    """A one-line summary of :func:`shared_problems`'s non-zero counts, None when all are 0."""
+    parts = [f"{pair}: " + ", ".join(f"{n} of {sizes[name]} {name} rows" for name, n in counts.items())
+             for pair, counts in shared["pairs"].items() if any(counts.values())]
+    parts += [f"{name}/--exclude: {n} of {sizes[name]} {name} rows" for name, n in shared["excluded"].items() if n]
+    if not parts:
+        return None
+    return ("rows that ask the same arithmetic problem under other wording (splits and --exclude are disjoint "
+            "by prompt, not by problem): " + "; ".join(parts))
+
+
 def check_row(row: dict) -> float:
     """Score a generated row's ground truth with reasoning-gym's own ``score_answer``.
 
