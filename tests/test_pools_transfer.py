@@ -130,6 +130,12 @@ def test_source_whose_rows_record_different_score_provenances_is_refused_under_e
         with pytest.raises(TrajvalInputError, match=r"mixes score provenances: source row 0 \(task_id='src-0'\) and "
                                                     r"source row 2 \(task_id='src-2'\) differ \(eps: 0.05 vs 0.001"):
             transfer_prior(source, target_copy(4), regime="A", unmatched=unmatched)
+    # shards of one pool scored by separate runs with the same settings: one prior
+    shards = annotated_source(4)
+    for i, row in enumerate(shards):
+        row[SCORE_PROVENANCE] = {**row[SCORE_PROVENANCE], "prior_cost": {"completions": 100 + i // 2},
+                                 "trajval_ops_version": f"0.1.{i // 2}"}
+    assert transfer_prior(shards, target_copy(4), regime="A", unmatched="floor")[1].matched_rows == 4
     # rows without a score provenance (a hand-made weight) do not count as another scoring
     del source[2][SCORE_PROVENANCE], source[3][SCORE_PROVENANCE]
     rows, report = transfer_prior(source, target_copy(4) + [{"prompt": "new"}], regime="A", unmatched="floor")

@@ -185,7 +185,7 @@ def _source_scoring(rows: list[dict], weight_column: str) -> Any:
         provenance = score_provenance(row, weight_column)
         if provenance is None:
             continue
-        text = canonical_json(provenance)
+        text = canonical_json(_scoring_settings(provenance))
         if found is None:
             found = (text, position, row, provenance)
         elif text != found[0]:
@@ -196,8 +196,21 @@ def _source_scoring(rows: list[dict], weight_column: str) -> Any:
     return None if found is None else found[3]
 
 
+#: What a score provenance records of its run rather than of how weights are made: shards of one
+#: pool scored by separate runs with the same settings differ there, and are one prior.
+RUN_RECORD_KEYS = ("prior_cost", "trajval_ops_version")
+
+
+def _scoring_settings(provenance: Any) -> Any:
+    """A score provenance without :data:`RUN_RECORD_KEYS`."""
+    if not isinstance(provenance, dict):
+        return provenance
+    return {key: value for key, value in provenance.items() if key not in RUN_RECORD_KEYS}
+
+
 def _difference(first: Any, second: Any) -> str:
     """The keys two score provenances differ in, with their values (shortened)."""
+    first, second = _scoring_settings(first), _scoring_settings(second)
     if not (isinstance(first, dict) and isinstance(second, dict)):
         return f"{canonical_json(first)[:80]} vs {canonical_json(second)[:80]}"
     keys = sorted(k for k in set(first) | set(second) if canonical_json(first.get(k)) != canonical_json(second.get(k)))
