@@ -312,12 +312,12 @@ class MathVerifier(Verifier):
     def __init__(self, fallback_last_number: bool = False, **limits):
         super().__init__(**limits)
         self.fallback_last_number = bool(fallback_last_number)
+        # it warns that its own timeouts are off (ours wraps the whole check instead), from the
+        # first parse on
+        logging.getLogger("math_verify").setLevel(logging.ERROR)
         # parse once before the checking child forks: math-verify loads its LaTeX parser on
         # first use (about a second), which every forked child would otherwise pay again
         _parse_boxed("1")
-
-        # it warns that its own timeouts are off: ours wraps the whole check instead
-        logging.getLogger("math_verify").setLevel(logging.ERROR)
 
     def _options(self) -> dict:
         return {"fallback_last_number": self.fallback_last_number}
