@@ -66,10 +66,11 @@ def test_online_feedback_between_batches_shapes_later_draws():
     assert counts[10:].sum() > 1.5 * counts[:10].sum()
 
 
-def test_a_state_saved_after_an_epoch_ended_resumes_with_nothing_left_in_it():
-    """The sampler cannot tell "between epochs" from "after the epoch's last index": a state saved
-    once epoch 0 was handed over whole resumes in epoch 0 with nothing left, and epoch 1 (by
-    ``set_epoch(1)``, or the next iteration) starts on its own stream."""
+def test_a_state_saved_after_an_epoch_ended_resumes_on_the_next_epoch_unless_the_loop_names_it():
+    """A state saved once epoch 0 was handed over whole: the loop that names epoch 0 again
+    (``set_epoch(0)``, resuming in it) finds nothing left there; ``set_epoch(1)``, or an iteration
+    with no ``set_epoch`` (a loop that never calls it, saved after its inner loop), starts epoch 1
+    on its own stream. Before, that iteration gave an empty epoch and every later one shifted."""
     w = np.arange(1, 11, dtype=float)
     uninterrupted = TrajvalSampler(w, seed=7, chunk_size=4)
     list(uninterrupted)
@@ -77,19 +78,53 @@ def test_a_state_saved_after_an_epoch_ended_resumes_with_nothing_left_in_it():
     stopped = TrajvalSampler(w, seed=7, chunk_size=4)
     list(stopped)  # the checkpoint is taken after epoch 0 ended
     state = stopped.state_dict()
-    assert (state["epoch"], state["yielded"]) == (0, 10)
+    assert (state["epoch"], state["yielded"], state["completed"]) == (0, 10, True)
     resumed = TrajvalSampler(w, seed=7, chunk_size=4)
     resumed.load_state_dict(state)
     resumed.set_epoch(1)
     assert list(resumed) == second_epoch
     resumed = TrajvalSampler(w, seed=7, chunk_size=4)
     resumed.load_state_dict(state)
-    assert list(resumed) == []
     assert list(resumed) == second_epoch
+    named = TrajvalSampler(w, seed=7, chunk_size=4)
+    named.set_epoch(0)  # before the state is loaded, as torchdata's lazy restore does it
+    named.load_state_dict(state)
+    assert list(named) == []
+    named.set_epoch(1)
+    assert list(named) == second_epoch
     # a state written by an earlier release at an epoch's end ("epoch 1, nothing yielded")
     old = TrajvalSampler(w, seed=7, chunk_size=4)
     old.load_state_dict(dict(state, epoch=1, yielded=0))
     assert list(old) == second_epoch
+
+
+@pytest.mark.parametrize("batch_size", [2, 4])
+def test_a_loop_without_set_epoch_resumes_after_its_inner_loop_or_in_its_last_full_batch(batch_size):
+    """A DataLoader loop that never calls set_epoch: a state saved after an epoch's inner loop
+    resumes on the next epoch, and one saved in the step of the epoch's last full batch (every
+    index handed over, the iteration not ended) resumes with nothing left in that epoch."""
+    from torch.utils.data import DataLoader
+
+    w = np.linspace(0.1, 1, 10)
+
+    def loader(sampler):
+        return DataLoader(list(range(10)), batch_size=batch_size, sampler=sampler, collate_fn=list)
+
+    sampler = TrajvalSampler(w, seed=3)
+    uninterrupted = [[tuple(b) for b in loader(sampler)] for _ in range(3)]
+    sampler = TrajvalSampler(w, seed=3)
+    first = [tuple(b) for b in loader(sampler)]
+    resumed = TrajvalSampler(w, seed=3)
+    resumed.load_state_dict(sampler.state_dict())  # saved after epoch 0's inner loop
+    assert [first] + [[tuple(b) for b in loader(resumed)] for _ in range(2)] == uninterrupted
+    if 10 % batch_size == 0:  # saved in the last batch's step: the iteration had not ended
+        sampler = TrajvalSampler(w, seed=3)
+        for batch in loader(sampler):
+            state = sampler.state_dict()
+        resumed = TrajvalSampler(w, seed=3)
+        resumed.load_state_dict(state)
+        rest = [[tuple(b) for b in loader(resumed)] for _ in range(3)]
+        assert rest == [[]] + uninterrupted[1:]
 
 
 def test_uninterrupted_epochs_draw_what_they_drew_before():

@@ -76,6 +76,8 @@ class TrajvalSampler(Sampler[int]):
         self._yielded = 0  # global positions consumed in this epoch
         self._pending: deque[int] = deque()
         self._resuming = False
+        self._named_epoch: int | None = None  # the epoch the last set_epoch named
+        self._completed = False  # the current iteration ran to its end
         self._handed = 0  # indices this rank handed out since the last feedback
         self._saved_ahead = False  # a state_dict() taken while some of them awaited feedback
 
@@ -99,6 +101,7 @@ class TrajvalSampler(Sampler[int]):
         """Select the epoch of the next iteration (as with ``DistributedSampler``). The epoch a
         :meth:`load_state_dict` stopped in keeps its resume point (a training loop calls
         ``set_epoch`` at the top of every epoch, the resumed one included)."""
+        self._named_epoch = int(epoch)
         if self._resuming and int(epoch) == self.epoch:
             return
         self.epoch = int(epoch)
@@ -108,16 +111,23 @@ class TrajvalSampler(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         # Decided when the iterator is made, as DistributedSampler does: a resumed state continues
-        # where it stopped (nothing left for an epoch saved finished); otherwise a finished epoch,
-        # with no set_epoch since, gives way to the next one, started on its own stream.
-        if self._resuming:
+        # where it stopped. One saved with every index handed over has nothing left where the loop
+        # names that epoch (set_epoch, before or after the state was loaded: it resumes in it) or
+        # where the iteration had not ended (saved in the last batch's step); a state saved after
+        # its iteration ended, with no set_epoch naming it, gives way to the next epoch, as a
+        # finished epoch with no set_epoch since does (a loop that never calls set_epoch, resumed
+        # from a state saved after its inner loop).
+        finished = self._yielded >= self.total_size
+        if self._resuming and (not finished or self._named_epoch == self.epoch or not self._completed):
             self._resuming = False
         else:
+            self._resuming = False
             if self._yielded >= self.total_size:
                 self.epoch += 1
             self.source.set_epoch(self.epoch)
             self._yielded = 0
             self._pending.clear()
+        self._completed = False
         return self._stream()
 
     def _stream(self) -> Iterator[int]:
@@ -134,6 +144,7 @@ class TrajvalSampler(Sampler[int]):
             if position % self.num_replicas == self.rank:
                 self._handed += 1
                 yield index
+        self._completed = True  # the iteration ended (a DataLoader may still serve a partial batch)
 
     def feedback(self, task_ids, rewards, group_size: int | None = None, group_ids=None):
         """Forward one step's rollout feedback to the online scheduler (returns the DAPO mask);
@@ -152,17 +163,21 @@ class TrajvalSampler(Sampler[int]):
             "epoch": self.epoch,
             "yielded": self._yielded,
             "pending": list(self._pending),
+            "completed": self._completed,
             "source": self.source.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume: the next iteration continues the saved epoch where it stopped; a state saved
-        once the epoch's last index was handed over resumes with nothing left in that epoch, and
-        the epoch after it (``set_epoch(e + 1)``, or the next iteration) starts its own stream."""
+        """Resume: the next iteration continues the saved epoch where it stopped. A state saved
+        once the epoch's last index was handed over (after the inner loop, or in the body of its
+        last, partial batch) resumes with nothing left in that epoch where the loop names it with
+        ``set_epoch(e)`` (before or after this call); ``set_epoch(e + 1)``, or an iteration with no
+        ``set_epoch`` named it, starts the next epoch's own stream."""
         self.source.load_state_dict(state["source"])
         self.epoch = int(state["epoch"])
         self._yielded = int(state["yielded"])
         self._pending = deque(int(i) for i in state["pending"])
+        self._completed = bool(state.get("completed", False))  # states saved before 2026-11-28 hold none
         # Saved before the epoch's first draw, the source still stands at the end of the previous
         # epoch's stream: the next iteration must start epoch (seed, epoch) afresh, not continue it.
         self._resuming = self._yielded > 0 or bool(self._pending)
