@@ -270,12 +270,13 @@ def test_greso_adapts_when_the_epochs_are_counted_in_draws():
 def test_a_task_drawn_twice_in_a_step_is_two_groups():
     """Draws are with replacement: task 2 drawn twice, one group all solved and one all failed.
     Grouped by task, the two merged into one group with spread (kept by DAPO's mask, no GRESO
-    observation); each drawn group is judged on its own."""
+    observation); with the layout given each drawn group is judged on its own. Without one, no
+    order can tell two draws apart: one group per task, as before."""
     ids = np.repeat([2, 0, 2], 4)
     rewards = np.r_[np.ones(4), [1, 0, 1, 0], np.zeros(4)]
-    assert zero_variance_mask(ids, rewards).tolist() == [False] * 4 + [True] * 4 + [False] * 4
+    assert zero_variance_mask(ids, rewards).tolist() == [True] * 12
     assert zero_variance_mask(ids, rewards, group_size=4).tolist() == [False] * 4 + [True] * 4 + [False] * 4
-    tasks, rate, counts, zero_var = group_feedback(ids, rewards, num_tasks=3)
+    tasks, rate, counts, zero_var = group_feedback(ids, rewards, num_tasks=3, group_size=4)
     assert tasks.tolist() == [0, 2, 2] and rate.tolist() == [0.5, 1.0, 0.0]
     assert counts.tolist() == [4, 4, 4] and zero_var.tolist() == [False, True, True]
     greso = GresoScheduler(3)
@@ -289,15 +290,16 @@ def test_a_task_drawn_twice_in_a_step_is_two_groups():
 
 def test_groups_reordered_or_side_by_side_are_told_apart_by_group_ids():
     """verl tags each prompt's responses with a uid and may reorder them (balance_batch); a task
-    drawn twice side by side is one run of rollouts unless the layout is given."""
+    drawn twice is one group unless the layout is given, in any order (a tiled layout, a group
+    split by a reorder: read per task, as before 2026-11-28)."""
     ids = np.array([1, 1, 1, 1, 1, 1])
     rewards = np.array([1, 1, 1, 0, 0, 0])
-    assert zero_variance_mask(ids, rewards).tolist() == [True] * 6  # one run: read as one group
+    assert zero_variance_mask(ids, rewards).tolist() == [True] * 6  # no layout: one group per task
     assert zero_variance_mask(ids, rewards, group_size=3).tolist() == [False] * 6
     uid = np.array(["a", "b", "a", "b", "a", "b"], dtype=object)
     assert zero_variance_mask(ids, [1, 0, 1, 0, 1, 0], group_ids=uid).tolist() == [False] * 6
-    with pytest.raises(ValueError, match="rollout 0: task 1's rollouts are not consecutive.*group_ids="):
-        zero_variance_mask([1, 2, 1, 2], [1, 0, 1, 0])
+    assert zero_variance_mask([1, 2, 1, 2], [1, 0, 1, 0]).tolist() == [False] * 4  # np.tile's layout
+    assert zero_variance_mask([0, 0, 1, 1, 0, 0], [1, 1, 0, 1, 0, 0]).tolist() == [True] * 6  # a split group
     with pytest.raises(ValueError, match="rollout 1: task 2 in the group of rollout 0"):
         zero_variance_mask([1, 2], [1, 0], group_size=2)
     with pytest.raises(ValueError, match="group_size=3 does not divide the 4 rollouts"):

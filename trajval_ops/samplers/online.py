@@ -60,7 +60,7 @@ def rollout_groups(task_ids, group_size: int | None = None, group_ids=None) -> n
     group of their own. ``group_size``: the rollouts come in consecutive groups of that many (TRL's
     ``num_generations``, ``np.repeat(tasks, n)``); ``group_ids``: one label per rollout naming its
     group (verl's ``uid``), for batches whose rollouts were reordered. With neither, a group is a
-    run of consecutive rollouts of the same task (two draws of a task side by side are one group).
+    task's rollouts (a task drawn twice is one group), whatever their order.
     """
     ids = np.asarray(task_ids, dtype=np.int64).reshape(-1)
     if group_size is not None and group_ids is not None:
@@ -78,10 +78,9 @@ def rollout_groups(task_ids, group_size: int | None = None, group_ids=None) -> n
             raise ValueError(f"group_size={group_size} does not divide the {ids.size} rollouts into groups")
         raw = np.arange(ids.size) // int(group_size)
         first = np.arange(0, ids.size, int(group_size))
-    else:
-        new_run = np.r_[True, ids[1:] != ids[:-1]]
-        first, raw = np.flatnonzero(new_run), np.cumsum(new_run) - 1
-        _check_runs(ids, first)
+    else:  # the layout unknown: one group per task, as no order can tell two draws apart
+        _, first, raw = np.unique(ids, return_index=True, return_inverse=True)
+        raw = raw.reshape(-1)
     mixed = np.flatnonzero(ids != ids[first][raw])
     if mixed.size:
         at = int(mixed[0])
@@ -93,18 +92,6 @@ def rollout_groups(task_ids, group_size: int | None = None, group_ids=None) -> n
     return number[raw]
 
 
-def _check_runs(ids: np.ndarray, starts: np.ndarray) -> None:
-    """Runs of one rollout of a task that has rollouts elsewhere in the step: the rollouts are not
-    laid out group by group, and reading runs as groups would be wrong."""
-    lengths = np.diff(np.r_[starts, ids.size])
-    _, run_task, runs_of_task = np.unique(ids[starts], return_inverse=True, return_counts=True)
-    single = starts[(lengths == 1) & (runs_of_task[run_task.reshape(-1)] > 1)]
-    if single.size:
-        raise ValueError(f"rollout {int(single[0])}: task {int(ids[single[0]])}'s rollouts are not consecutive, so "
-                         "its groups cannot be told apart: pass group_size= (consecutive groups of that many "
-                         "rollouts) or group_ids= (one group label per rollout, e.g. verl's uid)")
-
-
 def group_feedback(task_ids, rewards, num_tasks: int, success_threshold: float = DEFAULT_SUCCESS_THRESHOLD,
                    group_size: int | None = None, group_ids=None):
     """Group per-rollout feedback by drawn group (see :func:`rollout_groups`).
@@ -112,7 +99,7 @@ def group_feedback(task_ids, rewards, num_tasks: int, success_threshold: float =
     :param task_ids: one task index per rollout.
     :param rewards: one reward per rollout, same length.
     :param group_size: consecutive groups of this many rollouts, or
-    :param group_ids: one group label per rollout; with neither, runs of one task's rollouts.
+    :param group_ids: one group label per rollout; with neither, one group per task.
     :return: ``(tasks, pass_rate, num_rollouts, zero_variance)``, one entry per group, ordered by
         task (a task drawn twice in the step has two entries): its task, its fraction of rollouts
         with reward > ``success_threshold``, its rollouts, and whether all its raw rewards are equal.
@@ -466,7 +453,7 @@ class ComposedSampler:
         """Feed one step's rollouts (one task index and reward per rollout) to the scheduler.
 
         ``group_size`` / ``group_ids`` say which rollouts form one drawn group (see
-        :func:`rollout_groups`; by default runs of one task's consecutive rollouts), so two draws
+        :func:`rollout_groups`; by default one group per task), so two draws
         of a task in one step are two observations.
 
         :return: the DAPO keep mask per rollout (False where its group's rewards have no spread).
