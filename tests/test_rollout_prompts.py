@@ -22,6 +22,19 @@ def test_auto_passes_chat_lists_through_and_defaults_to_math():
     assert build_messages({"prompt": "1+1?"})[0]["content"] == MATH_SYSTEM_PROMPT
 
 
+def test_a_json_string_chat_is_read_by_the_rule_its_identity_is():
+    """The prompt's identity decoded a JSON-string chat with a space after '[' and the pass did
+    not (it rendered the JSON text under the math template): one rule now, in both."""
+    from trajval_ops.pools.identity import prompt_messages
+
+    text = '[ {"role": "user", "content": "What is 2+2?"} ]'
+    assert prompt_messages(text) == [["user", "What is 2+2?"]]
+    assert build_messages({"prompt": text}) == [{"role": "user", "content": "What is 2+2?"}]
+    for plain in ("[3, 1, 2]", "[]", "[not json"):  # text, in both
+        assert prompt_messages(plain) == [["user", plain]]
+        assert build_messages({"prompt": plain})[-1]["content"].endswith(plain)
+
+
 def test_logic_templates_embed_task_and_category():
     arc = build_messages({"question": "[[1]] -> [[2]]"}, "logic_arc", prompt_key="question")
     assert len(arc) == 1 and "[[1]] -> [[2]]" in arc[0]["content"] and "<answer>" in arc[0]["content"]

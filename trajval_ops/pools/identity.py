@@ -21,6 +21,20 @@ PROMPT_HASH = "trajval_prompt_hash"
 HASH_HEX_DIGITS = 32
 
 
+def chat_from_text(text: str) -> list | None:
+    """The messages a prompt string holds when it is the JSON of a non-empty list of objects (a
+    chat list stored as text), else None (the string is a prompt's text). One rule for the
+    prompt's identity and for what a pass renders."""
+    stripped = text.strip()
+    if not stripped.startswith("["):
+        return None
+    try:
+        decoded = json.loads(stripped)
+    except ValueError:
+        return None
+    return decoded if isinstance(decoded, list) and decoded and all(isinstance(m, dict) for m in decoded) else None
+
+
 def prompt_messages(prompt: Any) -> list[list[str]]:
     """Normalise a prompt (string, chat list, or JSON string of a chat list) to [[role, content]].
 
@@ -31,14 +45,10 @@ def prompt_messages(prompt: Any) -> list[list[str]]:
     :raises ValueError: when the value is not a prompt (None, empty, a message without content).
     """
     if isinstance(prompt, str):
+        decoded = chat_from_text(prompt)
+        if decoded is not None:
+            return prompt_messages(decoded)
         stripped = prompt.strip()
-        if stripped.startswith("["):
-            try:
-                decoded = json.loads(stripped)
-            except ValueError:
-                decoded = None
-            if isinstance(decoded, list) and decoded and all(isinstance(m, dict) for m in decoded):
-                return prompt_messages(decoded)
         if not stripped:
             raise ValueError("prompt is an empty string")
         return [["user", stripped]]

@@ -22,7 +22,6 @@ The model's own chat template is applied by :func:`render_prompt` (thinking mode
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from trajval_ops.errors import TrajvalInputError
@@ -133,11 +132,10 @@ def build_messages(
 
 def _as_messages(prompt: Any, prompt_key: str) -> list[dict] | None:
     """The prompt as a message list when it is one (also as a JSON string), else None."""
-    if isinstance(prompt, str) and prompt.lstrip().startswith("[{"):
-        try:
-            prompt = json.loads(prompt)
-        except ValueError:
-            return None
+    if isinstance(prompt, str):
+        from trajval_ops.pools.identity import chat_from_text
+
+        prompt = chat_from_text(prompt)  # the rule the prompt's identity reads it by
     if not isinstance(prompt, (list, tuple)) or not prompt:
         return None
     if not all(isinstance(m, dict) for m in prompt):
