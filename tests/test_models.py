@@ -1,6 +1,7 @@
 """Short model references: the tiny random Llama, the embedded SmolLM2, clear errors."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -75,6 +76,20 @@ def test_existing_directory_is_returned_as_is(tmp_path):
     assert models.resolve_model(str(tmp_path)) == tmp_path
 
 
+def test_a_folder_named_like_a_reference_is_not_shadowed_by_the_shipped_model(tmp_path, monkeypatch):
+    """A ./tiny-arith folder (what `pretrain --out tiny-arith` makes) beside a recipe naming
+    `tiny-arith` got the shipped model, recorded as source "path": which one is meant is asked."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny-arith").mkdir()
+    with pytest.raises(ValueError, match=r"'tiny-arith' is both a short reference .* name the folder as a path "
+                                         r"\('./tiny-arith'\)"):
+        models.resolve_model("tiny-arith")
+    path, description = models.resolve_model_description("./tiny-arith")
+    assert path == Path("tiny-arith") and description["source"] == "path"
+    (tmp_path / "tiny-arith").rmdir()
+    assert models.resolve_model_description("tiny-arith")[1]["source"] == "short_ref"
+
+
 def test_unknown_reference_names_the_known_ones():
     with pytest.raises(FileNotFoundError) as err:
         models.resolve_model("no-such-model-xyz")
@@ -89,6 +104,8 @@ def test_tiny_random_llama_builds_atomically_and_is_seeded(fresh_cache):
     path = models.resolve_model("tiny-random-llama")
     assert path == fresh_cache / "models" / "tiny-random-llama"
     assert not [p for p in path.parent.iterdir() if ".tmp-" in p.name]  # no leftovers
+    # shared: readable by every user of the cache (safetensors writes its file 0600)
+    assert all(file.stat().st_mode & 0o444 == 0o444 for file in path.rglob("*"))
     model = AutoModelForCausalLM.from_pretrained(path)
     assert model.config.hidden_size == 64 and model.config.num_hidden_layers == 2
     tokenizer = AutoTokenizer.from_pretrained(path)

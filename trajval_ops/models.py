@@ -81,7 +81,8 @@ def resolve_model(model: str) -> Path:
     :func:`trajval_ops.probe.manifest.resolve_model_reference`.
 
     :raises FileNotFoundError: neither a known reference nor a directory.
-    :raises ValueError: not a model name, or a ``manifest:`` reference.
+    :raises ValueError: not a model name, a ``manifest:`` reference, or a short reference that is
+        also a folder in the working directory (which one is meant cannot be told).
     """
     return resolve_model_description(model)[0]
 
@@ -93,10 +94,15 @@ def resolve_model_description(model: str) -> tuple[Path, dict]:
     if model.startswith(MANIFEST_PREFIX):
         raise ValueError(f"model {model!r} names a probe checkpoint: resolve it with "
                          "trajval_ops.probe.manifest.resolve_model_reference")
-    return model_folder(model), {"name": model, "source": "path" if Path(model).expanduser().is_dir() else "short_ref"}
+    return model_folder(model), {"name": model, "source": "short_ref" if model in KNOWN_MODELS else "path"}
 
 
 def model_folder(ref_or_path: str) -> Path:
+    if ref_or_path in KNOWN_MODELS and Path(ref_or_path).is_dir():
+        raise ValueError(
+            f"model '{ref_or_path}' is both a short reference (a model this package ships or builds) and a "
+            f"folder here ({Path(ref_or_path).resolve()}): name the folder as a path ('./{ref_or_path}') or "
+            f"rename it to use the reference")
     if ref_or_path in _SHIPPED:
         return _shipped_model(ref_or_path)
     if ref_or_path in _BUILDERS:
@@ -141,6 +147,8 @@ def _ensure_built(ref: str) -> Path:
     try:
         _BUILDERS[ref](tmp)
         (tmp / _BUILD_MARKER).write_text(json.dumps({"ref": ref, "build": _BUILD_VERSIONS[ref]}))
+        for file in tmp.rglob("*"):  # writers make some files owner-only (safetensors: 0600)
+            file.chmod(0o755 if file.is_dir() else 0o644)
         try:
             os.replace(tmp, target)
         except OSError:
