@@ -17,16 +17,25 @@ from trajval_ops.errors import InputOverwriteError
 def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[Any]:
     """Open a temporary file beside ``path``; on success it replaces ``path``, on error it is removed.
 
-    A crash leaves either the old file or the complete new one, never a truncated output.
+    A killed process leaves either the old file or the complete new one, never a truncated output.
+    A ``path`` that is a symbolic link is written through: its target is replaced and the link
+    kept. An existing file keeps its permissions; a new one gets the usual ``0666 & ~umask``.
+    ``mode``: ``w`` or ``wb`` (what replaces a file is written whole).
     """
-    path = Path(path)
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open writes a whole new file: mode 'w' or 'wb', not {mode!r}")
+    path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
+        if path.is_file():
+            permissions = path.stat().st_mode & 0o7777
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            permissions = 0o666 & ~umask
+        os.chmod(tmp, permissions)  # mkstemp creates 0600
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
         os.replace(tmp, path)
