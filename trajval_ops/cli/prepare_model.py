@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
@@ -25,5 +26,9 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     # own process; a user's HF_HUB_OFFLINE=0 is kept)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     for ref in args.refs or KNOWN_MODELS:
-        print(f"{ref}\t{resolve_model(ref)}")
+        try:
+            print(f"{ref}\t{resolve_model(ref)}")
+        except (FileNotFoundError, ValueError) as err:  # a package the model is built from missing, ...
+            print(f"prepare_model: error: {ref}: {err}", file=sys.stderr)
+            return 2
     return 0
