@@ -452,18 +452,6 @@ def test_an_overflowing_float16_model_stops_dj_process_with_the_remedy(tmp_path,
     assert "Traceback" not in result.stderr and not out.exists()
 
 
-@pytest.mark.slow
-def test_embedded_smollm2_has_nonzero_pass_rates(tmp_path):
-    op = TrajvalEndpointRewardMapper(model="smollm2-135m-instruct", output_key="acc", engine="transformers",
-                                     n=8, max_new_tokens=96, prompts_per_generate=8,
-                                     verifier_options={"fallback_last_number": True},
-                                     cache_dir=str(tmp_path / "rollouts"))
-    out = op.process_batched(_batch(arithmetic_rows()))
-    op.release()
-    print("SmolLM2 pass rates", out["acc"])
-    assert sum(out["acc"]) > 0
-
-
 def test_repeated_rows_are_sampled_once(tmp_path):
     row = arithmetic_rows()[0]
     rows = [dict(row, id=f"copy{i}") for i in range(3)]  # same prompt and ground truth
