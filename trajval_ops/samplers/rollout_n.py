@@ -104,12 +104,10 @@ def rollout_n_per_prompt(rates, n: int, min_n: int, max_n: int) -> np.ndarray:
     # n >= min_n); at `high`, max_n stays short of p for every rate (all at max_n, over the budget).
     low, high = _bisect(within, 0.0, float(np.max(-np.logaddexp(max_n * log_a, max_n * log_b))))
     real[~degenerate] = allotted(low)[inverse]  # the side within the budget: rounding only adds
-    if not _roundable(real, total, max_n) or total - real.sum() >= 0.5:
+    if not _roundable(real, total, max_n):
         # A rate so near 0 (<= ~1e-19) that its rollouts rise from min_n to max_n within the
-        # bracket's absolute width (~1e-18 of s), so the level falls short of the budget by a
-        # rollout or more (rounding would then hand it to other prompts): refine in ln s, where
-        # every m_i moves by at most max_n per unit, from a positive level within the budget
-        # (every prompt at most n there).
+        # bracket's absolute width (~1e-18 of s): refine in ln s, where every m_i moves by at most
+        # max_n per unit, from a positive level within the budget (every prompt at most n there).
         floor = max(low, float(np.min(-np.logaddexp(n * log_a, n * log_b))))
         if 0.0 < floor < high:
             low, _ = _bisect(lambda t: within(float(np.exp(t))), float(np.log(floor)), float(np.log(high)))
