@@ -144,6 +144,17 @@ def test_the_cache_key_holds_what_fits_a_prompt_beyond_the_models_files(tmp_path
                        engine_kwargs={"max_model_len": 512})["overlong_prompt"]["context"] == 512
     from trajval_ops.models import resolve_model
 
+    # vLLM checks max_model_len against the model itself: a config naming its context elsewhere
+    # (a text_config, as composite models do) was read as 2048 and cut vLLM's prompts there
+    import shutil
+
+    nested = tmp_path / "nested-config"
+    shutil.copytree(resolve_model("tiny-random-llama"), nested)
+    config = json.loads((nested / "config.json").read_text())
+    config["text_config"] = {"max_position_embeddings": config.pop("max_position_embeddings")}
+    (nested / "config.json").write_text(json.dumps(config))
+    assert run_key(overlong_prompt="truncate_left", engine="vllm", max_model_len=4096,
+                   model=str(nested))["overlong_prompt"]["context"] == 4096
     tokenizer = run_key(engine_kwargs={"tokenizer": str(resolve_model("tiny-arith"))})["tokenizer"]
     assert tokenizer["path"] == str(resolve_model("tiny-arith").resolve()) and tokenizer["files"]
 

@@ -90,7 +90,7 @@ class VerifierSettings(_Checked):
         "error", "a rendered prompt longer than the model's context minus ``max_new_tokens``: ``error`` (default, "
         "naming the row and the lengths) or ``truncate_left`` (keep its last tokens; status ``truncated_prompt``, "
         "counted and logged). The context: the model's ``max_position_embeddings`` under the transformers engine; "
-        "under ``vllm`` and ``auto`` also at most ``max_model_len``, whichever engine runs.", choices=("error", "truncate_left"))
+        "``max_model_len`` under ``vllm`` and ``auto`` (at most the model's, where ``auto`` falls back to transformers).", choices=("error", "truncate_left"))
 
 
 @dataclass(frozen=True)
@@ -323,17 +323,17 @@ class EndpointPass:
 
     def _cut_context(self) -> int:
         """The context ``truncate_left`` fits prompts into, known before any engine starts (a cached
-        row was cut there): the model's ``max_position_embeddings`` for the transformers engine;
-        vLLM's ``max_model_len`` (``engine_kwargs``' first) for vLLM and for ``auto``, whose
-        transformers fallback cuts there too, so one key means one cut whichever engine ran."""
-        import json
+        row was cut there): vLLM's ``max_model_len`` (``engine_kwargs``' first) for vLLM and for
+        ``auto``, whose transformers fallback cuts there too; for the transformers engine the
+        model's context as that engine reads it (:func:`~trajval_ops.rollout.engines.config_context`),
+        so one key means one cut whichever engine ran."""
+        if self.engine.engine != "transformers":
+            return int((self.engine.engine_kwargs or {}).get("max_model_len", self.engine.max_model_len))
+        from transformers import AutoConfig
 
-        config = json.loads((self._model_path / "config.json").read_text()) \
-            if (self._model_path / "config.json").is_file() else {}
-        model_context = int(config.get("max_position_embeddings") or 2048)
-        if self.engine.engine == "transformers":
-            return model_context
-        return min(model_context, int((self.engine.engine_kwargs or {}).get("max_model_len", self.engine.max_model_len)))
+        from trajval_ops.rollout.engines import config_context
+
+        return config_context(AutoConfig.from_pretrained(self._model_path))
 
     def _prepare(self) -> None:
         """Resolve the checkpoint and open its rollout cache (once per worker; no model load)."""

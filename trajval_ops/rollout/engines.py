@@ -124,7 +124,7 @@ class TransformersEngine:
 
     def _adopt(self, model, tokenizer, device, dtype: str) -> None:
         self.model, self.tokenizer, self.device, self.dtype = model, tokenizer, device, dtype
-        self.max_context = int(getattr(model.config, "max_position_embeddings", None) or 2048)
+        self.max_context = config_context(model.config)
         self.generated_tokens = 0
 
     @classmethod
@@ -305,6 +305,13 @@ class VllmEngine:
     def shutdown(self) -> None:
         """Stop vLLM and every process it started."""
         self._process.stop()
+
+
+def config_context(config) -> int:
+    """The tokens of prompt plus completion a model takes as the transformers engine reads them
+    from its config (``max_position_embeddings``, through the config's own aliases; 2048 where it
+    names none)."""
+    return int(getattr(config, "max_position_embeddings", None) or 2048)
 
 
 def vllm_sampling_params(prompts: list[str], decoding: DecodingConfig) -> list[dict]:
