@@ -90,7 +90,8 @@ class VerifierSettings(_Checked):
         "error", "a rendered prompt longer than the model's context minus ``max_new_tokens``: ``error`` (default, "
         "naming the row and the lengths) or ``truncate_left`` (keep its last tokens; status ``truncated_prompt``, "
         "counted and logged). The context: the model's ``max_position_embeddings`` under the transformers engine; "
-        "``max_model_len`` under ``vllm`` and ``auto`` (at most the model's, where ``auto`` falls back to transformers).", choices=("error", "truncate_left"))
+        "``max_model_len`` under ``vllm`` and ``auto`` (at most the model's, where ``auto`` falls back to "
+        "transformers).", choices=("error", "truncate_left"))
 
 
 @dataclass(frozen=True)
