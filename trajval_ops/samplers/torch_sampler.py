@@ -17,6 +17,11 @@ from trajval_ops.samplers.online import ComposedSampler
 
 DEFAULT_CHUNK_SIZE = 64
 
+RESUMED_AT_EPOCH_END = (
+    "TrajvalSampler: resumed from a state saved after epoch {epoch}'s iteration ended, with no set_epoch: "
+    "it goes on with epoch {epoch} + 1, right for a state saved after the inner loop; one saved in the step "
+    "of the epoch's last, partial batch cannot be told from it, and its loop then serves an epoch more. "
+    "Call sampler.set_epoch(epoch) at the top of each epoch, as with DistributedSampler (docs/downstream.md).")
 SAVED_BEFORE_FEEDBACK = (
     "TrajvalSampler: feedback() came for indices this sampler handed out before its last state_dict() "
     "call, so that saved state does not hold this feedback and a run resumed from it restarts the online "
@@ -121,6 +126,8 @@ class TrajvalSampler(Sampler[int]):
         if self._resuming and (not finished or self._named_epoch == self.epoch or not self._completed):
             self._resuming = False
         else:
+            if self._resuming and self._named_epoch is None:
+                warnings.warn(RESUMED_AT_EPOCH_END.format(epoch=self.epoch), RuntimeWarning, stacklevel=2)
             self._resuming = False
             if self._yielded >= self.total_size:
                 self.epoch += 1
