@@ -304,11 +304,12 @@ class EndpointPass:
 
     # ------------------------------------------------------------------ per worker set-up
 
-    def _prompt_fitting(self) -> dict:
+    def _prompt_fitting(self, cut_context: int | None) -> dict:
         """What decides a cached row's prompt beyond the model's own files, for the rollout cache's
-        key: ``truncate_left`` with the context it cuts to (:meth:`_cut_context`; ``error`` caches
-        no overlong row), and a tokenizer ``engine_kwargs`` names (vLLM renders prompts with its
-        chat template). Each only where set, so caches of the defaults keep their key."""
+        key: ``truncate_left`` with the context it cuts to (``cut_context``, :meth:`_cut_context`;
+        ``error`` caches no overlong row), and a tokenizer ``engine_kwargs`` names (vLLM renders
+        prompts with its chat template). Each only where set, so caches of the defaults keep their
+        key."""
         from pathlib import Path
 
         from trajval_ops.rollout.cache import model_fingerprint
@@ -316,7 +317,7 @@ class EndpointPass:
         extra = dict(self.engine.engine_kwargs or {})
         key = {}
         if self.checks.overlong_prompt != "error":
-            key["overlong_prompt"] = {"mode": self.checks.overlong_prompt, "context": self._cut_context()}
+            key["overlong_prompt"] = {"mode": self.checks.overlong_prompt, "context": cut_context}
         if extra.get("tokenizer"):
             tokenizer = Path(extra["tokenizer"])
             key["tokenizer"] = model_fingerprint(tokenizer) if tokenizer.is_dir() else str(extra["tokenizer"])
@@ -347,12 +348,13 @@ class EndpointPass:
         from trajval_ops.rollout.verifiers import revision_record
 
         self._model_path, checkpoint = resolve_model_reference(self.model)
+        cut_context = self._cut_context() if self.checks.overlong_prompt != "error" else None
         prompt_settings = self.prompt.as_dict()
         if self.cache_settings.use_cache:
             root = self.cache_settings.cache_dir or default_cache_root() / "rollouts"
             run_key = {"model": model_fingerprint(self._model_path), "sampling": self.decoding.as_dict(),
                        "verifier": self.verifier.spec, "prompt": prompt_settings,
-                       **revision_record(self.verifier.revision), **self._prompt_fitting()}
+                       **revision_record(self.verifier.revision), **self._prompt_fitting(cut_context)}
             if self.budget is not None:
                 run_key["budget"] = self.budget.as_dict()
             if self.sample is not None:  # a sample's generate calls group other rows than a full pass's
@@ -376,7 +378,7 @@ class EndpointPass:
                                  max_bad_truth_share=self.checks.max_bad_truth_share,
                                  overlong_prompt=self.checks.overlong_prompt, id_key=self.id_key, what=self.what,
                                  budget=self.budget, early_key=self.early_key,
-                                 cut_context=self._cut_context() if self.checks.overlong_prompt != "error" else None)
+                                 cut_context=cut_context)
 
     def _ensure_session(self):
         """Start the engine, once per worker, when the first row missing from the cache needs it."""
@@ -476,10 +478,7 @@ class EndpointPass:
         if self._sampled_ids is None:
             raise RuntimeError(f"{self.what}: a sampled pass draws its sample from the whole pool in check_pool, "
                                "which must run before the first batch")
-        from trajval_ops.rows import get_path
-
-        key = self.sample["id_key"]
-        chosen = [i for i, row in enumerate(rows) if repr(get_path(row, key, None)) in self._sampled_ids]
+        chosen = [i for i, row in enumerate(rows) if self._in_sample(row)]
         # the chosen rows are not contiguous in the pool, and the rollout pass names row i by
         # first_row + i: they are named by their ids alone (the sample reads ids), not by a wrong row
         measured = self._measured_rows([rows[i] for i in chosen], None) if chosen else None
@@ -494,6 +493,12 @@ class EndpointPass:
             for name, values in measured.items():
                 out[name][i] = values[j]
         return out
+
+    def _in_sample(self, row) -> bool:
+        """Whether a sampled pass measures ``row`` (its id among the drawn ones)."""
+        from trajval_ops.rows import get_path
+
+        return repr(get_path(row, self.sample["id_key"], None)) in self._sampled_ids
 
     def _set_sample(self, settings: dict | None, drawn: dict | None) -> None:
         """A sampled pass's settings; its rows once drawn (check_pool, or handed to a Ray actor)."""
@@ -646,13 +651,12 @@ class EndpointPass:
         the transformers engine samples a call as a whole, so their pass rate can follow the
         workers' order (one worker samples a task in its own batch's company)."""
         from trajval_ops.pools.io import table_rows
-        from trajval_ops.rows import get_path
 
         if self.reuse is not None:
             return
         hashes = []
         for i, row in enumerate(table_rows(table)):
-            if self._sampled_ids is not None and repr(get_path(row, self.sample["id_key"], None)) not in self._sampled_ids:
+            if self._sampled_ids is not None and not self._in_sample(row):
                 continue  # a sampled pass never rolls out the rows it leaves out
             try:
                 hashes.append(build_task(row, i, self.prompt, self.id_key, self.what).hash)
