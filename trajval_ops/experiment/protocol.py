@@ -52,7 +52,7 @@ from trajval_ops.experiment.priors import (
 )
 from trajval_ops.pools.io import read_rows
 from trajval_ops.priors import ONE_PASS_PRIORS
-from trajval_ops.rollout.verifiers import (revision_record, unrecorded_reading, unrecorded_revision,
+from trajval_ops.rollout.verifiers import (recorded_revision, revision_record, unrecorded_reading,
                                           verifier_revision)
 
 DATA_DONE = "data.json"
@@ -560,7 +560,7 @@ def check_same_protocol(config: ValidationConfig, out: Path) -> None:
         if recorded_with():
             return
         verifier = regime_verifier(config)[0]
-        then, now = previous.get("verifier_revision", unrecorded_revision(verifier)), verifier_revision(verifier)
+        then, now = recorded_revision(previous, verifier), verifier_revision(verifier)
         if then is None and recorded_with(1):  # a hash made before revisions were recorded holds none
             raise ConfigError(f"{out} holds a validation run whose protocol.json {unrecorded_reading(verifier)}: "
                               "its units might be compared with units scored otherwise; start the run over in "

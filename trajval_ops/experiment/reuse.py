@@ -79,13 +79,13 @@ def _report_other_reading(source: Path, config: ValidationConfig) -> None:
     records none where that is not known: the math verifier) shares no unit spec with this run:
     said here naming the revision, since a unit whose spec differs is left out without a word."""
     from trajval_ops.regime.tasks import VERIFIER
-    from trajval_ops.rollout.verifiers import unrecorded_reading, unrecorded_revision, verifier_revision
+    from trajval_ops.rollout.verifiers import recorded_revision, unrecorded_reading, verifier_revision
 
     record = json.loads((source / "protocol.json").read_text())
     verifier = regime_verifier(config)[0]
     if ((record.get("config") or {}).get("verifier", config.verifier) or VERIFIER[0]) != verifier:
         return  # another verifier: the specs differ by it, whatever its revision
-    then, now = record.get("verifier_revision", unrecorded_revision(verifier)), verifier_revision(verifier)
+    then, now = recorded_revision(record, verifier), verifier_revision(verifier)
     if then is None:
         logger.warning(f"validate: --reuse-from {source}: its protocol.json {unrecorded_reading(verifier)}: none "
                        "of its units is reused (their specs hold no revision)")

@@ -434,9 +434,9 @@ def _check_same_reading(output_dir: Path, previous: dict, verifier: str) -> None
     by 1 or 2 (:func:`~trajval_ops.rollout.verifiers.unrecorded_revision`): not known, so it is
     refused too. A finished probe is a trained model whatever read its rewards: its passes are
     scored by this release."""
-    from trajval_ops.rollout.verifiers import unrecorded_reading, unrecorded_revision, verifier_revision
+    from trajval_ops.rollout.verifiers import recorded_revision, unrecorded_reading, verifier_revision
 
-    then, now = previous.get("verifier_revision", unrecorded_revision(verifier)), verifier_revision(verifier)
+    then, now = recorded_revision(previous, verifier), verifier_revision(verifier)
     if then is None:
         raise ProbeDirectoryError(
             f"{output_dir} holds an unfinished probe whose manifest {unrecorded_reading(verifier)}, so the rest "

@@ -22,7 +22,7 @@ import re
 import signal
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from loguru import logger
 
@@ -590,6 +590,12 @@ def unrecorded_revision(name: str) -> int | None:
     holds: 1 for a verifier never revised, None (not known: 1 or 2, :data:`UNRECORDED_REVISION`)
     for the math verifier."""
     return None if name == MathVerifier.name else 1
+
+
+def recorded_revision(record: Mapping, name: str) -> int | None:
+    """The revision of the ``name`` verifier a record (a manifest, a ``protocol.json``) was read by:
+    its ``verifier_revision``, else :func:`unrecorded_revision`."""
+    return record.get("verifier_revision", unrecorded_revision(name))
 
 
 def unrecorded_reading(name: str) -> str:

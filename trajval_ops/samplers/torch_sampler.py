@@ -129,7 +129,7 @@ class TrajvalSampler(Sampler[int]):
             if self._resuming and self._named_epoch is None:
                 warnings.warn(RESUMED_AT_EPOCH_END.format(epoch=self.epoch), RuntimeWarning, stacklevel=2)
             self._resuming = False
-            if self._yielded >= self.total_size:
+            if finished:
                 self.epoch += 1
             self.source.set_epoch(self.epoch)
             self._yielded = 0
