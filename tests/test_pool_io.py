@@ -301,3 +301,37 @@ def test_a_killed_writes_temporary_file_is_removed_by_the_next_write(tmp_path):
     pool_io.write_rows(target, [{"a": 1}])
     assert not stale.exists() and mine.exists()
     assert target.read_text() == '{"a": 1}\n'
+
+
+def test_a_scored_folder_mixing_json_lines_and_parquet_reads_as_its_rows(tmp_path):
+    """A JSON-lines file stores the run provenance as references, a parquet file as native
+    columns: a folder of both reads back every row's provenance (before, it was refused)."""
+    from trajval_ops.fields import SCORE_PROVENANCE
+
+    provenance = {"run": "a", "alpha": 1.0}
+    table = pool_io.read_table(_written(tmp_path / "src.jsonl", [{"id": i, SCORE_PROVENANCE: provenance} for i in range(3)]))
+    (tmp_path / "pool").mkdir()
+    pool_io.write_table(table, tmp_path / "pool" / "a.jsonl")
+    pool_io.write_table(table, tmp_path / "pool" / "b.parquet")
+    folder = pool_io.read_table(tmp_path / "pool")
+    assert folder.column("id").to_pylist() == [0, 1, 2, 0, 1, 2]
+    assert folder.column(SCORE_PROVENANCE).to_pylist() == [provenance] * 6
+
+
+def test_a_json_lines_file_split_by_lines_resolves_references_from_its_first_part(tmp_path):
+    from trajval_ops.fields import SCORE_PROVENANCE
+
+    rows = [{"id": i, SCORE_PROVENANCE: {"run": "a"}} for i in range(4)]
+    lines = _written(tmp_path / "whole.jsonl", rows).read_text().splitlines(keepends=True)
+    (tmp_path / "pool").mkdir()
+    (tmp_path / "pool" / "part-0.jsonl").write_text("".join(lines[:2]))
+    (tmp_path / "pool" / "part-1.jsonl").write_text("".join(lines[2:]))
+    assert pool_io.table_rows(pool_io.read_table(tmp_path / "pool")) == rows
+    (tmp_path / "pool" / "part-0.jsonl").unlink()
+    with pytest.raises(TrajvalInputError, match=r"part-1.jsonl: row 0 \(id=2\).*names a provenance record"):
+        pool_io.read_table(tmp_path / "pool")
+
+
+def _written(path, rows):
+    pool_io.write_rows(path, rows)
+    return path

@@ -378,9 +378,46 @@ def _json_presence(column) -> list[bool]:
     return [text is not None for chunk in column.chunks for text in chunk.storage.to_pylist()]
 
 
-def expand_provenance(table, where: str = "the pool"):
+def provenance_records(table, where: str = "the pool", records: dict | None = None, first_row: int = 0) -> dict:
+    """The run provenance records a table carries (id -> record), added to ``records`` when
+    given (a folder's files share them: a record is stored once, in the first file that uses it).
+    ``first_row`` is the pool's position of the table's first row, for naming rows.
+
+    :raises TrajvalInputError: a record that does not match its id, naming the row.
+    """
+    records = {} if records is None else records
+    if PROVENANCE_RECORD in table.column_names:
+        refs = _reference_column(table, where, first_row)
+        for position, record in enumerate(decoded_values(table.column(PROVENANCE_RECORD))):
+            if record is not None:
+                register_record(records, record, refs[position].as_py(),
+                                lambda: _label(table, position, first_row), where)
+    return records
+
+
+def _label(table, position: int, first_row: int) -> str:
+    return row_label(table_row(table, position), first_row + position)
+
+
+def _reference_column(table, where: str, first_row: int):
+    """The reference column as strings; a reference that is not a string is an error naming the row."""
+    import pyarrow as pa
+
+    ref_column = table.column(PROVENANCE_REF)
+    if is_json_type(ref_column.type) or not pa.types.is_string(ref_column.type):
+        values = decoded_values(ref_column)
+        for position, ref in enumerate(values):
+            if ref is not None and not isinstance(ref, str):
+                raise not_a_string(where, _label(table, position, first_row), ref)
+        ref_column = pa.chunked_array([pa.array(values, pa.string())])
+    return ref_column
+
+
+def expand_provenance(table, where: str = "the pool", records: dict | None = None, first_row: int = 0):
     """The table with references resolved back into the run provenance columns (inverse of
-    :func:`compact_provenance`); a table without references is returned as it is.
+    :func:`compact_provenance`); a table without references is returned as it is. ``records``
+    (from :func:`provenance_records`) resolves references whose record another file carries;
+    ``first_row`` is the pool's position of the table's first row, for naming rows.
 
     :raises TrajvalInputError: a record that does not match its id, a reference without a
         record, naming the row.
@@ -393,25 +430,13 @@ def expand_provenance(table, where: str = "the pool"):
         if PROVENANCE_RECORD in table.column_names:
             raise TrajvalInputError(f"{where}: field '{PROVENANCE_RECORD}' without '{PROVENANCE_REF}'")
         return table
-    ref_column = table.column(PROVENANCE_REF)
-    if is_json_type(ref_column.type) or not pa.types.is_string(ref_column.type):
-        values = decoded_values(ref_column)
-        for position, ref in enumerate(values):
-            if ref is not None and not isinstance(ref, str):
-                raise not_a_string(where, row_label(table_row(table, position), position), ref)
-        ref_column = pa.chunked_array([pa.array(values, pa.string())])
+    ref_column = _reference_column(table, where, first_row)
     encoded = pc.dictionary_encode(ref_column).combine_chunks()
     refs = encoded.dictionary.to_pylist()
-    records: dict[str, dict] = {}
-    if PROVENANCE_RECORD in table.column_names:
-        for position, record in enumerate(decoded_values(table.column(PROVENANCE_RECORD))):
-            if record is not None:
-                register_record(records, record, ref_column[position].as_py(),
-                                lambda: row_label(table_row(table, position), position), where)
+    records = provenance_records(table, where, {} if records is None else dict(records), first_row)
     for ref in refs:
         if ref not in records:
-            position = pc.index(ref_column, ref).as_py()
-            raise record_missing(where, row_label(table_row(table, position), position), ref)
+            raise record_missing(where, _label(table, pc.index(ref_column, ref).as_py(), first_row), ref)
     indices = encoded.indices.fill_null(len(refs)).to_numpy(zero_copy_only=False).astype(np.int64)
     names = list(dict.fromkeys(name for ref in refs for name in records[ref]))
     distinct = [records[ref] for ref in refs]

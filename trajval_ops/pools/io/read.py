@@ -11,7 +11,9 @@ from trajval_ops.errors import TrajvalInputError
 from trajval_ops.provenance_records import (
     expand_rows,
 )
-from trajval_ops.pools.io.arrow import read_json_lines, concat_tables, expand_provenance, table_rows
+from trajval_ops.pools.io.arrow import (
+    concat_tables, expand_provenance, provenance_records, read_json_lines, table_rows,
+)
 from trajval_ops.pools.io.jsonl import PARQUET_SUFFIXES, iter_json_blocks, pool_files
 from trajval_ops.pools.io.write import BATCH_ROWS
 
@@ -51,6 +53,7 @@ def read_table(path: str | os.PathLike, *, owned_prefix: str = "trajval_"):
         :func:`iter_json_lines`).
     """
     tables = []
+    starts = []  # the pool's position of each file's first row
     position = 0
     files = pool_files(path)
     for file in files:
@@ -60,9 +63,15 @@ def read_table(path: str | os.PathLike, *, owned_prefix: str = "trajval_"):
             table = pq.read_table(file)
         else:
             table = read_json_lines(file, position, owned_prefix)
+        starts.append(position)
         position += table.num_rows
         tables.append(table)
     if position == 0:
         raise TrajvalInputError(f"the pool is empty (0 rows): {', '.join(str(f) for f in files)}")
-    table = tables[0] if len(tables) == 1 else concat_tables(tables)
-    return expand_provenance(table, where=str(path))
+    # Each file is expanded on its own (a parquet file keeps native provenance columns, a JSON-lines
+    # file references), with the records of every file: a file split by lines keeps its record once.
+    records: dict = {}
+    for file, table, start in zip(files, tables, starts):
+        provenance_records(table, str(file), records, start)
+    tables = [expand_provenance(table, str(file), records, start) for file, table, start in zip(files, tables, starts)]
+    return tables[0] if len(tables) == 1 else concat_tables(tables)
