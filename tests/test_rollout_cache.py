@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from trajval_ops.rollout.cache import RolloutCache
 
 
@@ -44,3 +46,25 @@ def test_a_record_of_an_earlier_release_names_its_rewards_scores_and_still_resum
     cache = RolloutCache(tmp_path, {"k": 1})
     (cache.directory / "results-old-1.jsonl").write_text(json.dumps({"row": "a", "scores": [1.0, 0.0]}) + "\n")
     assert RolloutCache(tmp_path, {"k": 1}).get("a") == {"row": "a", "rewards": [1.0, 0.0]}
+
+
+def test_a_content_hash_refuses_values_whose_text_is_not_exact():
+    """A key's hash reads each value's JSON text; ``str`` of an array elides its middle, of a set
+    follows its hash order, of an object holds its address: such a value is an error, not a key
+    that a different value could share (a path, a date, a decimal, a numpy scalar keep their text)."""
+    import datetime
+    import decimal
+    import pathlib
+
+    import numpy as np
+
+    from trajval_ops.canonical import canonical_json, stable_hash
+
+    assert canonical_json([pathlib.Path("/m"), datetime.date(2026, 1, 2), decimal.Decimal("1.50"), np.int64(3)]) == \
+        '["/m","2026-01-02","1.50","3"]'
+    big, other = np.zeros(2000), np.zeros(2000)
+    other[1000] = 1.0
+    assert str(big) == str(other)  # what the hash read before
+    for value in (big, {1, 2}, object()):
+        with pytest.raises(TypeError, match="cannot write .* as JSON exactly"):
+            stable_hash({"settings": value})

@@ -11,9 +11,21 @@ from typing import Any
 
 
 def canonical_json(value: Any) -> str:
-    """JSON with sorted keys, no spaces and UTF-8 text kept as is (``default=str`` for the
-    odd non-JSON value, e.g. a Path): equal values give equal text."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    """JSON with sorted keys, no spaces and UTF-8 text kept as is: equal values give equal text.
+    A value JSON has no type for is written as its ``str`` where that text is exact (a path, a
+    date or time, a decimal, bytes, a numpy scalar); any other is a TypeError, since its ``str``
+    could elide (an array), reorder (a set) or hold a memory address, and a hash must not."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_exact_text)
+
+
+def _exact_text(value: Any) -> str:
+    import datetime
+    import decimal
+
+    exact = (os.PathLike, datetime.date, datetime.time, decimal.Decimal, bytes)
+    if isinstance(value, exact) or (type(value).__module__ == "numpy" and getattr(value, "shape", None) == ()):
+        return str(value)
+    raise TypeError(f"canonical_json cannot write {type(value).__name__} {value!r} as JSON exactly")
 
 
 def stable_hash(value: Any) -> str:
