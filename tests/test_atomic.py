@@ -45,3 +45,26 @@ def test_a_mode_that_would_not_write_a_whole_file_is_refused(tmp_path, mode):
         with atomic_open(kept, mode):
             pass
     assert kept.read_text() == "KEEP ME\n"
+
+
+def test_the_new_file_reaches_the_disk_before_it_replaces_the_old_one(tmp_path, monkeypatch):
+    """A power loss after the rename must not leave an empty file: its data is synced first,
+    then the folder's entry."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", "folder" if os.path.isdir(f"/proc/self/fd/{fd}") else os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", str(src)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    with atomic_open(tmp_path / "out.json") as handle:
+        handle.write("{}")
+    (kind, synced), (_, replaced), last = events
+    assert (kind, synced) == ("fsync", replaced) and last == ("fsync", "folder")
+    assert (tmp_path / "out.json").read_text() == "{}"

@@ -17,7 +17,9 @@ from trajval_ops.errors import InputOverwriteError
 def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[Any]:
     """Open a temporary file beside ``path``; on success it replaces ``path``, on error it is removed.
 
-    A killed process leaves either the old file or the complete new one, never a truncated output.
+    A killed process leaves either the old file or the complete new one, never a truncated output;
+    so does a power loss, as the new file's data is flushed to disk before it replaces ``path``
+    and the folder's entry after.
     A ``path`` that is a symbolic link is written through: its target is replaced and the link
     kept. An existing file keeps its permissions; a new one gets the usual ``0666 & ~umask``.
     ``mode``: ``w`` or ``wb`` (what replaces a file is written whole).
@@ -38,11 +40,28 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[Any]:
         os.chmod(tmp, permissions)  # mkstemp creates 0600
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
+        _sync_folder(path.parent)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush a folder's entries (the rename) to disk; a file system that cannot is left as it is."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _remove_stale_temporaries(path: Path) -> None:
