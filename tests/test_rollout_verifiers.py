@@ -198,6 +198,12 @@ def test_custom_verifier_time_limit():
     ("custom", {"function": "no_colon"}, "module:function"),
     ("custom", {"function": "os:not_there"}, "not a callable"),
     ("math", {"timeout_s": 0}, "timeout_s"),
+    ("math", {"timeout_s": float("nan")}, "timeout_s must be a finite number"),
+    ("math", {"timeout_s": "5"}, "timeout_s must be a finite number"),
+    ("math", {"max_completion_chars": 0}, "max_completion_chars must be an integer > 0"),
+    ("math", {"fallback_last_number": "false"}, "fallback_last_number must be true or false"),
+    ("answer_tag", {"normalize": 1}, "normalize must be true or false"),
+    ("answer_tag", {"ignore_case": "no"}, "ignore_case must be true or false"),
 ])
 def test_bad_verifier_configs(name, options, fragment):
     with pytest.raises(ValueError, match=fragment):

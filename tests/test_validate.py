@@ -65,10 +65,16 @@ def test_bad_config_is_an_error_before_training(tmp_path, changes, message):
     ({"verifier": "math", "verifier_options": {"fallback_last_numbr": True}},
      r"verifier_options \{'fallback_last_numbr': True\} for the math verifier: .*unexpected keyword argument "
      r"'fallback_last_numbr'"),
-    ({"verifier": "math", "verifier_options": {"timeout_s": 0}}, r"verifier_options .* timeout_s must be > 0"),
+    ({"verifier": "math", "verifier_options": {"timeout_s": 0}}, r"verifier_options .* timeout_s must be .*> 0"),
     ({"verifier": "custom", "verifier_options": {"function": "no_such_module_here:score"}},
      r"verifier_options .* for the custom verifier: No module named 'no_such_module_here'"),
-], ids=["unknown-verifier", "misspelt-option", "bad-timeout", "missing-module"])
+    # the regime's verifier took its own options and dropped these: every unit read last numbers
+    ({"verifier_options": {"fallback_last_number": False}},
+     r"verifier_options \{'fallback_last_number': False\} without verifier: .*regime's own verifier \(math"),
+    ({"verifier": "math", "verifier_options": {"fallback_last_number": "false"}},
+     r"fallback_last_number must be true or false, got 'false'"),
+], ids=["unknown-verifier", "misspelt-option", "bad-timeout", "missing-module", "options-without-verifier",
+        "quoted-flag"])
 def test_a_bad_verifier_or_option_is_a_config_error_before_anything_is_written(tmp_path, capsys, changes, message):
     """The verifier was first built by a unit: --dry-run accepted ``verifier: maths``, and a run
     with a misspelt option wrote protocol.json, data/ and oracle/ and then died with a TypeError

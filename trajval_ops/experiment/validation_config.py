@@ -337,6 +337,10 @@ def _check_verifier(config: ValidationConfig, where: str) -> None:
     written (and the fixed config be refused for that --out)."""
     from trajval_ops.rollout.verifiers import build_verifier, verifier_revision
 
+    if config.verifier is None and config.verifier_options:
+        raise ConfigError(f"{where}: verifier_options {config.verifier_options} without verifier: the options "
+                          f"belong to the verifier they name; the regime's own verifier ({regime_verifier(config)[0]}, "
+                          "its options fixed) would ignore them. Name it (verifier: math) or leave the options out")
     name, options = regime_verifier(config)
     try:
         verifier_revision(name)

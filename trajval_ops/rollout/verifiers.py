@@ -16,6 +16,7 @@ import functools
 import importlib
 import json
 import logging
+import math
 import multiprocessing
 import os
 import re
@@ -66,8 +67,11 @@ class Verifier:
 
     def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S,
                  max_completion_chars: int = DEFAULT_MAX_COMPLETION_CHARS):
-        if timeout_s <= 0:
-            raise ValueError(f"verifier timeout_s must be > 0, got {timeout_s}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
+            raise ValueError(f"verifier timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
+        if isinstance(max_completion_chars, bool) or not isinstance(max_completion_chars, int) \
+                or max_completion_chars <= 0:
+            raise ValueError(f"verifier max_completion_chars must be an integer > 0, got {max_completion_chars!r}")
         self.timeout_s = float(timeout_s)
         self.max_completion_chars = int(max_completion_chars)
         self.rejections: Counter[str] = Counter()
@@ -296,6 +300,13 @@ def max_nesting(text: str) -> int:
     return deepest
 
 
+def _flag(name: str, value) -> bool:
+    """A verifier's on/off option: a YAML ``"false"`` (quoted) would otherwise read as on."""
+    if not isinstance(value, bool):
+        raise ValueError(f"verifier option {name} must be true or false, got {value!r}")
+    return value
+
+
 class MathVerifier(Verifier):
     """The paper's math reward: the last ``\\boxed{}`` answer checked with math-verify.
 
@@ -311,7 +322,7 @@ class MathVerifier(Verifier):
 
     def __init__(self, fallback_last_number: bool = False, **limits):
         super().__init__(**limits)
-        self.fallback_last_number = bool(fallback_last_number)
+        self.fallback_last_number = _flag("fallback_last_number", fallback_last_number)
         # it warns that its own timeouts are off (ours wraps the whole check instead), from the
         # first parse on
         logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -442,8 +453,8 @@ class AnswerTagVerifier(Verifier):
 
     def __init__(self, normalize: bool = False, ignore_case: bool = False, **limits):
         super().__init__(**limits)
-        self.normalize = bool(normalize)
-        self.ignore_case = bool(ignore_case)
+        self.normalize = _flag("normalize", normalize)
+        self.ignore_case = _flag("ignore_case", ignore_case)
 
     def _options(self) -> dict:
         return {"normalize": self.normalize, "ignore_case": self.ignore_case}
