@@ -429,6 +429,24 @@ def test_a_weight_of_the_users_own_is_refused_unless_overwrite(caplog_loguru):
     assert "replacing the pool's own column(s) trajval_weight" in caplog_loguru.text
 
 
+def test_rescoring_a_pool_that_weights_were_carried_onto_drops_their_transfer_record(caplog_loguru):
+    """A transfer target re-scored with overwrite: true kept `trajval_weight_provenance` (the
+    carried weights' regime and scoring) beside its new weights, and `trajval transfer-prior`
+    then read the new weights as the carried ones: their regime, and a floor at the old eps."""
+    from trajval_ops.pools.transfer import transfer_prior
+
+    carried = {"regime": "R", "source_score_provenance": {"alpha": 1.0, "eps": 0.05}}
+    rows = [{"id": str(i), "prompt": f"q{i}", "trajval_r_early": 0.25, "trajval_r_late": 0.75,
+             "trajval_weight": 0.3, "trajval_weight_provenance": carried} for i in range(3)]
+    with pytest.raises(TrajvalInputError, match="'trajval_weight', 'trajval_weight_provenance', which this mapper"):
+        run(rows)
+    out = run(rows, overwrite=True, eps=0.01)
+    assert all("trajval_weight_provenance" not in row for row in out)
+    assert "trajval_weight_provenance" in caplog_loguru.text
+    onward, report = transfer_prior(out, [{"prompt": "q0"}, {"prompt": "new"}], regime="B", unmatched="floor")
+    assert report.fill_value == 0.01 and onward[1]["trajval_weight"] == 0.01
+
+
 def _pass_provenance(**changes):
     """An endpoint pass's provenance as the mapper writes it (the measurement and the rest)."""
     return {"model": "base", "n": 16, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 512, "seed": 0,

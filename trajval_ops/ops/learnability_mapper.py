@@ -20,6 +20,7 @@ from trajval_ops.prior_cost import cost_summary
 from trajval_ops.ops.dj.parameters import checked_parameters, safe_op_kwargs
 from trajval_ops.ops.dj.table_mapper import TableMapper, run_whole_pool
 from trajval_ops.ops.dj.tables import append_columns
+from trajval_ops.pools.transfer import provenance_column
 from trajval_ops.summary import group_noise, log_group_noise, log_rollout_noise, log_weight_summary, rollout_noise
 from trajval_ops.input_checks import arrow_numeric_column, check_unique_ids, group_values
 from trajval_ops.errors import TrajvalInputError, first_few
@@ -302,7 +303,11 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         provenance.update(prior_cost=cost_summary(prior_cost), trajval_ops_version=version)
         new = {name: pa.array(values, mask=_missing(values)) for name, values in columns.items()}
         new[self.provenance_key] = pa.repeat(pa.scalar(provenance), table.num_rows)
-        self._check_outputs_new(table, list(new))
+        # trajval transfer-prior's record of carried weights this mapper replaces: left beside the
+        # new weights it would be read as theirs (their regime, eps and scoring), so it goes with them
+        carried = [name for name in (provenance_column(self.weight_key),) if name in table.column_names]
+        self._check_outputs_new(table, list(new) + carried)
+        table = table.drop_columns(carried)
         return append_columns(table, new), (r_early, r_late, columns)
 
     def _check_outputs_new(self, table, names: list[str]) -> None:
