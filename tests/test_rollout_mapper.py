@@ -144,17 +144,20 @@ def test_the_cache_key_holds_what_fits_a_prompt_beyond_the_models_files(tmp_path
                        engine_kwargs={"max_model_len": 512})["overlong_prompt"]["context"] == 512
     from trajval_ops.models import resolve_model
 
-    # vLLM checks max_model_len against the model itself: a config naming its context elsewhere
-    # (a text_config, as composite models do) was read as 2048 and cut vLLM's prompts there
+    # a composite config (Gemma 3's, Qwen2.5-VL's) holds the context in its text config, where vLLM
+    # reads it: the transformers engine read 2048 there (cutting and refusing prompts vLLM takes),
+    # and under vLLM a max_model_len beyond it cut elsewhere than auto's fallback under one key
     import shutil
 
     nested = tmp_path / "nested-config"
     shutil.copytree(resolve_model("tiny-random-llama"), nested)
-    config = json.loads((nested / "config.json").read_text())
-    config["text_config"] = {"max_position_embeddings": config.pop("max_position_embeddings")}
-    (nested / "config.json").write_text(json.dumps(config))
-    assert run_key(overlong_prompt="truncate_left", engine="vllm", max_model_len=4096,
-                   model=str(nested))["overlong_prompt"]["context"] == 4096
+    # the key is made before any model loads: Gemma 3's config beside the tiny model's files
+    (nested / "config.json").write_text(json.dumps({"model_type": "gemma3",
+                                                    "text_config": {"max_position_embeddings": 8192}}))
+    assert run_key(overlong_prompt="truncate_left", model=str(nested))["overlong_prompt"]["context"] == 8192
+    for max_model_len, context in ((4096, 4096), (16384, 8192)):
+        assert run_key(overlong_prompt="truncate_left", engine="vllm", max_model_len=max_model_len,
+                       model=str(nested))["overlong_prompt"]["context"] == context
     tokenizer = run_key(engine_kwargs={"tokenizer": str(resolve_model("tiny-arith"))})["tokenizer"]
     assert tokenizer["path"] == str(resolve_model("tiny-arith").resolve()) and tokenizer["files"]
 
@@ -527,6 +530,12 @@ def test_auto_falling_back_to_transformers_cuts_where_vllm_would(tmp_path, monke
         statuses[engine] = op.process_batched(_batch(rows))["trajval_acc_early_status"]
         op.release()
     assert statuses == {"transformers": ["ok", "ok"], "auto": ["ok", "truncated_prompt"]}
+    # and `error` refuses past that context too (it checked the model's own, 2048: the row passed
+    # uncut where vLLM would refuse it, and its cached result answered a later vLLM pass)
+    op = _op(tmp_path, use_cache=False, engine="auto", max_model_len=48)
+    with pytest.raises(TrajvalInputError, match=r"row 1 \(id='long'\): .* more than the model's context of 48"):
+        op.process_batched(_batch(rows))
+    op.release()
 
 
 def test_duplicate_ids_stop_the_run_naming_both_rows(tmp_path):

@@ -308,10 +308,11 @@ class VllmEngine:
 
 
 def config_context(config) -> int:
-    """The tokens of prompt plus completion a model takes as the transformers engine reads them
-    from its config (``max_position_embeddings``, through the config's own aliases; 2048 where it
-    names none)."""
-    return int(getattr(config, "max_position_embeddings", None) or 2048)
+    """The tokens of prompt plus completion a model takes, from its config: the text model's
+    ``max_position_embeddings`` (through the config's own aliases; a composite config, Gemma 3's
+    or Qwen2.5-VL's, holds it in its text config, as vLLM reads it), 2048 where it names none."""
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(getattr(text_config, "max_position_embeddings", None) or 2048)
 
 
 def vllm_sampling_params(prompts: list[str], decoding: DecodingConfig) -> list[dict]:
