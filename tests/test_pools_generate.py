@@ -174,3 +174,28 @@ def test_cli_check_of_a_pool_it_cannot_check_is_one_message(tmp_path, capsys):
         assert make_pool.main(["--check", str(tmp_path / name)]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"make_pool: error: --check {tmp_path / name}: ") and message in err, err
+
+
+def _with_refused_config(row: dict) -> dict:
+    """``row`` with a generator config reasoning-gym refuses by ``assert`` (min_terms > max_terms)."""
+    row = json.loads(json.dumps(row))
+    generator = json.loads(row["extra_info"]["generator"])
+    generator["config"].update(min_terms=5, max_terms=2)
+    row["extra_info"]["generator"] = json.dumps(generator)
+    return row
+
+
+def test_a_generator_config_reasoning_gym_refuses_is_a_bad_row_not_a_crash(tmp_path, capsys, math_pool):
+    # reasoning-gym validates a config with assert: --check names the row (exit 2), --exclude counts it
+    row = _with_refused_config(next(r for r in math_pool if r["extra_info"]["family"] == "basic_arithmetic"))
+    path = tmp_path / "refused.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert make_pool.main(["--check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a row trajval make-pool generated" in err
+    assert "reasoning-gym refuses its generator config: max_terms must be >= min_terms" in err, err
+    out = tmp_path / "out"
+    assert make_pool.main(["--mix", "leg_counting/easy=1", "--splits", "a=4", "--out", str(out),
+                           "--exclude", str(path)]) == 0
+    shared = json.loads((out / "splits.json").read_text())["shared_problems"]
+    assert shared["excluded_rows_not_regenerated"] == 1

@@ -357,15 +357,21 @@ def _warn_on_other_version() -> None:
 
 
 def regenerate_entry(row: dict) -> dict:
-    """The reasoning-gym item a generated row came from, rebuilt from ``extra_info.generator``."""
+    """The reasoning-gym item a generated row came from, rebuilt from ``extra_info.generator``.
+
+    :raises ValueError: also for a config reasoning-gym refuses (its own checks are ``assert``).
+    """
     from trajval_ops.rows import get_path
 
     generator = get_path(row, "extra_info.generator")
     if isinstance(generator, str):
         generator = json.loads(generator)
-    dataset = _dataset(generator["dataset"], json.dumps(generator["config"], sort_keys=True),
-                       int(generator["seed"]), int(generator["size"]))
-    return dataset[int(generator["item"])]
+    try:
+        dataset = _dataset(generator["dataset"], json.dumps(generator["config"], sort_keys=True),
+                           int(generator["seed"]), int(generator["size"]))
+        return dataset[int(generator["item"])]
+    except AssertionError as err:  # reasoning-gym checks a config with assert: a bad row, not a bug
+        raise ValueError(f"reasoning-gym refuses its generator config: {err or 'an assertion failed'}") from None
 
 
 #: What :func:`shared_problems` counts as one problem (recorded with the counts in splits.json).
