@@ -153,3 +153,33 @@ def test_dj_process_refuses_an_export_path_equal_to_the_dataset_path(tmp_path, r
     # Data-Juicer makes export_path absolute before the run sees it
     assert f"export_path '{pool}' is the dataset_path '{pool}'" in result.stdout + result.stderr
     assert digest(pool) == before
+
+
+@pytest.mark.parametrize("command", [
+    ["import-pool", "{pool}", "DIR", "--no-progress"],
+    ["import-pool", "{pool}", "out.jsonl", "--report", "DIR", "--no-progress"],
+    ["make-pool", "--size", "8", "--out", "DIR"],
+    ["make-pool", "--size", "8", "--out", "FILE/pool.jsonl"],
+    ["make-pool", "--splits", "a=4", "--out", "FILE"],
+    ["make-pool", "--splits", "a=4", "--out", "SPLITS"],  # SPLITS/a.jsonl is a folder
+    ["transfer-prior", "{pool}", "{pool}", "DIR", "--source-regime", "r"],
+    ["transfer-prior", "{pool}", "{pool}", "out.jsonl", "--source-regime", "r", "--report", "DIR"],
+])
+def test_an_output_that_cannot_be_a_file_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch,
+                                                                               command):
+    """An output naming a folder, or lying under a file, is one line and exit 2 before any work;
+    before, a traceback (IsADirectoryError, FileExistsError) after the work, some outputs written."""
+    from trajval_ops.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(FIXTURE_POOL, tmp_path / "pool.jsonl")
+    (tmp_path / "DIR").mkdir()
+    (tmp_path / "FILE").write_text("kept\n")
+    (tmp_path / "SPLITS" / "a.jsonl").mkdir(parents=True)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert main([part.format(pool=tmp_path / "pool.jsonl") for part in command]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: " in err, err
+    assert ("is a folder" in err or "is an existing file" in err or "which is a file, not a folder" in err), err
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    assert (tmp_path / "FILE").read_text() == "kept\n"

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from trajval_ops.errors import InputOverwriteError
+from trajval_ops.errors import InputOverwriteError, TrajvalInputError
 
 
 @contextlib.contextmanager
@@ -119,11 +119,13 @@ def check_output_spares_inputs(output: str | os.PathLike, inputs: dict[str, str 
 def check_outputs_spare_inputs(outputs: dict[str, str | os.PathLike | None],
                                inputs: dict[str, str | os.PathLike | None]) -> None:
     """Refuse outputs that would replace an input (:func:`check_output_spares_inputs`) or one
-    another (two outputs naming one file: the later write would replace the earlier one),
-    before anything is read or written.
+    another (two outputs naming one file: the later write would replace the earlier one), or
+    that cannot be written as a file (:func:`check_output_is_writable_as_a_file`), before
+    anything is read or written.
 
     :param outputs: name -> path of each output (None entries are skipped).
     :raises InputOverwriteError: naming both paths.
+    :raises TrajvalInputError: naming the output and the folder or file in its way.
     """
     named = [(name, path) for name, path in outputs.items() if path is not None]
     for index, (name, path) in enumerate(named):
@@ -132,6 +134,26 @@ def check_outputs_spare_inputs(outputs: dict[str, str | os.PathLike | None],
             if same_path(path, other_path):
                 raise InputOverwriteError(f"{name} {str(path)!r} is the {other} {str(other_path)!r}: one would "
                                           f"replace the other; choose another {name}")
+    for name, path in named:
+        check_output_is_writable_as_a_file(path, name)
+
+
+def check_output_is_writable_as_a_file(output: str | os.PathLike, output_name: str = "output") -> None:
+    """Refuse an output path that is an existing folder, or lies under an existing file: the
+    write would fail only after the work (:func:`atomic_open` replaces a file, not a folder).
+
+    :raises TrajvalInputError: naming the output and what is in its way.
+    """
+    path = Path(output).expanduser()
+    if path.is_dir():
+        raise TrajvalInputError(f"{output_name} {str(output)!r} is a folder: it names the file to write; "
+                                f"give a file path")
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise TrajvalInputError(f"{output_name} {str(output)!r} lies under {str(parent)!r}, which is a "
+                                        f"file, not a folder; give a path in a folder")
+            return
 
 
 def jsonable(obj: Any, nan_as_null: bool = False) -> Any:

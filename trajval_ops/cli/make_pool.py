@@ -131,6 +131,11 @@ def _write_splits(args: argparse.Namespace) -> int:
             raise ValueError("--size and --splits exclude each other (the splits' sizes are the pool's)")
         splits = parse_splits(args.splits)
         folder = Path(args.out)
+        if folder.suffix in (".jsonl", ".json", ".parquet"):
+            raise ValueError(f"with --splits, --out names a folder (it gets <name>.jsonl per split), got {args.out}")
+        if folder.exists() and not folder.is_dir():  # checked before the splits are generated, not at mkdir
+            raise ValueError(f"with --splits, --out names a folder (it gets <name>.jsonl per split); "
+                             f"{args.out} is an existing file")
         check_outputs_spare_inputs({**{f"--splits file {name}.jsonl": folder / f"{name}.jsonl" for name in splits},
                                     f"--splits manifest {SPLITS_MANIFEST}": folder / SPLITS_MANIFEST},
                                    excluded_inputs(args.exclude))
@@ -141,10 +146,6 @@ def _write_splits(args: argparse.Namespace) -> int:
         shared = measure_shared_problems(rows, excluded_generated, excluded_others)
     except (ValueError, TrajvalInputError) as err:
         print(f"make_pool: error: {err}", file=sys.stderr)
-        return 2
-    if folder.suffix in (".jsonl", ".json", ".parquet"):
-        print(f"make_pool: error: with --splits, --out names a folder (it gets <name>.jsonl per split), "
-              f"got {args.out}", file=sys.stderr)
         return 2
     folder.mkdir(parents=True, exist_ok=True)
     manifest = folder / SPLITS_MANIFEST
