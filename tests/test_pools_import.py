@@ -285,6 +285,14 @@ def test_a_string_prompt_that_is_a_json_array_of_non_messages_is_text(tmp_path):
         prompt_hash('[{"role": "user"}]')  # a chat list with a broken message is still refused
 
 
+def test_a_string_prompt_that_is_a_json_array_of_plain_objects_is_imported_as_text(tmp_path):
+    """docs/pools.md: only an array of message objects is a chat; before, this row was refused."""
+    text = '[{"name": "Ann", "age": 3}]'
+    rows, _ = run_import(tmp_path, [{"input": text, "label": "3"}])
+    assert rows[0]["prompt"] == [{"role": "user", "content": text}]
+    assert rows[0][PROMPT_HASH] == prompt_hash(text)
+
+
 def test_extract_answer_boxed_nesting():
     assert extract_answer("a \\boxed{1} then \\boxed{\\frac{a}{b}}", "boxed") == "\\frac{a}{b}"
     with pytest.raises(ValueError):

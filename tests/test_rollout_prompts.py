@@ -35,6 +35,26 @@ def test_a_json_string_chat_is_read_by_the_rule_its_identity_is():
         assert build_messages({"prompt": plain})[-1]["content"].endswith(plain)
 
 
+def test_a_json_array_of_objects_that_are_no_messages_is_text_in_identity_and_rendering():
+    """docs/pools.md: only an array of message objects decodes as a chat; before, an array of
+    plain objects (data a question quotes) was decoded and refused for its missing 'content'."""
+    from trajval_ops.pools.identity import prompt_hash, prompt_messages
+
+    for text in ('[{"name": "Ann", "age": 3}, {"name": "Bo", "age": 5}]', '[{"content": "q"}, {"name": "x"}]'):
+        assert prompt_messages(text) == [["user", text]]
+        assert prompt_hash(text) == prompt_hash([{"role": "user", "content": text}])
+        assert build_messages({"prompt": text}) == [{"role": "system", "content": MATH_SYSTEM_PROMPT},
+                                                    {"role": "user", "content": text}]
+    with pytest.raises(TrajvalInputError, match="list of chat messages"):
+        build_messages({"prompt": text}, "chat")
+    # a chat-like array (a role, or content) with a broken message is refused by both, not taken as text
+    for broken in ('[{"role": "user"}]', '[{"role": "user", "content": 3}]', '[{"content": null}]'):
+        with pytest.raises(ValueError):
+            prompt_messages(broken)
+        with pytest.raises(TrajvalInputError, match="message"):
+            build_messages({"prompt": broken})
+
+
 def test_logic_templates_embed_task_and_category():
     arc = build_messages({"question": "[[1]] -> [[2]]"}, "logic_arc", prompt_key="question")
     assert len(arc) == 1 and "[[1]] -> [[2]]" in arc[0]["content"] and "<answer>" in arc[0]["content"]

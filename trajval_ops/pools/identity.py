@@ -22,9 +22,14 @@ HASH_HEX_DIGITS = 32
 
 
 def chat_from_text(text: str) -> list | None:
-    """The messages a prompt string holds when it is the JSON of a non-empty list of objects (a
-    chat list stored as text), else None (the string is a prompt's text). One rule for the
-    prompt's identity and for what a pass renders."""
+    """The messages a prompt string holds when it is the JSON of a non-empty list of message
+    objects (a chat list stored as text), else None (the string is a prompt's text). One rule for
+    the prompt's identity and for what a pass renders.
+
+    A message object holds a ``"role"`` or a ``"content"`` key (its values are checked by the
+    reader: a chat-like item without string content is an error, not text); an array of other
+    objects (``[{"name": "Ann", "age": 3}]``, data a question quotes) is text.
+    """
     stripped = text.strip()
     if not stripped.startswith("["):
         return None
@@ -32,15 +37,18 @@ def chat_from_text(text: str) -> list | None:
         decoded = json.loads(stripped)
     except ValueError:
         return None
-    return decoded if isinstance(decoded, list) and decoded and all(isinstance(m, dict) for m in decoded) else None
+    if not isinstance(decoded, list) or not decoded:
+        return None
+    # "content" alone counts too: such strings were decoded (role user) before, and keep their hash
+    return decoded if all(isinstance(m, dict) and ("role" in m or "content" in m) for m in decoded) else None
 
 
 def prompt_messages(prompt: Any) -> list[list[str]]:
     """Normalise a prompt (string, chat list, or JSON string of a chat list) to [[role, content]].
 
-    A string is decoded as a chat list only when it is the JSON of a non-empty list of objects
-    (messages); any other string, a JSON array of numbers (``"[3, 1, 2]"``) included, is the text
-    of one user message.
+    A string is decoded as a chat list only when it is the JSON of a non-empty list of message
+    objects (:func:`chat_from_text`); any other string, a JSON array of numbers (``"[3, 1, 2]"``)
+    or of other objects included, is the text of one user message.
 
     :raises ValueError: when the value is not a prompt (None, empty, a message without content).
     """
