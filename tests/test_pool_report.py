@@ -227,6 +227,22 @@ def test_a_sampled_prior_compared_is_read_on_its_measured_rows(fixture_files, tm
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["comparison"]["predicted_rows_left_out"] == 30
 
 
+def test_a_pool_whose_every_row_is_predicted_is_named_as_such(fixture_files, tmp_path, capsys):
+    """--pool or --compare holding only predicted rows: one line naming the option, the file and
+    the count, exit 2; it was 'the pool is empty (0 rows)', naming neither."""
+    tool = load_tool("report")
+    predicted = write_jsonl(tmp_path / "sampled.jsonl", [
+        {"id": f"t{i}", "trajval_r_early": None, "trajval_r_late": None, "trajval_predicted": True} for i in range(3)])
+    for option, arguments in (("--pool", ["--pool", str(predicted)]),
+                              ("--compare", ["--pool", str(fixture_files["pool"]), "--compare", str(predicted)])):
+        assert tool.main([*arguments, "--out", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert f"report: error: {option} {predicted}: all 3 rows are predicted (trajval_predicted" in err, err
+        assert "nothing measured to analyse" in err
+        assert not (tmp_path / "r").exists()
+
+
 def test_analysis_does_not_import_data_juicer():
     import subprocess
     import sys

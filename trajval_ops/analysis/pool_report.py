@@ -233,7 +233,7 @@ def _trajectory_section(cols, traj_path, trajectory_key, id_key, window):
 def _comparison_section(cols, other_path, id_key):
     """Agreement of this pool with another estimate of the same tasks (e.g. a second probe set or
     the oracle run), over the ids both hold."""
-    rows, predicted = _measured_rows(list(read_rows(other_path)), other_path)
+    rows, predicted = _measured_rows(list(read_rows(other_path)), other_path, "--compare")
     other = pool_columns.pool_columns(rows, id_key=id_key)
     here, there = pool_columns.join_on_id(cols["id"], other["id"])
     if here.size < 2:
@@ -278,11 +278,19 @@ FIGURE_CAPTIONS = {
 }
 
 
-def _measured_rows(rows: list[dict], path) -> tuple[list[dict], int]:
+def _measured_rows(rows: list[dict], path, option: str) -> tuple[list[dict], int]:
     """The rows whose pass rates were measured, and how many a sampled prior predicted instead
-    (``--pool`` and ``--compare`` alike)."""
+    (``--pool`` and ``--compare`` alike).
+
+    :raises TrajvalInputError: naming ``option`` and ``path`` when every row was predicted (else
+        the report would call the pool empty).
+    """
     measured = [row for row in rows if row.get(fields.PREDICTED) is not True]
     predicted = len(rows) - len(measured)
+    if rows and not measured:
+        raise TrajvalInputError(f"{option} {path}: all {predicted} rows are predicted ({fields.PREDICTED}: a "
+                                f"sampled prior predicted their scores, their pass rates were not measured): "
+                                f"nothing measured to analyse")
     if predicted:
         logger.info(f"report: {predicted} rows of {path} whose score was predicted ({fields.PREDICTED}) are left "
                     "out: the report reads measured pass rates")
@@ -311,7 +319,7 @@ def build_report(
         oracle run — for Spearman / kappa agreement on the shared ids.
     """
     out_dir = Path(out_dir)
-    rows, predicted = _measured_rows(list(read_rows(pool_path)), pool_path)
+    rows, predicted = _measured_rows(list(read_rows(pool_path)), pool_path, "--pool")
     cols = pool_columns.pool_columns(rows, alpha=alpha, eps=eps, id_key=id_key)
     n = len(rows)
     logger.info(f"report: {n} rows from {pool_path}; computed here: {cols['computed'] or 'nothing'}")
