@@ -185,4 +185,9 @@ def test_cli_writes_output_and_report_and_fails_cleanly(tmp_path, capsys):
     folder = str(tmp_path / "folder")
     for args in ([folder, str(target), str(again)], [str(source), folder, str(again)]):
         assert transfer_cli.main([*args, "--source-regime", "A"]) == 2
-        assert "transfer_prior: error:" in capsys.readouterr().err and not again.exists()
+        # the reader's message for either pool (the source was hashed first: '[Errno 21] Is a directory')
+        assert capsys.readouterr().err == (f"transfer_prior: error: {folder} is a folder; this reads one pool "
+                                           f"file (.jsonl, .json or .parquet)\n")
+        assert not again.exists()
+    assert transfer_cli.main([str(tmp_path / "absent.jsonl"), str(target), str(again), "--source-regime", "A"]) == 2
+    assert capsys.readouterr().err == f"transfer_prior: error: pool file not found: {tmp_path / 'absent.jsonl'}\n"

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     from trajval_ops.atomic import check_outputs_spare_inputs, write_json
     from trajval_ops.pools.io import write_rows
     from trajval_ops.canonical import file_sha256
-    from trajval_ops.pools.io import read_rows
+    from trajval_ops.pools.io import check_pool_file, read_rows
     from trajval_ops.pools.transfer import transfer_prior
     from trajval_ops.errors import TrajvalInputError
 
@@ -58,13 +58,14 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     try:
         check_outputs_spare_inputs({"output": args.output, "--report": report_path},
                                    {"source pool": args.source, "target pool": args.target})
+        check_pool_file(args.source)  # before it is hashed: the reader's message, not open()'s
         rows, report = transfer_prior(
             read_rows(args.source), read_rows(args.target), regime=args.source_regime, match=args.match,
             source_key=args.source_key, target_key=args.target_key,
             source_weight_column=args.source_weight_column, weight_column=args.weight_column,
             unmatched=args.unmatched, overwrite=args.overwrite, source_name=str(args.source),
             source_sha256=file_sha256(args.source), target_name=str(args.target))
-    except (TrajvalInputError, OSError) as err:  # OSError: an unreadable input (a folder)
+    except (TrajvalInputError, OSError) as err:  # OSError: an unreadable input (no permission)
         print(f"transfer_prior: error: {err}", file=sys.stderr)
         return 2
     write_rows(args.output, rows)

@@ -40,5 +40,5 @@ from trajval_ops.pools.io.write import (  # noqa: F401
     write_table, write_rows, write_json_lines, compact_provenance,
 )
 from trajval_ops.pools.io.read import (  # noqa: F401
-    read_rows, read_table,
+    check_pool_file, read_rows, read_table,
 )

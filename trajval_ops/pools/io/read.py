@@ -18,6 +18,20 @@ from trajval_ops.pools.io.jsonl import PARQUET_SUFFIXES, iter_json_blocks, pool_
 from trajval_ops.pools.io.write import BATCH_ROWS
 
 
+def check_pool_file(path: str | os.PathLike) -> Path:
+    """``path`` when it is one pool file, as :func:`read_rows` reads it (for a caller that opens
+    the file before reading its rows: read_rows checks only when its first row is asked for).
+
+    :raises TrajvalInputError: a folder, or a missing file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise TrajvalInputError(f"{path} is a folder; this reads one pool file (.jsonl, .json or .parquet)")
+    if not path.is_file():
+        raise TrajvalInputError(f"pool file not found: {path}")
+    return path
+
+
 def read_rows(path: str | os.PathLike) -> Iterator[dict]:
     """The rows of a pool file, in order, streamed: JSON lines (``.jsonl``/``.json``) or parquet
     (``.parquet``/``.pq``), whatever the tool.
@@ -25,11 +39,7 @@ def read_rows(path: str | os.PathLike) -> Iterator[dict]:
     :raises TrajvalInputError: a missing file, or a bad JSON line (named as
         :func:`iter_json_blocks` names it).
     """
-    path = Path(path)
-    if path.is_dir():
-        raise TrajvalInputError(f"{path} is a folder; this reads one pool file (.jsonl, .json or .parquet)")
-    if not path.is_file():
-        raise TrajvalInputError(f"pool file not found: {path}")
+    path = check_pool_file(path)
     if path.suffix.lower() in PARQUET_SUFFIXES:
         import pyarrow as pa  # only parquet readers pay for pyarrow
         import pyarrow.parquet as pq
