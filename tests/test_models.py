@@ -88,6 +88,10 @@ def test_a_folder_named_like_a_reference_is_not_shadowed_by_the_shipped_model(tm
     assert path == Path("tiny-arith") and description["source"] == "path"
     (tmp_path / "tiny-arith").rmdir()
     assert models.resolve_model_description("tiny-arith")[1]["source"] == "short_ref"
+    # run from the folder that holds the reference's own model, both name one model: no question
+    shipped = models.resolve_model("tiny-arith")
+    monkeypatch.chdir(shipped.parent)
+    assert models.resolve_model("tiny-arith") == shipped
 
 
 def test_unknown_reference_names_the_known_ones():

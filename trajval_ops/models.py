@@ -98,7 +98,7 @@ def resolve_model_description(model: str) -> tuple[Path, dict]:
 
 
 def model_folder(ref_or_path: str) -> Path:
-    if ref_or_path in KNOWN_MODELS and Path(ref_or_path).is_dir():
+    if ref_or_path in KNOWN_MODELS and Path(ref_or_path).is_dir() and not _is_own_folder(ref_or_path):
         raise ValueError(
             f"model '{ref_or_path}' is both a short reference (a model this package ships or builds) and a "
             f"folder here ({Path(ref_or_path).resolve()}): name the folder as a path ('./{ref_or_path}') or "
@@ -115,6 +115,13 @@ def model_folder(ref_or_path: str) -> Path:
         f"reference ({', '.join(sorted(KNOWN_MODELS))}); no model hub is reachable, so give a local "
         f"folder holding config.json and the weights"
     )
+
+
+def _is_own_folder(ref: str) -> bool:
+    """Whether the working directory's folder named ``ref`` is where the reference itself lives
+    (run from the folder holding the shipped or built models): then both name one model."""
+    own = _SHIPPED[ref] if ref in _SHIPPED else model_dir(ref)
+    return Path(ref).resolve() == own.resolve()
 
 
 def _shipped_model(ref: str) -> Path:
