@@ -310,3 +310,41 @@ def test_stateful_dataloader_with_workers_warns_that_online_feedback_misses_its_
     loader.load_state_dict(state)
     next(iter(loader))
     assert (resumed.source.online.easy_streak > 0).sum() == (sampler.source.online.easy_streak > 0).sum() > 0
+
+
+@pytest.mark.parametrize("size, batch_size, drop_last", [(8, 4, False), (10, 4, True), (10, 4, False)])
+def test_stateful_dataloader_resumes_an_epochs_end_where_the_loop_names(size, batch_size, drop_last):
+    """torchdata restores the sampler's state lazily, after the loop's set_epoch, and calls iter()
+    twice on a finished iterator, dropping the first. A checkpoint in an epoch's last full batch
+    resumed at the next epoch served nothing in it (that epoch's draws lost); one after the inner
+    loop resumed in its own epoch served the next epoch there and again in the next."""
+    stateful = pytest.importorskip(
+        "torchdata.stateful_dataloader",
+        reason="needs torchdata (installed with TRAJVAL_WITH_TRAINERS=1; see docs/downstream.md)")
+
+    def loop(state=None, start=0, save_at=None, save_after=None):
+        sampler = TrajvalSampler(np.linspace(0.1, 1.0, size), seed=1)
+        loader = stateful.StatefulDataLoader(list(range(size)), batch_size=batch_size, sampler=sampler,
+                                             drop_last=drop_last, collate_fn=list)
+        if state is not None:
+            loader.load_state_dict(state)
+        served, saved = [], None
+        for epoch in range(start, 3):
+            sampler.set_epoch(epoch)
+            for batch in loader:
+                served.append((epoch, batch))
+                if len(served) == save_at:
+                    saved = loader.state_dict()
+            if epoch == save_after:
+                saved = loader.state_dict()
+        return served, saved
+
+    full, _ = loop()
+    for epoch in range(2):
+        last = max(k for k, (e, _) in enumerate(full, 1) if e == epoch)
+        rest = [batch for e, batch in full if e > epoch]
+        in_step, after = loop(save_at=last)[1], loop(save_after=epoch)[1]
+        assert [b for _, b in loop(in_step, start=epoch)[0]] == [b for _, b in full[last:]]
+        assert [b for _, b in loop(in_step, start=epoch + 1)[0]] == rest
+        assert [b for _, b in loop(after, start=epoch)[0]] == rest
+        assert [b for _, b in loop(after, start=epoch + 1)[0]] == rest

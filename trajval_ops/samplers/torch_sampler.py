@@ -83,6 +83,7 @@ class TrajvalSampler(Sampler[int]):
         self._resuming = False
         self._named_epoch: int | None = None  # the epoch the last set_epoch named
         self._completed = False  # the current iteration ran to its end
+        self._unstarted = False  # the last iterator made has not been read yet
         self._handed = 0  # indices this rank handed out since the last feedback
         self._saved_ahead = False  # a state_dict() taken while some of them awaited feedback
 
@@ -107,6 +108,7 @@ class TrajvalSampler(Sampler[int]):
         :meth:`load_state_dict` stopped in keeps its resume point (a training loop calls
         ``set_epoch`` at the top of every epoch, the resumed one included)."""
         self._named_epoch = int(epoch)
+        self._unstarted = False
         if self._resuming and int(epoch) == self.epoch:
             return
         self.epoch = int(epoch)
@@ -122,8 +124,20 @@ class TrajvalSampler(Sampler[int]):
         # its iteration ended, with no set_epoch naming it, gives way to the next epoch, as a
         # finished epoch with no set_epoch since does (a loop that never calls set_epoch, resumed
         # from a state saved after its inner loop).
+        if self._unstarted:
+            # the last iterator was made and dropped unread (torchdata's StatefulDataLoader does so
+            # when it restores a state) and no set_epoch came since: this one serves what it would
+            return self._stream()
         finished = self._yielded >= self.total_size
-        if self._resuming and (not finished or self._named_epoch == self.epoch or not self._completed):
+        if self._resuming and self._named_epoch not in (None, self.epoch):
+            # a set_epoch before the state was loaded (torchdata restores it lazily, after the
+            # loop's set_epoch) naming another epoch: the loop has moved on to it, as a set_epoch
+            # after the load does
+            self._resuming, self.epoch = False, self._named_epoch
+            self.source.set_epoch(self.epoch)
+            self._yielded = 0
+            self._pending.clear()
+        elif self._resuming and (not finished or self._named_epoch == self.epoch or not self._completed):
             self._resuming = False
         else:
             if self._resuming and self._named_epoch is None:
@@ -138,9 +152,14 @@ class TrajvalSampler(Sampler[int]):
         return self._stream()
 
     def _stream(self) -> Iterator[int]:
+        self._unstarted = True
+        return self._indices()
+
+    def _indices(self) -> Iterator[int]:
         # The epoch stays the current one when its last index is handed over: a DataLoader serves
         # the last, partial batch after this generator ended, and a checkpoint taken after that
         # batch must still say "epoch e, all of it served" (yielded == total), not "epoch e + 1".
+        self._unstarted = False
         while self._yielded < self.total_size:
             if not self._pending:
                 count = min(self.chunk_size, self.total_size - self._yielded)
@@ -188,4 +207,4 @@ class TrajvalSampler(Sampler[int]):
         # Saved before the epoch's first draw, the source still stands at the end of the previous
         # epoch's stream: the next iteration must start epoch (seed, epoch) afresh, not continue it.
         self._resuming = self._yielded > 0 or bool(self._pending)
-        self._handed, self._saved_ahead = 0, False
+        self._handed, self._saved_ahead, self._unstarted = 0, False, False
