@@ -133,23 +133,26 @@ class TrajvalSampler(Sampler[int]):
             # a set_epoch before the state was loaded (torchdata restores it lazily, after the
             # loop's set_epoch) naming another epoch: the loop has moved on to it, as a set_epoch
             # after the load does
-            self._resuming, self.epoch = False, self._named_epoch
-            self.source.set_epoch(self.epoch)
-            self._yielded = 0
-            self._pending.clear()
+            self._resuming = False
+            self._start_epoch(self._named_epoch)
         elif self._resuming and (not finished or self._named_epoch == self.epoch or not self._completed):
             self._resuming = False
         else:
             if self._resuming and self._named_epoch is None:
                 warnings.warn(RESUMED_AT_EPOCH_END.format(epoch=self.epoch), RuntimeWarning, stacklevel=2)
             self._resuming = False
-            if finished:
-                self.epoch += 1
-            self.source.set_epoch(self.epoch)
-            self._yielded = 0
-            self._pending.clear()
+            self._start_epoch(self.epoch + 1 if finished else self.epoch)
         self._completed = False
         return self._stream()
+
+    def _start_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.source.set_epoch(epoch)
+        self._yielded = 0
+        self._pending.clear()
+        # indices handed out in the epoch before that got no feedback by its end never will (a
+        # DataLoader with drop_last drops its leftovers): a state saved after them misses nothing
+        self._handed, self._saved_ahead = 0, False
 
     def _stream(self) -> Iterator[int]:
         self._unstarted = True
