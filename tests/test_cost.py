@@ -413,3 +413,19 @@ def test_a_pass_a_read_pass_reuses_is_read():
     assert [(s["stage"], s.get("read_by_prior", True)) for s in report["stages"]] == [
         ("probe", True), ("extra", True), ("early", True), ("late", True)]
     assert report["completions"] == 75 * 8 * 8 + 2 * 600 * 16
+
+
+def test_the_probe_is_read_by_a_one_pass_prior_that_reads_a_pass_on_its_checkpoint():
+    """A variance prior reading a prediction feature measured on the probe's checkpoint needs
+    the probe; it was flagged as a stage no prior reads (one-pass priors alone)."""
+    recipe = yaml.safe_load((REPO / "recipes" / "demo_sampled.yaml").read_text())
+    recipe["process"][-1]["trajval_learnability_mapper"]["prior"] = "variance"
+    short = recipe["process"][1]["trajval_endpoint_reward_mapper"]
+    assert short["output_key"] == "trajval_r_early_short"
+    flags = {stage.get("output_key", "probe"): stage.get("read_by_prior", True)
+             for stage in recipe_cost(recipe, 600)["stages"]}
+    assert flags["probe"] is False and flags["trajval_r_early_short"] is True
+    short["model"] = "manifest:outputs/demo/probe#late[0]"
+    flags = {stage.get("output_key", "probe"): stage.get("read_by_prior", True)
+             for stage in recipe_cost(recipe, 600)["stages"]}
+    assert flags["probe"] is True and flags["trajval_r_early_short"] is True and flags["trajval_r_late"] is False

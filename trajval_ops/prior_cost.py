@@ -109,6 +109,21 @@ def recipe_stages(recipe: Mapping[str, Any], pool_rows: int, group_sizes: Mappin
     return stages
 
 
+#: The references to a probe's manifest that name its base model (the early window starts there).
+BASE_REFERENCES = ("early[0]", "base")
+
+
+def _passes_on_a_probe(recipe: Mapping[str, Any]) -> set[str]:
+    """The fields of the recipe's passes that evaluate a checkpoint the probe trained (``manifest:``
+    models other than its base model)."""
+    from trajval_ops.models import MANIFEST_PREFIX
+
+    return {fields.endpoint_output_key(settings.get("window"), settings.get("window_index"), settings.get("output_key"))
+            for name, settings in operator_entries(recipe) if name == ENDPOINT_OP
+            and isinstance(settings.get("model"), str) and settings["model"].startswith(MANIFEST_PREFIX)
+            and settings["model"].partition("#")[2] not in BASE_REFERENCES}
+
+
 def probe_run_elsewhere(recipe: Mapping[str, Any]) -> dict | None:
     """The probe stage of a recipe whose passes evaluate a probe's checkpoints (``manifest:``
     models) that it does not train itself: the prior needs that probe all the same. Priced at
@@ -174,7 +189,7 @@ def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, mai
         "completions", "max_new_tokens_total", ...; "read_by_prior": false for a stage no prior of
         the recipe reads: a pass whose field no mapper reads (a late pass of one-pass priors only,
         an extra pass neither a window nor a prediction feature, :func:`fields_read`), or the probe
-        of one-pass priors only}], "completions", "main_epochs_equivalent", "main_runs_equivalent"}``.
+        of one-pass priors only that read no pass on a checkpoint it trained}], "completions", "main_epochs_equivalent", "main_runs_equivalent"}``.
     """
     if pool_rows < 1:
         raise ValueError(f"the pool has {pool_rows} rows")
@@ -184,9 +199,10 @@ def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, mai
     priors = recipe_priors(recipe)
     read = fields_read(priors, stages)
     if priors:  # a stage no prior of the recipe reads is priced all the same, and said so
+        # the probe is read through what it trained: by a two-pass prior, or a pass a prior reads
+        probe_read = not all(prior.one_pass for prior, _ in priors) or bool(read & _passes_on_a_probe(recipe))
         for stage in stages:
-            if (all(prior.one_pass for prior, _ in priors) if stage["stage"] == "probe"
-                    else stage["output_key"] not in read):
+            if not probe_read if stage["stage"] == "probe" else stage["output_key"] not in read:
                 stage["read_by_prior"] = False
     total = sum(stage["completions"] for stage in stages)
     epoch = pool_rows * main_n
