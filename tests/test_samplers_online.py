@@ -304,6 +304,12 @@ def test_groups_reordered_or_side_by_side_are_told_apart_by_group_ids():
         zero_variance_mask([1, 2], [1, 0], group_size=2)
     with pytest.raises(ValueError, match="group_size=3 does not divide the 4 rollouts"):
         zero_variance_mask([1, 1, 2, 2], [1, 0, 1, 0], group_size=3)
+    # 2.5 was read as groups of 2, and a None label failed in numpy's sort with a bare TypeError
+    with pytest.raises(ValueError, match="group_size must be a whole number of rollouts, got 2.5"):
+        zero_variance_mask([1, 1, 2, 2], [1, 0, 1, 0], group_size=2.5)
+    with pytest.raises(ValueError, match="rollout 2: group_ids holds None"):
+        zero_variance_mask([1, 1, 2, 2], [1, 0, 1, 0], group_ids=np.array(["a", "a", None, "b"], dtype=object))
+    assert zero_variance_mask([1, 1, 2, 2], [1, 0, 1, 1], group_size=2.0).tolist() == [True, True, False, False]
 
 
 def test_bots_observes_a_task_drawn_twice_once_at_its_pooled_rate():

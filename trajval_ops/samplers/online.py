@@ -71,9 +71,14 @@ def rollout_groups(task_ids, group_size: int | None = None, group_ids=None) -> n
         labels = np.asarray(group_ids).reshape(-1)
         if labels.shape != ids.shape:
             raise ValueError(f"task_ids and group_ids differ in length: {ids.size} vs {labels.size}")
+        missing = [at for at, label in enumerate(labels.tolist()) if label is None] if labels.dtype == object else []
+        if missing:
+            raise ValueError(f"rollout {missing[0]}: group_ids holds None; every rollout names its group")
         _, first, raw = np.unique(labels, return_index=True, return_inverse=True)
         raw = raw.reshape(-1)
     elif group_size is not None:
+        if isinstance(group_size, bool) or not float(group_size).is_integer():  # 2.5 would be read as 2
+            raise ValueError(f"group_size must be a whole number of rollouts, got {group_size!r}")
         if int(group_size) < 1 or ids.size % int(group_size):
             raise ValueError(f"group_size={group_size} does not divide the {ids.size} rollouts into groups")
         raw = np.arange(ids.size) // int(group_size)
