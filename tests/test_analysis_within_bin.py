@@ -132,3 +132,22 @@ def test_empty_fixed_bins_are_warned_of(tmp_path, capsys):
     assert load_tool("within_bin").main(args) == 0
     assert ("within_bin: warning: 4 of 6 sub-pools are empty (mid high_delta, mid low_delta, high high_delta, high low_delta)"
             in capsys.readouterr().err)
+
+
+def test_tool_leaves_out_a_sampled_priors_predicted_rows(tmp_path, capsys):
+    """A sampled prior's predicted rows have no measured pass rates: the tool stopped on the first
+    ('trajval_r_early' is missing (null)); it reads the measured rows, as trajval report does."""
+    rows = make_pool(tmp_path / "measured.jsonl")
+    predicted = [{"id": f"p-{i}", "trajval_r_early": None, "trajval_r_late": None, "trajval_predicted": True}
+                 for i in range(5)]
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps(r) + "\n" for r in predicted + rows))
+    out = tmp_path / "sub"
+    assert load_tool("within_bin").main(["--pool", str(pool), "--out", str(out)]) == 0
+    stats = json.loads((out / "within_bin_stats.json").read_text())
+    assert stats["meta"]["predicted_rows_left_out"] == 5
+    subpools = stats["subpools"]
+    assert sum(entry["n"] for entry in subpools) + sum(entry["left_out"] for entry in subpools[::2]) == len(rows)
+    pool.write_text("".join(json.dumps(r) + "\n" for r in predicted))
+    assert load_tool("within_bin").main(["--pool", str(pool), "--out", str(out)]) == 2
+    assert "all 5 rows are predicted" in capsys.readouterr().err

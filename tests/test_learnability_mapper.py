@@ -118,11 +118,10 @@ def test_rollout_noise_flags_gains_inside_the_noise():
 
     r_early = np.array([0.0, 0.25, 0.0, 0.5])
     r_late = np.array([0.25, 0.5, 1.0, 0.5])
-    score = np.array([0.25, 0.1875, 1.0, 0.0])
-    noisy = rollout_noise(r_early, r_late, np.full(4, 4), np.full(4, 4), score)
+    noisy = rollout_noise(r_early, r_late, np.full(4, 4), np.full(4, 4))
     assert noisy["rows_with_positive_score"] == 3
     assert noisy["positive_scores_within_noise"] == 2  # +1/4 at n = 4 is noise; 0 -> 1 is not
-    sure = rollout_noise(r_early, r_late, np.full(4, 400), np.full(4, 400), score)
+    sure = rollout_noise(r_early, r_late, np.full(4, 400), np.full(4, 400))
     assert sure["positive_scores_within_noise"] == 0
     # SE at p~(k+1)/(n+2): 0/4 -> p = 1/6
     assert noisy["se_r_early_median"] == pytest.approx(np.median([
@@ -271,6 +270,17 @@ def test_posterior_estimator_scores_with_an_interval_and_says_how():
         provenance = out[0]["trajval_score_provenance"]
         assert provenance["estimator"] == estimator and provenance["interval_mass"] == 0.95
         assert set(provenance["beta_priors"]) == {"early", "late"}
+
+
+def test_the_noise_report_counts_positive_scores_by_the_paper_whatever_the_estimator(caplog_loguru):
+    """A posterior mean is above 0 on every row: counted as the positive scores, every row with no
+    gain was 'within noise' and the warning always fired (200 of 200 where 58 have a gain)."""
+    rows = [{"id": str(i), "trajval_r_early": 0.5, "trajval_r_late": 0.25 if i % 4 else 0.75, "trajval_r_early_n": 4,
+             "trajval_r_late_n": 4} for i in range(8)]
+    for estimator in ("paper", "posterior"):
+        caplog_loguru.messages.clear()
+        run(rows, estimator=estimator)
+        assert "'rows_with_positive_score': 2, 'positive_scores_within_noise': 2" in caplog_loguru.text, estimator
 
 
 def test_noise_aware_estimators_need_counts_groups_and_the_whole_pool():

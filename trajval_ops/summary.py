@@ -65,17 +65,18 @@ def pass_rate_se(r, n) -> np.ndarray:
     return np.sqrt(p * (1.0 - p) / n)
 
 
-def rollout_noise(r_early, r_late, n_early, n_late, score) -> dict:
+def rollout_noise(r_early, r_late, n_early, n_late) -> dict:
     """Standard errors implied by ``n`` rollouts, and how many positive scores they could explain.
 
     SEs by :func:`pass_rate_se`; ``SE(delta) = sqrt(SE_early^2 + SE_late^2)`` (independent passes). A row with a
-    positive score whose delta is below ``NOISE_Z`` x SE(delta) is *within noise*: the sampling
-    noise of the two passes alone could have produced its gain.
+    positive score (the paper's, :func:`core.learnability_score`, whatever the estimator: a
+    posterior mean is positive on every row) whose delta is below ``NOISE_Z`` x SE(delta) is
+    *within noise*: the sampling noise of the two passes alone could have produced its gain.
     """
     se_early, se_late = pass_rate_se(r_early, n_early), pass_rate_se(r_late, n_late)
     se_delta = np.sqrt(se_early ** 2 + se_late ** 2)
     delta = np.asarray(r_late, dtype=np.float64) - np.asarray(r_early, dtype=np.float64)
-    positive = np.asarray(score, dtype=np.float64) > 0
+    positive = core.learnability_score(np.asarray(r_early, dtype=np.float64), np.asarray(r_late, dtype=np.float64)) > 0
     within = positive & (delta < NOISE_Z * se_delta)
     return {
         "se_r_early_median": round(float(np.median(se_early)), 4),

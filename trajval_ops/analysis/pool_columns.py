@@ -52,6 +52,41 @@ def row_ids(rows: Sequence[Mapping], id_key: str | None = None) -> list:
     return ids
 
 
+def measured_rows(rows: list[dict], path, option: str, stage: str = "report") -> tuple[list[dict], int]:
+    """The rows whose pass rates were measured, and how many a sampled prior predicted instead
+    (their pass rates are null; every analysis reads measured ones).
+
+    :raises TrajvalInputError: naming ``option`` and ``path`` when every row was predicted (else
+        the analysis would call the pool empty).
+    """
+    from loguru import logger
+
+    measured = [row for row in rows if row.get(fields.PREDICTED) is not True]
+    predicted = len(rows) - len(measured)
+    if rows and not measured:
+        raise TrajvalInputError(f"{option} {path}: all {predicted} rows are predicted ({fields.PREDICTED}: a "
+                                f"sampled prior predicted their scores, their pass rates were not measured): "
+                                f"nothing measured to analyse")
+    if predicted:
+        logger.info(f"{stage}: {predicted} rows of {path} whose score was predicted ({fields.PREDICTED}) are left "
+                    f"out: the {stage} reads measured pass rates")
+    return measured, predicted
+
+
+def check_joinable(rows: Sequence[Mapping], id_key: str | None, where: str) -> None:
+    """Refuse rows to be joined on id where one has none: :func:`row_ids` gives it its position,
+    which would pair it with whatever row of the other input has that number as id.
+
+    :raises TrajvalInputError: naming ``where`` and the first row without an id.
+    """
+    keys = (id_key,) if id_key else fields.ID_CANDIDATES
+    for position, row in enumerate(rows):
+        if all(get_path(row, key, None) is None for key in keys):
+            raise TrajvalInputError(
+                f"{where}: row {position} has no id ({' or '.join(keys)}): its rows are joined with the other "
+                "input's on id, and a row's position is no id; give every row an id (or name it with --id-key)")
+
+
 def rows_column(rows: Sequence[Mapping], field: str, id_key: str | None = None,
                 upper: float | None = 1.0) -> np.ndarray:
     """``field`` (a dotted path) of every row as floats in [0, upper]; ``upper=None`` for weights.

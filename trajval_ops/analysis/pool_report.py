@@ -200,7 +200,9 @@ def _load_manifest(path) -> dict:
 
 
 def _trajectory_section(cols, traj_path, trajectory_key, id_key, window):
-    ids, acc = pool_columns.trajectory_matrix(list(read_rows(traj_path)), trajectory_key, id_key)
+    traj_rows = list(read_rows(traj_path))
+    pool_columns.check_joinable(traj_rows, id_key, f"--trajectories {traj_path}")
+    ids, acc = pool_columns.trajectory_matrix(traj_rows, trajectory_key, id_key)
     dense = trajectories.trajectory_profiles(acc, window=window)
     in_traj, in_pool = pool_columns.join_on_id(ids, cols["id"])
     if in_traj.size == 0:
@@ -230,11 +232,12 @@ def _trajectory_section(cols, traj_path, trajectory_key, id_key, window):
     return shared, projection
 
 
-def _comparison_section(cols, other_path, id_key):
+def _comparison_section(cols, other_path, id_key, alpha, eps):
     """Agreement of this pool with another estimate of the same tasks (e.g. a second probe set or
-    the oracle run), over the ids both hold."""
-    rows, predicted = _measured_rows(list(read_rows(other_path)), other_path, "--compare")
-    other = pool_columns.pool_columns(rows, id_key=id_key)
+    the oracle run), over the ids both hold; ``alpha`` / ``eps`` as for the pool."""
+    rows, predicted = pool_columns.measured_rows(list(read_rows(other_path)), other_path, "--compare")
+    pool_columns.check_joinable(rows, id_key, f"--compare {other_path}")
+    other = pool_columns.pool_columns(rows, alpha=alpha, eps=eps, id_key=id_key)
     here, there = pool_columns.join_on_id(cols["id"], other["id"])
     if here.size < 2:
         raise TrajvalInputError(f"{other_path}: fewer than 2 ids shared with the pool; nothing to compare")
@@ -278,25 +281,6 @@ FIGURE_CAPTIONS = {
 }
 
 
-def _measured_rows(rows: list[dict], path, option: str) -> tuple[list[dict], int]:
-    """The rows whose pass rates were measured, and how many a sampled prior predicted instead
-    (``--pool`` and ``--compare`` alike).
-
-    :raises TrajvalInputError: naming ``option`` and ``path`` when every row was predicted (else
-        the report would call the pool empty).
-    """
-    measured = [row for row in rows if row.get(fields.PREDICTED) is not True]
-    predicted = len(rows) - len(measured)
-    if rows and not measured:
-        raise TrajvalInputError(f"{option} {path}: all {predicted} rows are predicted ({fields.PREDICTED}: a "
-                                f"sampled prior predicted their scores, their pass rates were not measured): "
-                                f"nothing measured to analyse")
-    if predicted:
-        logger.info(f"report: {predicted} rows of {path} whose score was predicted ({fields.PREDICTED}) are left "
-                    "out: the report reads measured pass rates")
-    return measured, predicted
-
-
 def build_report(
     pool_path,
     out_dir,
@@ -319,7 +303,7 @@ def build_report(
         oracle run — for Spearman / kappa agreement on the shared ids.
     """
     out_dir = Path(out_dir)
-    rows, predicted = _measured_rows(list(read_rows(pool_path)), pool_path, "--pool")
+    rows, predicted = pool_columns.measured_rows(list(read_rows(pool_path)), pool_path, "--pool")
     cols = pool_columns.pool_columns(rows, alpha=alpha, eps=eps, id_key=id_key)
     n = len(rows)
     logger.info(f"report: {n} rows from {pool_path}; computed here: {cols['computed'] or 'nothing'}")
@@ -342,16 +326,17 @@ def build_report(
     counts = [[row.get(f"{fields.R_EARLY}_n"), row.get(f"{fields.R_LATE}_n")] for row in rows]
     if all(isinstance(a, int) and isinstance(b, int) for a, b in counts):
         counts = np.asarray(counts, dtype=np.float64)
-        summary["rollout_noise"] = rollout_noise(cols["r_early"], cols["r_late"], counts[:, 0], counts[:, 1],
-                                                 cols["score"])
+        summary["rollout_noise"] = rollout_noise(cols["r_early"], cols["r_late"], counts[:, 0], counts[:, 1])
         log_rollout_noise("report", summary["rollout_noise"])
     # Read and check every input before drawing, so bad input fails fast and leaves no figures.
     manifest = _load_manifest(manifest_path) if manifest_path is not None else None
     projection = None
+    if trajectories_path is not None or compare_path is not None:  # joined with the pool on id
+        pool_columns.check_joinable(rows, id_key, f"--pool {pool_path}")
     if trajectories_path is not None:
         summary["trajectories"], projection = _trajectory_section(cols, trajectories_path, trajectory_key, id_key, window)
     if compare_path is not None:
-        summary["comparison"] = _comparison_section(cols, compare_path, id_key)
+        summary["comparison"] = _comparison_section(cols, compare_path, id_key, alpha, eps)
     plt = _pyplot()
     written: list[str] = []
     _fig_weight_hist(plt, cols, out_dir, written)

@@ -34,13 +34,14 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         names = [within_bin.subpool_filename(b, h) for b in within_bin.BIN_NAMES for h in within_bin.HALVES]
         for name in names + [within_bin.STATS_FILE]:
             check_output_spares_inputs(Path(args.out) / name, {"pool": args.pool}, output_name="output file")
-        rows = list(read_rows(args.pool))
+        rows, predicted = pool_columns.measured_rows(list(read_rows(args.pool)), args.pool, "--pool", "within_bin")
         cols = pool_columns.pool_columns(rows, id_key=args.id_key)
         subpools = within_bin.within_bin_split(
             cols["r_early"], cols["delta"], cols["score"], cols["weight"], binning=args.binning, split=args.split
         )
         stats_path = within_bin.write_within_bin(
-            rows, subpools, args.out, meta={"pool": args.pool, "binning": args.binning, "split": args.split}
+            rows, subpools, args.out, meta={"pool": args.pool, "binning": args.binning, "split": args.split,
+                                            "predicted_rows_left_out": predicted}
         )
     except (TrajvalInputError, ValueError, OSError) as err:  # OSError: an unreadable input (a folder)
         print(f"within_bin: error: {err}", file=sys.stderr)

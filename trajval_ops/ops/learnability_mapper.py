@@ -502,7 +502,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         """The rollout noise of the scores, and per group when ``group_key`` is set."""
         counts = self._rollout_counts(table)
         if counts is not None:
-            log_rollout_noise(OP_NAME, rollout_noise(r_early, r_late, *counts, columns[self.score_key]))
+            log_rollout_noise(OP_NAME, rollout_noise(r_early, r_late, *counts))
             if self.group_key:
                 groups = group_values(table, self.group_key, OP_NAME, self.id_key)
                 log_group_noise(OP_NAME, self.group_key,
