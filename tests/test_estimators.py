@@ -43,6 +43,22 @@ def test_the_fitted_prior_reads_the_spread_beyond_the_binomial_noise():
     assert core.fit_beta_prior([0.3], [16]) == pytest.approx((0.3, 0.7))  # one row: weak, at its rate
 
 
+def test_one_rollout_per_row_cannot_fit_the_prior():
+    """At n = 1 the rates' spread is the binomial noise whatever the prior: the fit took rho =
+    0.999 (a + b = 0.001) and the 'noise-aware' score was the paper's exactly where noise is
+    largest. Refused; a pooled group measured at n = 1 takes the pool's prior."""
+    rng = np.random.default_rng(0)
+    rates = rng.integers(0, 2, 50).astype(float)
+    with pytest.raises(ValueError, match="one rollout per row cannot show"):
+        core.fit_beta_prior(rates, np.ones(50))
+    with pytest.raises(ValueError, match="measure n >= 2"):
+        core.noise_aware_score("posterior", rates, 1, rates[::-1], 1)
+    n = np.where(np.arange(50) < 25, 1, 16)
+    groups = ["single" if i < 25 else "many" for i in range(50)]
+    _, fitted = core.group_beta_priors(np.where(n == 1, rates, rates / 2), n, groups)
+    assert fitted["'single'"] == core.fit_beta_prior(np.where(n == 1, rates, rates / 2), n)
+
+
 def test_pooled_with_one_task_per_group_is_the_pool_posterior():
     rng = np.random.default_rng(1)
     r_early, r_late = rng.integers(0, 17, 30) / 16, rng.integers(0, 17, 30) / 16

@@ -283,6 +283,13 @@ def test_the_noise_report_counts_positive_scores_by_the_paper_whatever_the_estim
         assert "'rows_with_positive_score': 2, 'positive_scores_within_noise': 2" in caplog_loguru.text, estimator
 
 
+def test_a_noise_aware_estimator_on_one_rollout_per_row_is_refused_naming_the_remedy():
+    rows = [{"id": str(i), "trajval_r_early": float(i % 2), "trajval_r_late": float(i % 3 == 0),
+             "trajval_r_early_n": 1, "trajval_r_late_n": 1} for i in range(12)]
+    with pytest.raises(TrajvalInputError, match="estimator 'posterior': .* measure n >= 2 .* or use estimator: paper"):
+        run(rows, estimator="posterior")
+
+
 def test_noise_aware_estimators_need_counts_groups_and_the_whole_pool():
     rows = [{"id": "a", "trajval_r_early": 0.25, "trajval_r_late": 0.75}]
     with pytest.raises(TrajvalInputError, match="<key>_n columns"):

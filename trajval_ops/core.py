@@ -312,13 +312,23 @@ POSTERIOR_GRID = 64
 INTERVAL_MASS = 0.95
 
 
+#: Why one rollout per row cannot fit the estimators' prior.
+UNIDENTIFIED_PRIOR = ("the noise-aware estimators fit their beta prior from how far the pass rates spread beyond the "
+                      "binomial noise of n rollouts, which one rollout per row cannot show (its rates are 0 or 1 "
+                      "whatever the prior): measure n >= 2 (the endpoint mapper's n) or use estimator: paper")
+
+
 def fit_beta_prior(rates, n) -> tuple[float, float]:
     """A beta prior ``(a, b)`` for pass rates ``k / n`` measured with ``n`` rollouts each, by the
     method of moments of the beta-binomial: the observed variance of the rates is the prior's
     variance plus the binomial noise ``m (1 - m) mean(1 / n)``. Rows with ``n = 0`` are left out;
     a pool with no spread beyond the noise gets a strong prior at its mean (a + b = 1 / rho - 1 =
     999, the overdispersion rho clipped at 1e-3), one row or a pool all at 0 or 1 a weak
-    Jeffreys-like prior at its (clipped) mean (a + b = 1)."""
+    Jeffreys-like prior at its (clipped) mean (a + b = 1).
+
+    :raises ValueError: every measured row has one rollout: the spread of 0/1 rates is the
+        binomial noise alone, whatever the prior (the fit took rho = 0.999 and shrank nothing).
+    """
     rates, n = np.asarray(rates, dtype=np.float64), np.asarray(n, dtype=np.float64)
     measured = n > 0
     rates, n = rates[measured], n[measured]
@@ -328,8 +338,10 @@ def fit_beta_prior(rates, n) -> tuple[float, float]:
     if rates.size < 2 or np.all((rates == 0) | (rates == 1)) and np.ptp(rates) == 0:
         return mean, 1.0 - mean
     noise = float(np.mean(1.0 / n))
+    if noise >= 1:
+        raise ValueError(f"{UNIDENTIFIED_PRIOR}: every measured row has n = 1")
     spread = float(rates.var()) / (mean * (1.0 - mean))
-    rho = float(np.clip((spread - noise) / (1.0 - noise) if noise < 1 else spread, 1e-3, 0.999))
+    rho = float(np.clip((spread - noise) / (1.0 - noise), 1e-3, 0.999))
     total = 1.0 / rho - 1.0
     return mean * total, (1.0 - mean) * total
 
@@ -385,14 +397,16 @@ def _grid_rows(successes, trials, priors: np.ndarray, grid: int) -> np.ndarray:
 
 def group_beta_priors(rates, n, groups) -> tuple[np.ndarray, dict]:
     """Each row's beta prior fitted on its group (``pooled``); a group of fewer than two
-    measured rows takes the pool's prior. Returns ``(priors (rows, 2), {group: (a, b)})``."""
+    measured rows, or of rows measured with one rollout each, takes the pool's prior. Returns
+    ``(priors (rows, 2), {group: (a, b)})``."""
     rates, n = np.asarray(rates, dtype=np.float64), np.asarray(n, dtype=np.float64)
     keys = np.asarray([repr(g) for g in groups], dtype=object)
     pool = fit_beta_prior(rates, n)
     priors, fitted = np.empty((rates.size, 2)), {}
     for key in sorted(set(keys.tolist())):
         rows = keys == key
-        fitted[key] = fit_beta_prior(rates[rows], n[rows]) if int((n[rows] > 0).sum()) >= 2 else pool
+        fittable = int((n[rows] > 0).sum()) >= 2 and bool((n[rows] > 1).any())
+        fitted[key] = fit_beta_prior(rates[rows], n[rows]) if fittable else pool
         priors[rows] = fitted[key]
     return priors, fitted
 

@@ -333,7 +333,12 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
             self._check_window_shares_n(table, keys, per_pass)
         counts = tuple(per_pass.sum(axis=0) for _, per_pass in windows)
         groups = group_values(table, self.group_key, OP_NAME, self.id_key) if self.estimator == "pooled" else None
-        mean, low, high, fitted = self.prior.estimate(r_early, counts[0], r_late, counts[1], groups)
+        try:
+            mean, low, high, fitted = self.prior.estimate(r_early, counts[0], r_late, counts[1], groups)
+        except ValueError as exc:
+            if core.UNIDENTIFIED_PRIOR not in str(exc):
+                raise
+            raise TrajvalInputError(f"{OP_NAME}: estimator {self.estimator!r}: {exc}") from None
         columns[self.score_key] = mean
         columns[f"{self.score_key}_low"], columns[f"{self.score_key}_high"] = low, high
         columns[self.weight_key] = self.prior.weight(mean)
