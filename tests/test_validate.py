@@ -356,7 +356,8 @@ def test_a_free_prior_that_reaches_uniforms_best_later_never_breaks_even():
     assert row["net_saved"] == -2000 and row["break_even_runs"] is None
     assert break_even(base, base, x, x, prior=0)["break_even_runs"] == 0.0  # saves nothing, costs nothing
     assert break_even(base, slow, x, x, prior=0)["break_even_runs"] == 0.0  # saves some, costs nothing
-    ci = bootstrap_ci([slow, base], lambda c, b: break_even(c, b, x, x, 0)["break_even_runs"], undefined=math.inf)
+    ci = bootstrap_ci([np.vstack([slow, slow]), np.vstack([base, base])],
+                      lambda c, b: break_even(c, b, x, x, 0)["break_even_runs"], undefined=math.inf)
     assert ci == [math.inf, math.inf]
     verdict = _cost_verdict({"prior_completions": 0, **row, "net_saved_ci95": [-2000, -2000]}, main_run=6000)
     assert "breaks even never" in verdict and "after 0 runs" not in verdict
@@ -821,3 +822,27 @@ def test_run_units_starts_the_guardian_of_the_units_it_forks(monkeypatch):
     calls = []
     monkeypatch.setattr(trajval_ops.lifetime, "guard_descendants", lambda: calls.append(os.getpid()))
     assert run_units([], 1, set(), {}) == [] and calls == [os.getpid()]
+
+
+def test_one_training_seed_gives_no_interval_and_no_firm_verdict():
+    """Resampling one seed repeats it: the interval had zero width ([+0.0050, +0.0050]) and the
+    verdict read 'better than uniform'. One seed has no interval, and the verdicts say so."""
+    from trajval_ops.experiment.results import _cost_verdict, bootstrap_ci, headroom, verdicts
+
+    one, other = np.array([[0.2, 0.4]]), np.array([[0.1, 0.3]])
+    assert all(np.isnan(bootstrap_ci([one, other], lambda a, b: float(a.mean() - b.mean()))))
+    assert bootstrap_ci([np.vstack([one, one + 0.01]), np.vstack([other, other])],
+                        lambda a, b: float(a.mean() - b.mean())) == pytest.approx([0.1, 0.11])
+    nan = [float("nan")] * 2
+    training = {"uniform": {"arm": "uniform", "sampling": "standard", "auc_minus_uniform": 0.0,
+                            "auc_minus_uniform_ci95": nan},
+                "variance": {"arm": "variance", "sampling": "standard", "auc_minus_uniform": 0.005,
+                             "auc_minus_uniform_ci95": nan},
+                "oracle": {"arm": "oracle", "sampling": "standard", "auc_minus_uniform": 0.01,
+                           "auc_minus_uniform_ci95": nan}}
+    out = verdicts({"reproducibility": {"skipped": "one context"}, "probe_vs_oracle": {"spearman_score_vs_gain": 0.1},
+                    "training": training})
+    assert out["variance_vs_uniform_auc"].startswith("not compared with uniform: no 95% interval (fewer than 2")
+    assert headroom(training)["verdict"].startswith("not judged: the best ceiling (oracle")
+    row = {"prior_completions": 100, "net_saved": 500.0, "net_saved_ci95": nan, "break_even_runs": 0.2}
+    assert _cost_verdict(row, main_run=1000).startswith("not judged: no 95% interval")

@@ -30,6 +30,8 @@ from trajval_ops.pools.io import read_rows
 from trajval_ops.priors import ONE_PASS_PRIORS
 
 BOOTSTRAP_SAMPLES = 2000
+#: Said in a verdict whose interval is NaN.
+NO_INTERVAL = "no 95% interval (fewer than 2 training seeds, or a resample where the difference is undefined)"
 #: Keys results.json always has (tests/test_validate.py checks the full schema).
 RESULT_KEYS = ("reproducibility", "probe_vs_oracle", "baselines", "training", "headroom", "cost", "protocol")
 
@@ -44,7 +46,11 @@ def bootstrap_ci(samples: Sequence[np.ndarray], statistic: Callable[..., float |
         Every resample counts: left out, such resamples would give an interval of the resamples
         that happened to reach the target. With the default (NaN), any such resample makes the
         interval NaN; a bound that falls on or next to an infinite value is that infinity.
+        A sample of fewer than two seeds gives no interval (NaN): every resample would repeat it,
+        an interval of zero width.
     """
+    if any(len(s) < 2 for s in samples):
+        return [float("nan"), float("nan")]
     rng = np.random.default_rng(seed)
     values = np.empty(n_boot)
     for b in range(n_boot):
@@ -402,6 +408,9 @@ def headroom(train: dict) -> dict | None:
                  f"a ceiling ({named}, {knowledge}; the best point estimate, {best}'s, has an interval "
                  f"that does not lie above 0)")
         verdict = f"a learnability prior can beat uniform per step in this regime: {which} lies above uniform"
+    elif math.isnan(train[best]["auc_minus_uniform_ci95"][0]):
+        named = best
+        verdict = f"not judged: the best ceiling ({best}, {knowledge}) has {NO_INTERVAL}"
     else:
         named = best
         verdict = (f"no learnability prior beats uniform per step in this regime: even the best ceiling ({best}, "
@@ -427,7 +436,9 @@ def verdicts(results: dict) -> dict[str, str]:
             continue
         lo, hi = row["auc_minus_uniform_ci95"]
         base = baseline_of(row.get("sampling", "standard"))
-        if lo > 0:
+        if math.isnan(lo) or math.isnan(hi):
+            word = f"not compared with {base}: {NO_INTERVAL}"
+        elif lo > 0:
             word = f"better than {base}"
         elif hi < 0:
             word = f"worse than {base}"
@@ -458,7 +469,8 @@ def _cost_verdict(row: dict, main_run: int, baseline: str = BASELINE_ARM) -> str
     if row["net_saved"] is None:
         return f"never reaches {baseline}'s Best Acc in this run; {prior}"
     lo, hi = row["net_saved_ci95"]
-    word = "pays for itself in one run" if lo > 0 else "does not pay for itself in one run" if hi < 0 else \
+    word = f"not judged: {NO_INTERVAL}" if math.isnan(lo) or math.isnan(hi) else "pays for itself in one run" \
+        if lo > 0 else "does not pay for itself in one run" if hi < 0 else \
         "not distinguishable from paying for itself in one run"
     runs = row["break_even_runs"]
     reuse = "never (it saves no training steps)" if runs is None else f"after {runs:.3g} runs reusing it"
