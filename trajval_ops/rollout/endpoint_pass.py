@@ -90,8 +90,9 @@ class VerifierSettings(_Checked):
         "error", "a rendered prompt longer than the model's context minus ``max_new_tokens``: ``error`` (default, "
         "naming the row and the lengths) or ``truncate_left`` (keep its last tokens; status ``truncated_prompt``, "
         "counted and logged). The context: the model's ``max_position_embeddings`` (its text config's) under the "
-        "transformers engine; under ``vllm`` and ``auto`` at most ``max_model_len``, whichever engine runs.",
-        choices=("error", "truncate_left"))
+        "transformers engine, ``max_model_len`` under ``vllm``; under ``auto`` ``truncate_left`` cuts at "
+        "``max_model_len`` (at most the model's) whichever engine runs, and ``error`` checks the engine that "
+        "runs.", choices=("error", "truncate_left"))
 
 
 @dataclass(frozen=True)
@@ -324,27 +325,18 @@ class EndpointPass:
         return key
 
     def _cut_context(self) -> int:
-        """The context prompts are fitted into (``truncate_left`` cuts there, ``error`` refuses past
-        it), known before any engine starts (a cached row was cut there): the model's context as
-        its config gives it (:func:`~trajval_ops.rollout.engines.config_context`), and for vLLM and
-        ``auto`` at most vLLM's ``max_model_len`` (``engine_kwargs``' first), where ``auto``'s
-        transformers fallback cuts too, so one key means one cut whichever engine ran."""
+        """The context ``truncate_left`` fits prompts into, known before any engine starts (a cached
+        row was cut there): vLLM's ``max_model_len`` (``engine_kwargs``' first) for vLLM and for
+        ``auto``, whose transformers fallback cuts there too; for the transformers engine the
+        model's context as that engine reads it (:func:`~trajval_ops.rollout.engines.config_context`),
+        so one key means one cut whichever engine ran."""
+        if self.engine.engine != "transformers":
+            return int((self.engine.engine_kwargs or {}).get("max_model_len", self.engine.max_model_len))
         from transformers import AutoConfig
 
         from trajval_ops.rollout.engines import config_context
 
-        extra = self.engine.engine_kwargs or {}
-        try:
-            context = config_context(AutoConfig.from_pretrained(
-                self._model_path, trust_remote_code=bool(extra.get("trust_remote_code", False))))
-        except (ValueError, OSError):  # a config only vLLM reads: vLLM checks max_model_len against it
-            if self.engine.engine == "transformers":
-                raise
-            context = None
-        if self.engine.engine == "transformers":
-            return context
-        max_model_len = int(extra.get("max_model_len", self.engine.max_model_len))
-        return max_model_len if context is None else min(context, max_model_len)
+        return config_context(AutoConfig.from_pretrained(self._model_path))
 
     def _prepare(self) -> None:
         """Resolve the checkpoint and open its rollout cache (once per worker; no model load)."""
@@ -357,7 +349,9 @@ class EndpointPass:
         from trajval_ops.rollout.verifiers import revision_record
 
         self._model_path, checkpoint = resolve_model_reference(self.model)
-        cut_context = self._cut_context()
+        # `error` refuses past the running engine's own context (vLLM's max_model_len, the model's
+        # under transformers): no cut to key, and no config to read (a LoRA adapter folder has none)
+        cut_context = self._cut_context() if self.checks.overlong_prompt != "error" else None
         prompt_settings = self.prompt.as_dict()
         if self.cache_settings.use_cache:
             root = self.cache_settings.cache_dir or default_cache_root() / "rollouts"
