@@ -164,6 +164,7 @@ def test_dj_process_refuses_an_export_path_equal_to_the_dataset_path(tmp_path, r
     ["make-pool", "--splits", "a=4", "--out", "SPLITS"],  # SPLITS/a.jsonl is a folder
     ["transfer-prior", "{pool}", "{pool}", "DIR", "--source-regime", "r"],
     ["transfer-prior", "{pool}", "{pool}", "out.jsonl", "--source-regime", "r", "--report", "DIR"],
+    ["curve-metrics", "--method", "method.json", "--out", "DIR"],
 ])
 def test_an_output_that_cannot_be_a_file_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch,
                                                                                command):
@@ -176,6 +177,7 @@ def test_an_output_that_cannot_be_a_file_is_refused_before_anything_is_written(t
     (tmp_path / "DIR").mkdir()
     (tmp_path / "FILE").write_text("kept\n")
     (tmp_path / "SPLITS" / "a.jsonl").mkdir(parents=True)
+    (tmp_path / "method.json").write_text(json.dumps({"bench": [0.1, 0.2, 0.3]}))
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     assert main([part.format(pool=tmp_path / "pool.jsonl") for part in command]) == 2
     err = capsys.readouterr().err
@@ -183,3 +185,16 @@ def test_an_output_that_cannot_be_a_file_is_refused_before_anything_is_written(t
     assert ("is a folder" in err or "is an existing file" in err or "which is a file, not a folder" in err), err
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
     assert (tmp_path / "FILE").read_text() == "kept\n"
+
+
+def test_an_export_path_that_is_a_folder_is_refused_before_the_run(tmp_path):
+    """Data-Juicer's export of one file onto a folder failed after the whole run."""
+    from types import SimpleNamespace
+
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.ops.dj.loading import check_export_spares_pool
+
+    (tmp_path / "out").mkdir()
+    with pytest.raises(TrajvalInputError, match=r"export_path '.*out' is a folder"):
+        check_export_spares_pool(SimpleNamespace(export_path=str(tmp_path / "out")), str(FIXTURE_POOL))
+    check_export_spares_pool(SimpleNamespace(export_path=str(tmp_path / "out" / "pool.jsonl")), str(FIXTURE_POOL))

@@ -335,3 +335,10 @@ def test_a_json_lines_file_split_by_lines_resolves_references_from_its_first_par
 def _written(path, rows):
     pool_io.write_rows(path, rows)
     return path
+
+
+def test_a_record_without_references_is_named_in_a_folder_too(tmp_path):
+    (tmp_path / "pool").mkdir()
+    (tmp_path / "pool" / "a.jsonl").write_text(json.dumps({"id": 1, "trajval_provenance_record": {"x": 1}}) + "\n")
+    with pytest.raises(TrajvalInputError, match="field 'trajval_provenance_record' without 'trajval_provenance'"):
+        pool_io.read_table(tmp_path / "pool")

@@ -357,3 +357,20 @@ def test_stateful_dataloader_resumes_an_epochs_end_where_the_loop_names(size, ba
         assert [b for _, b in loop(in_step, start=epoch + 1)[0]] == rest
         assert [b for _, b in loop(after, start=epoch)[0]] == rest
         assert [b for _, b in loop(after, start=epoch + 1)[0]] == rest
+
+
+def test_an_earlier_epoch_named_before_a_load_does_not_discard_the_loaded_state():
+    """A set_epoch before the load names the epoch the loop moved on to only when it is later
+    than the saved one: one named during set-up (epoch 0) threw away a mid-epoch state of epoch 1."""
+    def sampler():
+        return TrajvalSampler(np.linspace(0.1, 1.0, 8), seed=3)
+
+    running = sampler()
+    running.set_epoch(1)
+    it = iter(running)
+    head = [next(it) for _ in range(3)]
+    state, rest = running.state_dict(), list(it)
+    resumed = sampler()
+    resumed.set_epoch(0)
+    resumed.load_state_dict(state)
+    assert head and list(resumed) == rest

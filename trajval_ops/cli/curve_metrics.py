@@ -42,12 +42,13 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
 
     import numpy as np
 
-    from trajval_ops.atomic import check_output_spares_inputs, write_json
+    from trajval_ops.atomic import check_output_is_writable_as_a_file, check_output_spares_inputs, write_json
 
     try:
         if args.out:
             check_output_spares_inputs(args.out, {"--method file": args.method, "--baseline file": args.baseline},
                                        output_name="--out")
+            check_output_is_writable_as_a_file(args.out, "--out")
         method = _load(args.method)
         baseline = _load(args.baseline) if args.baseline else None
         steps = None

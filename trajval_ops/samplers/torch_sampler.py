@@ -129,10 +129,10 @@ class TrajvalSampler(Sampler[int]):
             # when it restores a state) and no set_epoch came since: this one serves what it would
             return self._stream()
         finished = self._yielded >= self.total_size
-        if self._resuming and self._named_epoch not in (None, self.epoch):
+        if self._resuming and self._named_epoch is not None and self._named_epoch > self.epoch:
             # a set_epoch before the state was loaded (torchdata restores it lazily, after the
-            # loop's set_epoch) naming another epoch: the loop has moved on to it, as a set_epoch
-            # after the load does
+            # loop's set_epoch) naming a later epoch: the loop has moved on to it, as a set_epoch
+            # after the load does (an earlier one was named before a load that moved past it)
             self._resuming = False
             self._start_epoch(self._named_epoch)
         elif self._resuming and (not finished or self._named_epoch == self.epoch or not self._completed):

@@ -387,6 +387,8 @@ def provenance_records(table, where: str = "the pool", records: dict | None = No
     """
     records = {} if records is None else records
     if PROVENANCE_RECORD in table.column_names:
+        if PROVENANCE_REF not in table.column_names:
+            raise TrajvalInputError(f"{where}: field '{PROVENANCE_RECORD}' without '{PROVENANCE_REF}'")
         refs = _reference_column(table, where, first_row)
         for position, record in enumerate(decoded_values(table.column(PROVENANCE_RECORD))):
             if record is not None:
