@@ -77,6 +77,35 @@ def test_same_seed_same_stream_and_state_resume(dataset):
     assert head and list(c) == tail
 
 
+def test_a_resume_in_an_epochs_last_step_starts_the_next_epoch_as_verls_loop_does(dataset):
+    """verl resumes its loop at epoch global_steps // len(dataloader) (drop_last) and never calls
+    set_epoch: a checkpoint in an epoch's last step resumed the sampler in that epoch, whose
+    remainder (less than a batch) served nothing in the loop's next epoch: an epoch lost."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="needs torchdata (verl's)")
+
+    def loop(state=None, save_at=None):
+        sampler = TrajvalVerlSampler(dataset, _config())
+        loader = stateful.StatefulDataLoader(list(range(len(dataset))), batch_size=4, drop_last=True,
+                                             sampler=sampler, collate_fn=list)
+        steps = 0
+        if state is not None:
+            loader.load_state_dict(state["loader"])
+            steps = state["steps"]
+        served, saved = [], None
+        for _ in range(steps // len(loader), 3):
+            for batch in loader:
+                steps += 1
+                served.append(batch)
+                if steps == save_at:
+                    saved = {"loader": loader.state_dict(), "steps": steps}
+        return served, saved
+
+    full, _ = loop()
+    assert len(full) == 6  # 10 rows, batches of 4: two a epoch
+    for step in range(1, len(full)):
+        assert loop(loop(save_at=step)[1])[0] == full[step:], step
+
+
 def test_missing_weight_column_is_a_clear_error(dataset):
     with pytest.raises(TrajvalInputError, match="field 'nope' is missing"):
         TrajvalVerlSampler(dataset, _config(weight_key="nope"))

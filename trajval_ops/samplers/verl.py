@@ -65,8 +65,8 @@ class TrajvalVerlSampler(AbstractSampler):
         seed = data_config.get("seed", None)
         online = self._build_online(data_source, weights.size, data_config)
         self.source = ComposedSampler(weights, online=online, seed=0 if seed is None else int(seed))
-        batch_size = data_config.get("gen_batch_size", None) or data_config.get("train_batch_size", 64)
-        self.inner = TrajvalSampler(source=self.source, chunk_size=int(batch_size))
+        self.batch_size = int(data_config.get("gen_batch_size", None) or data_config.get("train_batch_size", 64))
+        self.inner = TrajvalSampler(source=self.source, chunk_size=self.batch_size)
 
     def _build_online(self, data_source: Sized, num_tasks: int, data_config: DictConfig):
         return None
@@ -81,7 +81,13 @@ class TrajvalVerlSampler(AbstractSampler):
         return self.inner.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume; a state with no full batch left in its epoch starts the next one. verl's loop
+        resumes at epoch ``global_steps // len(dataloader)`` (``drop_last``) and never calls
+        ``set_epoch``: a state saved in an epoch's last step was read as the rest of that epoch,
+        nothing, in the loop's next epoch, which was lost."""
         self.inner.load_state_dict(state)
+        if self.inner.total_size - int(state["yielded"]) < self.batch_size:
+            self.inner.set_epoch(int(state["epoch"]) + 1)
 
 
 class TrajvalVerlCurriculumSampler(TrajvalVerlSampler, AbstractCurriculumSampler):
