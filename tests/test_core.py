@@ -188,3 +188,17 @@ def test_the_score_refuses_rates_that_are_no_rates(r_early, r_late, message):
 def test_the_weight_refuses_a_score_that_is_no_number():
     with pytest.raises(ValueError, match="score: non-finite"):
         core.sampling_weight([0.5, np.nan])
+
+
+def test_a_window_mean_landing_on_a_level_is_on_its_documented_side():
+    """Window means of k/n rates carry float noise: mean(0, 0, 0.3) = 0.09999999999999999 read as
+    below 0.1 (unlearned, not forgetting), mean(16, 18, 19, 19)/20 = 0.9000000000000001 as above
+    0.9 (mastered, not ineffective), mean(0.5, 5/6) as above 2/3 (the high within-bin bin)."""
+    from trajval_ops.analysis import trajectories, within_bin
+
+    early, late = np.array([0.3, np.mean(np.array([16, 18, 19, 19]) / 20)]), np.array([np.mean([0.0, 0.0, 0.3]), 0.95])
+    assert late[0] < 0.1 and early[1] > 0.9  # the float noise itself
+    assert core.endpoint_profiles(early, late).tolist() == ["forgetting", "ineffective"]
+    criteria = trajectories.profile_criteria(early, late, np.zeros(2), np.ones(2))
+    assert not criteria[:, core.PROFILES.index("unlearned")][0] and not criteria[:, core.PROFILES.index("mastered")][1]
+    assert within_bin.tercile_bins(np.array([np.mean([0.5, 5 / 6]), 2 / 3, 0.7]), "fixed").tolist() == [1, 1, 2]

@@ -162,11 +162,19 @@ def profile_delta(r_early, r_late) -> np.ndarray:
     return np.round(reward_delta(r_early, r_late), PROFILE_DELTA_DECIMALS)
 
 
+def profile_rate(rate) -> np.ndarray:
+    """A pass rate as the profile levels (0.9, 0.1) and the within-bin edges (1/3, 2/3) compare it:
+    rounded to 9 decimals, so a window's mean of k/n rates landing on a level (mean(0, 0, 0.3) =
+    0.09999999999999999) falls on the documented side, as :func:`profile_delta` does for delta."""
+    return np.round(np.asarray(rate, dtype=np.float64), PROFILE_DELTA_DECIMALS)
+
+
 def endpoint_profiles(r_early, r_late) -> np.ndarray:
     """Endpoint-only approximation of the paper's six trajectory profiles (Figure 1).
 
     Figure 1 also uses the trajectory's sigma and R^2, which two endpoints cannot give; the
-    approximation keeps the delta bands and the endpoint criteria only:
+    approximation keeps the delta bands and the endpoint criteria only (pass rates compared as
+    :func:`profile_rate` rounds them):
 
     - mastered:    r_early > 0.9 and delta < 0.1
     - unlearned:   r_late < 0.1 and delta < 0.1
@@ -187,8 +195,8 @@ def endpoint_profiles(r_early, r_late) -> np.ndarray:
     r_late = np.asarray(r_late, dtype=np.float64)
     delta = profile_delta(r_early, r_late)
     conditions = [
-        (r_early > 0.9) & (delta < 0.1),
-        (r_late < 0.1) & (delta < 0.1),
+        (profile_rate(r_early) > 0.9) & (delta < 0.1),
+        (profile_rate(r_late) < 0.1) & (delta < 0.1),
         delta < -0.05,
         delta > 0.4,
         delta > 0.15,

@@ -28,6 +28,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from trajval_ops import core
 from trajval_ops.atomic import write_json
 from trajval_ops.pools.io import write_rows
 
@@ -48,7 +49,9 @@ def tercile_bins(r_early, binning: str = "quantile") -> np.ndarray:
             bins[members] = index
         return bins
     if binning == "fixed":
-        return (r_early > 1.0 / 3.0).astype(np.int64) + (r_early > 2.0 / 3.0).astype(np.int64)
+        rate = core.profile_rate(r_early)  # mean(0.5, 5/6) = 0.6666666666666667 is 2/3, in mid
+        low, high = core.profile_rate([1.0 / 3.0, 2.0 / 3.0])
+        return (rate > low).astype(np.int64) + (rate > high).astype(np.int64)
     raise ValueError(f"binning must be one of {BINNINGS}, got {binning!r}")
 
 
