@@ -91,5 +91,21 @@ def test_one_measured_row_gives_its_predictions_the_whole_range_as_interval():
     assert prediction.score.tolist() == [0.6] * 4
     assert prediction.low.tolist() == [0.6, 0.0, 0.0, 0.0] and prediction.high.tolist() == [0.6, 1.0, 1.0, 1.0]
     assert prediction.interval_halfwidth == 1.0
-    two = predict_scores([0.6, 0.2, 0, 0], [True, True, False, False])
+    two = predict_scores([0.6, 0.2, 0, 0], [True, True, False, False], coverage=0.5)
     assert two.interval_halfwidth < 1.0  # two rows measure each other's error
+    # but no 90% interval: its rank, ceil(3 x 0.9) = 3, lies beyond the two errors measured
+    assert predict_scores([0.6, 0.2, 0, 0], [True, True, False, False]).interval_halfwidth == 1.0
+
+
+def test_the_interval_is_the_split_conformal_rank_of_the_errors():
+    """An interpolated quantile of n errors covers a new row's error less often than stated
+    (0.863 for 0.9 at n = 20); the ceil((n + 1) coverage)-th smallest covers at least that."""
+    from trajval_ops.priors.sampled import _conformal_halfwidth
+
+    errors = np.arange(1, 21) / 100  # 0.01 ... 0.20
+    assert _conformal_halfwidth(errors, 0.9) == 0.19  # rank ceil(21 x 0.9) = 19
+    assert _conformal_halfwidth(errors, 0.95) == 0.20 and _conformal_halfwidth(errors, 0.96) == 1.0
+    rng = np.random.default_rng(0)
+    draws = rng.random((20000, 21))
+    covered = np.mean([draw[20] <= _conformal_halfwidth(draw[:20], 0.9) for draw in draws])
+    assert covered >= 0.895
