@@ -187,3 +187,26 @@ def test_the_resampler_does_not_resample_a_pool_it_drew(scored, mode):
             resample(drawn, mode=again, seed=1)
     cut = resample(scored, mode="hard_cut", threshold=0.0)
     assert len(resample(cut, mode=mode, seed=1)) == len(cut)
+
+
+@pytest.mark.parametrize("mode", ["multinomial", "systematic"])
+def test_a_drawn_pool_read_from_json_lines_by_a_plain_reader_is_known_as_drawn(scored, mode, tmp_path):
+    """The export stores the resampler's record once, in trajval_provenance_record: read with
+    json.loads or datasets' json loader (as the trainers' examples read pools), the drawn pool was
+    weighted again (weights squared; floor tasks 1.3% of draws instead of 14%)."""
+    import json
+
+    from trajval_ops.pools.io import write_rows
+    from trajval_ops.samplers import weights_from_dataset
+    from trajval_ops.samplers.torch_sampler import TrajvalSampler
+
+    path = tmp_path / "drawn.jsonl"
+    write_rows(path, resample(scored, mode=mode, seed=0))
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "trajval_resample_provenance" not in rows[0]  # stored in the record
+    with pytest.raises(TrajvalInputError, match="drawn by that weight already"):
+        TrajvalSampler.from_dataset(rows, seed=0)
+    from datasets import load_dataset
+
+    with pytest.raises(TrajvalInputError, match="drawn by that weight already"):
+        weights_from_dataset(load_dataset("json", data_files=str(path), split="train"))

@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping
 
 from torch.utils.data import Sampler
 
-from trajval_ops.fields import RESAMPLE_PROVENANCE, WEIGHT
+from trajval_ops.fields import PROVENANCE_RECORD, RESAMPLE_PROVENANCE, WEIGHT
 from trajval_ops.samplers.online import ComposedSampler
 
 DEFAULT_CHUNK_SIZE = 64
@@ -96,8 +96,9 @@ class TrajvalSampler(Sampler[int]):
         a list of row dicts; ``options``: :meth:`__init__`'s."""
         from trajval_ops.samplers.weighted import weights_from_dataset
 
-        if isinstance(dataset, list):  # rows: the two columns read
-            dataset = {key: [row.get(key) for row in dataset] for key in (field, RESAMPLE_PROVENANCE)}
+        if isinstance(dataset, list):  # rows: the columns read
+            keys = (field, RESAMPLE_PROVENANCE, PROVENANCE_RECORD)
+            dataset = {key: [row.get(key) for row in dataset] for key in keys}
         return cls(weights_from_dataset(dataset, field), **options)
 
     def __len__(self) -> int:

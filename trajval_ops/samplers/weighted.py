@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from trajval_ops.core import normalize
-from trajval_ops.fields import ID_CANDIDATES, PROB, RESAMPLE_PROVENANCE, WEIGHT
+from trajval_ops.fields import ID_CANDIDATES, PROB, PROVENANCE_RECORD, RESAMPLE_PROVENANCE, WEIGHT
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.input_checks import float_column
 from trajval_ops.rows import path_root
@@ -97,20 +97,42 @@ def pass_rates_from_dataset(dataset: Any, field: str) -> np.ndarray:
 
 def resample_provenance(dataset: Any, key: str = RESAMPLE_PROVENANCE) -> dict:
     """The weighted resampler's record (field ``key``) on the first row of ``dataset`` (a map-style
-    dataset, or a pyarrow.Table), {} when it has none."""
+    dataset, or a pyarrow.Table), {} when it has none. A JSON-lines pool read by a plain JSON reader
+    (``json.loads``, ``datasets``' ``json``) stores it once, in ``trajval_provenance_record``: read
+    there too, so such a pool is known as drawn as this package's reader knows it."""
+    first = _decoded(_column_values(dataset, key, first_only=True))
+    if first is None:
+        for stored in _column_values(dataset, PROVENANCE_RECORD):
+            record = _decoded(stored)
+            if isinstance(record, Mapping) and record.get(key) is not None:  # datasets fills absent keys with None
+                first = _decoded(record[key])
+                break
+    return dict(first) if isinstance(first, Mapping) else {}
+
+
+def _column_values(dataset: Any, key: str, first_only: bool = False):
+    """A column's values (the first only with ``first_only``), none where the dataset lacks it."""
+    try:
+        column = dataset[key]
+    except (KeyError, ValueError, TypeError, IndexError):
+        return [] if not first_only else None
+    values = iter(column)
+    if first_only:
+        return next(values, None)
+    return (value for value in values if value is not None)
+
+
+def _decoded(value: Any) -> Any:
+    """A stored value as Python: an Arrow scalar's value, a JSON string's object."""
     import json
 
-    try:
-        first = next(iter(dataset[key]))
-    except (KeyError, ValueError, TypeError, StopIteration, IndexError):
-        return {}
-    first = first.as_py() if hasattr(first, "as_py") else first  # an Arrow scalar
-    if isinstance(first, str):
+    value = value.as_py() if hasattr(value, "as_py") else value
+    if isinstance(value, str):
         try:
-            first = json.loads(first)
+            return json.loads(value)
         except ValueError:
-            return {}
-    return dict(first) if isinstance(first, Mapping) else {}
+            return None
+    return value
 
 
 def _fingerprint(prob: np.ndarray) -> str:
