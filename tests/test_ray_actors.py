@@ -63,7 +63,7 @@ def test_actor_pool_writes_the_default_executors_bytes(tmp_path, default_output)
     result = dj_process(endpoint_recipe(tmp_path, "ray", "ray"), tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ActorPoolMapOperator" in result.stderr + result.stdout
-    assert "done, 600 rows x n=16" in result.stderr + result.stdout  # the end-of-pass figures, on the driver
+    assert "done, 600 rows, 9600 rollouts in" in result.stderr + result.stdout  # the end-of-pass figures, on the driver
     assert (tmp_path / "ray.jsonl").read_bytes() == default_output
     # both actors sampled: one cache log per actor process, no row twice
     logs = cache_logs(tmp_path / "cache_ray")

@@ -109,6 +109,17 @@ def test_an_adaptive_late_pass_skips_exactly_the_rows_the_rule_names_and_reprodu
             assert count < 8
     costs = [p["cost"]["completions"] for p in out["trajval_r_late_provenance"]]
     assert costs == counts and out["trajval_r_late_provenance"][0]["budget"]["rule"] == "weight_bounded"
+    # the end-of-pass rate counts each row's own rollouts (it said rows x n, 9,600 for 7,668)
+    import pyarrow as pa
+    from loguru import logger
+
+    said = []
+    sink = logger.add(said.append, level="INFO")
+    try:
+        op.endpoint.finish(pa.Table.from_pydict(out), elapsed_s=1.0)
+    finally:
+        logger.remove(sink)
+    assert any(f"done, {len(counts)} rows, {sum(counts)} rollouts in 1.0 s" in str(m) for m in said)
     again = _op(tmp_path / "other", **options).process_batched(_batch(_late_rows()))  # no cache shared
     assert json.dumps(again, sort_keys=True, default=str) == json.dumps(out, sort_keys=True, default=str)
 

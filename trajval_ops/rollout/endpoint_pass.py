@@ -682,9 +682,12 @@ class EndpointPass:
         mean = sum(rates) / len(rates) if rates else float("nan")
         between = sum(1 for r in rates if 0 < r < 1)
         counts = {status: statuses.count(status) for status in (STATUS_BAD_TRUTH, STATUS_TRUNCATED)}
+        # each row's own rollouts: an adaptive pass stops rows early, a reused or greedy one differs
+        completions = sum(n for n in table_path_values(table, f"{self.output_key}_n") or []
+                          if isinstance(n, (int, float)) and not isinstance(n, bool))
         logger.info(
-            f"{self.what} [{self.output_key}]: done, {len(rates)} rows x n={self.decoding.n} in {elapsed_s:.1f} s "
-            f"({len(rates) * self.decoding.n / max(elapsed_s, 1e-9):.1f} completions/s overall, cached rows "
+            f"{self.what} [{self.output_key}]: done, {len(rates)} rows, {completions} rollouts in {elapsed_s:.1f} s "
+            f"({completions / max(elapsed_s, 1e-9):.1f} completions/s overall, cached rows "
             f"included); mean pass rate {mean:.3f}, {between} rows strictly between 0 and 1; "
             f"{counts[STATUS_BAD_TRUTH]} rows with a bad ground truth, {counts[STATUS_TRUNCATED]} prompts truncated"
             + (f", {statuses.count(STATUS_NOT_SAMPLED)} rows not sampled" if self.sample is not None else "")
