@@ -218,3 +218,21 @@ def test_out_of_gpu_memory_in_training_names_the_levers_the_run_has_left():
         "set use_lora: true (a LoRA adapter trains far fewer weights) or a lower vllm_gpu_memory_utilization (now 0.3: "
         "vLLM's share of the GPU)")
     assert isinstance(raised.value.__cause__, torch.OutOfMemoryError)  # torch's traceback kept for the log file
+
+
+def test_a_changed_probe_names_only_the_settings_that_changed(tmp_path):
+    """The manifest records every setting, the identity leaves out those at an unhashed default
+    (generation, precision: auto): a probe with only learning_rate changed was said to differ in
+    config.generation and config.precision as well."""
+    import json
+
+    from trajval_ops.probe.config import UNHASHED_DEFAULTS, ProbeConfig
+    from trajval_ops.probe.run import ProbeDirectoryError, _check_same_probe
+
+    assert {"generation", "precision"} <= set(UNHASHED_DEFAULTS)
+    before, after = ProbeConfig(learning_rate=1e-5), ProbeConfig(learning_rate=2e-5)
+    previous = {"config_hash": "old", "config": json.loads(json.dumps(before.to_dict())), "probe_ids": [], "device": "cpu",
+                "versions": {"trl": "1"}}
+    identity = {"config": after.identity(), "probe_ids": [], "device": "cpu", "trl": "1"}
+    with pytest.raises(ProbeDirectoryError, match=r"differs in \['config.learning_rate'\]"):
+        _check_same_probe(tmp_path, previous, identity, "new")

@@ -19,9 +19,9 @@ from trajval_ops.probe.checkpoints import (
     MERGED_DIR, base_entry, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints, trained_to,
 )
 from trajval_ops.probe.config import (
-    EXECUTION_SETTINGS, ProbeConfig, check_autocast, describe_numerics, grpo_arguments, lora_config, numerics_differ,
-    precision_note, resolve_device, resolve_generation, resolve_precision, resolved_numerics, strategy_mismatch,
-    torch_dtype,
+    EXECUTION_SETTINGS, UNHASHED_DEFAULTS, ProbeConfig, check_autocast, describe_numerics, grpo_arguments,
+    lora_config, numerics_differ, precision_note, resolve_device, resolve_generation, resolve_precision,
+    resolved_numerics, strategy_mismatch, torch_dtype,
 )
 from trajval_ops.probe.manifest import (
     FORMAT,
@@ -381,7 +381,9 @@ def _check_world_size(world_size: int, config: ProbeConfig) -> None:
 def _check_same_probe(output_dir: Path, previous: dict, identity: dict, digest: str) -> None:
     if previous.get("config_hash") == digest:
         return
-    recorded = {k: v for k, v in previous.get("config", {}).items() if k not in EXECUTION_SETTINGS}
+    # as the identity reads a config: a setting at its unhashed default is no difference
+    recorded = {k: v for k, v in previous.get("config", {}).items() if k not in EXECUTION_SETTINGS
+                and not (k in UNHASHED_DEFAULTS and v == UNHASHED_DEFAULTS[k])}
     before = {"config": recorded, "probe_ids": previous.get("probe_ids"),
               "device": previous.get("device"), "trl": previous.get("versions", {}).get("trl")}
     changed = sorted(
