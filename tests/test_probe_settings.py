@@ -231,8 +231,8 @@ def test_a_changed_probe_names_only_the_settings_that_changed(tmp_path):
 
     assert {"generation", "precision"} <= set(UNHASHED_DEFAULTS)
     before, after = ProbeConfig(learning_rate=1e-5), ProbeConfig(learning_rate=2e-5)
-    previous = {"config_hash": "old", "config": json.loads(json.dumps(before.to_dict())), "probe_ids": [], "device": "cpu",
-                "versions": {"trl": "1"}}
+    previous = {"config_hash": "old", "config": json.loads(json.dumps(before.to_dict())), "probe_ids": [],
+                "device": "cpu", "versions": {"trl": "1"}}
     identity = {"config": after.identity(), "probe_ids": [], "device": "cpu", "trl": "1"}
     with pytest.raises(ProbeDirectoryError, match=r"differs in \['config.learning_rate'\]"):
         _check_same_probe(tmp_path, previous, identity, "new")
