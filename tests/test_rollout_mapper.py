@@ -781,3 +781,16 @@ def test_a_killed_sampled_pass_resumes_to_the_same_output(tmp_path):
     uninterrupted, completions = run(tmp_path / "fresh")
     assert json.dumps(resumed, sort_keys=True) == json.dumps(uninterrupted, sort_keys=True)
     assert completions == 2 * 6 and resumed_completions == 2 * (6 - 2)  # two rows came from the cache
+
+
+def test_a_pass_replacing_the_pools_own_column_says_so(tmp_path, caplog_loguru):
+    """A pool's own trajval_acc_early (a fixture's, a pass run before) was replaced without a word."""
+    import pyarrow as pa
+
+    rows = [dict(row, trajval_acc_early=0.5) for row in arithmetic_rows()[:2]]
+    op = _op(tmp_path)
+    op.endpoint.check_pool(pa.Table.from_pylist(rows))
+    assert "the pool already has trajval_acc_early: this pass replaces them" in caplog_loguru.text
+    caplog_loguru.messages.clear()
+    op.endpoint.check_pool(pa.Table.from_pylist(arithmetic_rows()[:2]))
+    assert "already has" not in caplog_loguru.text

@@ -632,6 +632,12 @@ class EndpointPass:
         from trajval_ops.input_checks import check_unique_ids
 
         check_unique_ids(table, self.id_key, what=self.what)
+        replaced = [name for name in (self.output_key, *(f"{self.output_key}_{end}" for end in ("n", "status",
+                    "provenance"))) if name in table.column_names]
+        if replaced:  # a mapper never rewrites rows unsaid
+            logger.warning(f"{self.what} [{self.output_key}]: the pool already has {', '.join(replaced)}: this "
+                           "pass replaces them (a pool measured before, measured again); name another output_key to "
+                           "keep them")
         drawn = self.draw_sample(table) if self.sample is not None else None
         if self.reuse is not None:
             from trajval_ops.pools.io import table_rows
