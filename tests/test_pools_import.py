@@ -189,6 +189,33 @@ def test_nested_dotted_keys_with_json_string_levels(tmp_path):
     assert rows[1]["prompt"][0]["content"] == "Capital of Italy?"
 
 
+def test_both_keys_need_no_detectable_format(tmp_path, capsys):
+    """The documented `--prompt-key meta.question --answer-key meta.final --id-key meta.uid` was
+    refused before 2026-11-28: the format was detected (from ['meta']) before the keys applied."""
+    source = [{"meta": {"question": "What is 2 + 3?", "final": "5", "uid": "q1"}},
+              {"meta": json.dumps({"question": "What is 7 * 6?", "final": 42, "uid": "q2"})}]
+    path = write_jsonl(tmp_path / "mine.jsonl", source)
+    out = tmp_path / "pools" / "mine.jsonl"
+    argv = [str(path), str(out), "--prompt-key", "meta.question", "--answer-key", "meta.final",
+            "--id-key", "meta.uid", "--no-progress"]
+    assert import_pool_cli.main(argv) == 0, capsys.readouterr().err
+    rows = list(read_rows(out))
+    assert [r[TASK_ID] for r in rows] == ["q1", "q2"]
+    assert [r["reward_model"]["ground_truth"] for r in rows] == ["5", "42"]
+    assert rows[1]["prompt"] == [{"role": "user", "content": "What is 7 * 6?"}]
+    # no preset's name: a verl-shaped row read through other keys is not labelled "verl" either
+    assert [r["data_source"] for r in rows] == ["custom", "custom"]
+    assert json.loads((tmp_path / "pools" / "mine.jsonl.report.json").read_text())["format"]["name"] == "custom"
+    verl_shaped = [{"reward_model": {"ground_truth": "x"}, "q": "Capital of France?", "a": "Paris"}]
+    rows, _ = run_import(tmp_path, verl_shaped, prompt_key="q", answer_key="a")
+    assert rows[0]["data_source"] == "custom" and rows[0]["reward_model"]["ground_truth"] == "Paris"
+
+
+def test_one_key_alone_still_needs_a_detectable_format(tmp_path):
+    with pytest.raises(TrajvalInputError, match="both --prompt-key and --answer-key"):
+        run_import(tmp_path, [{"meta": {"question": "q", "final": "1"}}], prompt_key="meta.question")
+
+
 @pytest.mark.parametrize("bad", [{}, {"ground_truth": None}, {"ground_truth": "   "}])
 def test_missing_ground_truth_names_row_and_field_and_writes_nothing(tmp_path, bad):
     source = dapo_rows(2, 1)

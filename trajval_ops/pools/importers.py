@@ -70,6 +70,10 @@ FORMATS: dict[str, PoolFormat] = {
                           answer_extract="auto", worked_solution_keys=("solution",)),
 }
 
+#: the base under ``--format auto`` when both the prompt and the answer key are given: the row's
+#: fields need not match any preset, and no preset's name should become its ``data_source``
+CUSTOM = PoolFormat("custom", (), (), (TASK_ID, "id", "index"), data_source_key=None)
+
 
 def detect_format(row: dict) -> PoolFormat:
     """Guess the format from the first row's fields."""
@@ -83,15 +87,21 @@ def detect_format(row: dict) -> PoolFormat:
         return FORMATS["open-r1"]
     raise TrajvalInputError(
         f"cannot tell the pool format from the first row's fields {sorted(row)}; pass --format "
-        f"({', '.join(FORMATS)}) or --prompt-key/--answer-key"
+        f"({', '.join(FORMATS)}) or both --prompt-key and --answer-key"
     )
 
 
 def resolve_format(first_row: dict, name: str = "auto", *, prompt_key: Optional[str] = None,
                    answer_key: Optional[str] = None, id_keys: Optional[Iterable[str]] = None,
                    answer_extract: Optional[str] = None) -> PoolFormat:
-    """A named (or detected) format with the user's key overrides applied."""
-    if name == "auto":
+    """A named (or detected) format with the user's key overrides applied.
+
+    Under ``auto`` with both keys given nothing is detected: the ``custom`` base is used (detection
+    would refuse rows like ``{"meta": {...}}`` or name them after a preset they only resemble).
+    """
+    if name == "auto" and prompt_key and answer_key:
+        fmt = CUSTOM
+    elif name == "auto":
         fmt = detect_format(first_row)
     elif name in FORMATS:
         fmt = FORMATS[name]
