@@ -429,3 +429,28 @@ def test_the_probe_is_read_by_a_one_pass_prior_that_reads_a_pass_on_its_checkpoi
     flags = {stage.get("output_key", "probe"): stage.get("read_by_prior", True)
              for stage in recipe_cost(recipe, 600)["stages"]}
     assert flags["probe"] is True and flags["trajval_r_early_short"] is True and flags["trajval_r_late"] is False
+
+
+def test_passes_without_a_provenance_column_are_unknown_not_free(tmp_path, capsys):
+    """A pool scored from given pass rates (recipes/score_pool.yaml) has no `<key>_provenance`
+    column at all; before 2026-11-28 no row counted as unknown and its prior was priced at 0."""
+    import pyarrow as pa
+
+    from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
+    from trajval_ops.pools.io import write_table
+
+    columns = {"trajval_r_early": [0.25, 0.5, 0.0], "trajval_r_late": [0.5, 0.5, 1.0]}
+    report = recorded_cost(columns.get, ["trajval_r_early"], ["trajval_r_late"])
+    assert report["stages"]["early"] == {"completions": 0, "generated_tokens": 0, "rows": 3, "rows_without_cost": 3}
+    assert report["stages"]["late"]["rows_without_cost"] == 3
+    rows = [{"id": f"t{i}", "trajval_r_early": 0.25 * i, "trajval_r_late": 0.75} for i in range(4)]
+    scored = TrajvalLearnabilityMapper(prior="trajval").score_pool(pa.Table.from_pylist(rows))
+    provenance = scored.column("trajval_score_provenance")[0].as_py()
+    assert provenance["prior_cost"]["stages"] == {
+        "early": {"completions": 0, "generated_tokens": 0, "rows_without_cost": 4},
+        "late": {"completions": 0, "generated_tokens": 0, "rows_without_cost": 4}}
+    write_table(scored, tmp_path / "scored.jsonl")
+    assert run_json(capsys, "--pool", str(tmp_path / "scored.jsonl"))["rows_without_cost"] == 8
+    assert cost_cli.main(["--pool", str(tmp_path / "scored.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "(4 rows without a recorded cost)" in out and "(NOT PRICED: 8 pass rows without a recorded cost)" in out

@@ -275,19 +275,29 @@ def recorded_cost(column, early_keys: list[str], late_keys: list[str] | None, ex
     :return: ``{"stages": {"probe"?, "early", "late"?, "extra"?}, "completions", "generated_tokens"}``.
     """
     stages: dict[str, dict] = {}
-    stages["early"] = _merge([_sum_costs(column(f"{key}_provenance") or []) for key in early_keys])
+    stages["early"] = _merge([_sum_costs(_pass_provenance(column, key)) for key in early_keys])
     if late_keys is not None:
-        late_provenance = [p for key in late_keys for p in (column(f"{key}_provenance") or [])]
+        late_provenance = [p for key in late_keys for p in _pass_provenance(column, key)]
         probe = probe_cost_from_manifests(late_provenance, locate_manifest)
         if probe is not None:
             stages = {"probe": probe, **stages}
-        stages["late"] = _merge([_sum_costs(column(f"{key}_provenance") or []) for key in late_keys])
+        stages["late"] = _merge([_sum_costs(_pass_provenance(column, key)) for key in late_keys])
     extra = [column(f"{key}_provenance") for key in extra_keys]
     if any(extra):
         stages["extra"] = _merge([_sum_costs(provenance) for provenance in extra if provenance])
     return {"stages": stages,
             "completions": sum(stage["completions"] for stage in stages.values()),
             "generated_tokens": sum(stage["generated_tokens"] for stage in stages.values())}
+
+
+def _pass_provenance(column, key: str) -> list:
+    """A read pass's per-row provenance; a pass without the column (pass rates given, not
+    sampled by an endpoint pass) gives every row of its pass-rate field none: their cost is
+    unknown, so not counted as 0 completions."""
+    provenance = column(f"{key}_provenance")
+    if provenance is None:
+        return [None] * len(column(key) or [])
+    return provenance
 
 
 def _merge(parts: list[dict]) -> dict:
@@ -307,8 +317,9 @@ def pool_cost(rows: list[Mapping[str, Any]]) -> dict:
     at all; the report says which source each run's figure comes from.
 
     :return: ``{"pool_rows", "runs": [{"rows", "prior", "source", "completions", "generated_tokens",
-        "stages"}], "source", "completions", "generated_tokens", "stages"}``: ``source`` is ``record``,
-        ``per_row_sums`` or ``mixed``; ``stages`` the runs' stages summed.
+        "stages"}], "source", "completions", "generated_tokens", "stages", "rows_without_cost"}``: ``source``
+        is ``record``, ``per_row_sums`` or ``mixed``; ``stages`` the runs' stages summed;
+        ``rows_without_cost`` the pass rows whose cost no pass recorded (the totals leave them out).
     """
     from trajval_ops.canonical import canonical_json
     from trajval_ops.rows import get_path
@@ -337,7 +348,8 @@ def pool_cost(rows: list[Mapping[str, Any]]) -> dict:
     sources = {run["source"] for run in reports}
     return {"pool_rows": len(rows), "runs": reports, "source": sources.pop() if len(sources) == 1 else "mixed",
             "completions": sum(run["completions"] for run in reports),
-            "generated_tokens": sum(run["generated_tokens"] for run in reports), "stages": stages}
+            "generated_tokens": sum(run["generated_tokens"] for run in reports), "stages": stages,
+            "rows_without_cost": sum(stage.get("rows_without_cost", 0) for stage in stages.values())}
 
 
 def _run_from_record(provenance: Mapping[str, Any], members: list[Mapping[str, Any]]) -> dict:

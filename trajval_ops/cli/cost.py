@@ -156,4 +156,8 @@ def _print_recorded(report: dict) -> None:
                        if stage.get("rows_without_cost") else "")
             print(f"{name:8} {stage['completions']:>14,} completions {stage['generated_tokens']:>14,} tokens"
                   f"{extra}{unknown}")
-    print(f"{'total':8} {report['completions']:>14,} completions {report['generated_tokens']:>14,} tokens")
+    unknown, note = report.get("rows_without_cost", 0), ""
+    if unknown:  # a pass without a recorded cost is unknown, not free: the total is a lower bound, or nothing
+        label = "at least" if report["completions"] else "NOT PRICED"
+        note = f" ({label}: {unknown:,} pass rows without a recorded cost)"
+    print(f"{'total':8} {report['completions']:>14,} completions {report['generated_tokens']:>14,} tokens{note}")
