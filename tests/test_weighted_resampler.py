@@ -210,3 +210,13 @@ def test_a_drawn_pool_read_from_json_lines_by_a_plain_reader_is_known_as_drawn(s
 
     with pytest.raises(TrajvalInputError, match="drawn by that weight already"):
         weights_from_dataset(load_dataset("json", data_files=str(path), split="train"))
+
+
+def test_learnable_subset_names_a_predicted_row_and_what_to_use():
+    import pyarrow as pa
+
+    table = pa.table({"id": ["a", "b"], "trajval_weight": [0.5, 0.5], "trajval_score": [0.1, 0.1],
+                      "trajval_profile": ["stable", None], "trajval_predicted": [False, True]})
+    with pytest.raises(TrajvalInputError, match=r"row 1 \(id='b'\): .*\(a sampled prior predicted this row's score: it "
+                                                r"has no profile; use hard_cut or a drawing mode"):
+        TrajvalWeightedResampler(mode="learnable_subset").resample_table(table)

@@ -528,8 +528,12 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         stages = "; ".join(f"{name} {stage['completions']:,} completions, {stage['generated_tokens']:,} tokens"
                            + (f", {stage['wall_time_s']:.1f} s" if "wall_time_s" in stage else "")
                            for name, stage in cost["stages"].items())
-        logger.info(f"{OP_NAME}: the {self.prior.name} prior cost {cost['completions']:,} completions and "
-                    f"{cost['generated_tokens']:,} generated tokens ({stages}); `trajval cost --pool` reads it back")
+        unknown = sum(stage.get("rows_without_cost", 0) for stage in cost["stages"].values())
+        bound = f"at least {cost['completions']:,}" if unknown else f"{cost['completions']:,}"
+        logger.info(f"{OP_NAME}: the {self.prior.name} prior cost {bound} completions and "
+                    f"{cost['generated_tokens']:,} generated tokens ({stages}); `trajval cost --pool` reads it back"
+                    + (f"; {unknown:,} pass rows record no cost (pass rates given, not sampled here)"
+                       if unknown else ""))
         return cost
 
     def _pass_counts(self, table) -> tuple[tuple[list[str], np.ndarray], ...] | None:

@@ -166,9 +166,12 @@ class TrajvalWeightedResampler(Pipeline):
             from trajval_ops.pools.io import table_row
             from trajval_ops.rows import row_label
 
-            label = row_label(table_row(table, bad[0]), bad[0], self.id_key)
+            row = table_row(table, bad[0])
+            label = row_label(row, bad[0], self.id_key)
+            predicted = " (a sampled prior predicted this row's score: it has no profile; use hard_cut or a drawing " \
+                "mode, or leave the predicted rows out first)" if row.get(fields.PREDICTED) is True else ""
             raise TrajvalInputError(f"{OP_NAME}: {label}: field '{self.profile_key}' = {profiles[bad[0]]!r} is "
-                                    f"not a profile ({', '.join(core.PROFILES)})")
+                                    f"not a profile ({', '.join(core.PROFILES)}){predicted}")
         return profiles
 
     def resample_table(self, table):
