@@ -553,6 +553,7 @@ def test_one_checkpoint_twice_in_a_window_is_warned_of(tmp_path, caplog_loguru):
 def test_a_pool_whose_passes_record_no_cost_is_not_said_to_cost_nothing(caplog_loguru):
     rows = [{"id": str(i), "trajval_r_early": 0.25, "trajval_r_late": 0.75} for i in range(3)]
     out = run(rows)
-    assert "prior cost at least 0 completions" in caplog_loguru.text and "6 pass rows record no cost" in caplog_loguru.text
+    said = caplog_loguru.text
+    assert "prior cost at least 0 completions" in said and "6 pass rows record no cost" in said
     stages = out[0]["trajval_score_provenance"]["prior_cost"]
     assert sum(stage.get("rows_without_cost", 0) for stage in stages["stages"].values()) == 6
