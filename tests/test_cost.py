@@ -454,3 +454,12 @@ def test_passes_without_a_provenance_column_are_unknown_not_free(tmp_path, capsy
     assert cost_cli.main(["--pool", str(tmp_path / "scored.jsonl")]) == 0
     out = capsys.readouterr().out
     assert "(4 rows without a recorded cost)" in out and "(NOT PRICED: 8 pass rows without a recorded cost)" in out
+
+
+def test_a_pass_without_provenance_counts_only_its_measured_rows_as_unpriced():
+    """A sampled prior's predicted rows have no pass rate: they had no cost to record."""
+    from trajval_ops.prior_cost import recorded_cost
+
+    columns = {"trajval_r_early": [0.5, None, 0.25], "trajval_r_late": [0.75, None, 0.5]}
+    cost = recorded_cost(columns.get, ["trajval_r_early"], ["trajval_r_late"], [])
+    assert [cost["stages"][stage]["rows_without_cost"] for stage in ("early", "late")] == [2, 2]

@@ -203,12 +203,12 @@ def test_both_keys_need_no_detectable_format(tmp_path, capsys):
     assert [r[TASK_ID] for r in rows] == ["q1", "q2"]
     assert [r["reward_model"]["ground_truth"] for r in rows] == ["5", "42"]
     assert rows[1]["prompt"] == [{"role": "user", "content": "What is 7 * 6?"}]
-    # no preset's name: a verl-shaped row read through other keys is not labelled "verl" either
     assert [r["data_source"] for r in rows] == ["custom", "custom"]
     assert json.loads((tmp_path / "pools" / "mine.jsonl.report.json").read_text())["format"]["name"] == "custom"
-    verl_shaped = [{"reward_model": {"ground_truth": "x"}, "q": "Capital of France?", "a": "Paris"}]
-    rows, _ = run_import(tmp_path, verl_shaped, prompt_key="q", answer_key="a")
-    assert rows[0]["data_source"] == "custom" and rows[0]["reward_model"]["ground_truth"] == "Paris"
+    # rows a preset fits keep it with the keys given: GSM8K's answer extraction and name
+    gsm8k = [{"question": "What is 2+3?", "answer": "2+3=5\n#### 5"}]
+    rows, _ = run_import(tmp_path, gsm8k, prompt_key="question", answer_key="answer")
+    assert rows[0]["data_source"] == "gsm8k" and rows[0]["reward_model"]["ground_truth"] == "5"
 
 
 def test_one_key_alone_still_needs_a_detectable_format(tmp_path):

@@ -618,6 +618,16 @@ def test_a_reused_early_pass_reads_the_pool_and_samples_nothing(tmp_path):
     assert provenance["cost"] == {"completions": 0, "generated_tokens": 0}
     assert op.endpoint._session is None and op.endpoint._cache is None  # no model, no rollout cache
     op.release()
+    import pyarrow as pa
+    from loguru import logger
+
+    said = []  # the end-of-pass line counts no rollouts for it (it summed the borrowed n)
+    sink = logger.add(said.append, level="INFO")
+    try:
+        op.endpoint.finish(pa.Table.from_pydict(out), elapsed_s=1.0)
+    finally:
+        logger.remove(sink)
+    assert any("done, 3 rows, 0 rollouts in 1.0 s" in str(message) for message in said)
 
 
 @pytest.mark.parametrize("change, message", [

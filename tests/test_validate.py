@@ -54,6 +54,9 @@ def test_shipped_configs_load(path):
     ({"training__steps": True}, "training: steps must be an integer, got bool True"),
     ({"workers": 2.5}, "workers must be an integer or null, got float 2.5"),
     ({"evaluation__n": "4"}, "evaluation: n must be an integer, got str '4'"),
+    # found only once the probe unit had run, a bare ValueError
+    ({"training__arms": ["uniform", "trajval_posterior"], "probe__n": 1},
+     r"probe.n 1 with arm\(s\) \['trajval_posterior'\]: the noise-aware estimators .* measure n >= 2"),
 ])
 def test_bad_config_is_an_error_before_training(tmp_path, changes, message):
     with pytest.raises(ConfigError, match=message):

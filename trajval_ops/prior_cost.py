@@ -189,7 +189,8 @@ def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, mai
         "completions", "max_new_tokens_total", ...; "read_by_prior": false for a stage no prior of
         the recipe reads: a pass whose field no mapper reads (a late pass of one-pass priors only,
         an extra pass neither a window nor a prediction feature, :func:`fields_read`), or the probe
-        of one-pass priors only that read no pass on a checkpoint it trained}], "completions", "main_epochs_equivalent", "main_runs_equivalent"}``.
+        of one-pass priors only that read no pass on a checkpoint it trained}], "completions",
+        "main_epochs_equivalent", "main_runs_equivalent"}``.
     """
     if pool_rows < 1:
         raise ValueError(f"the pool has {pool_rows} rows")
@@ -295,8 +296,8 @@ def _pass_provenance(column, key: str) -> list:
     sampled by an endpoint pass) gives every row of its pass-rate field none: their cost is
     unknown, so not counted as 0 completions."""
     provenance = column(f"{key}_provenance")
-    if provenance is None:
-        return [None] * len(column(key) or [])
+    if provenance is None:  # the rows with a pass rate (a sampled prior's predicted rows have none)
+        return [None] * sum(rate is not None for rate in column(key) or [])
     return provenance
 
 

@@ -132,8 +132,8 @@ def profile_criteria(r_early, r_late, sigma, r2, thresholds: ProfileThresholds =
         "stable": (delta > t.stable_delta) & ((r2 > t.stable_r2) | (sigma <= t.sigma)),
         "sluggish": ((delta > t.sluggish_delta) & (delta <= t.stable_delta)) | (sigma > t.sigma),
         "ineffective": (delta > t.flat_delta) & (delta <= t.sluggish_delta) & (sigma <= t.sigma),
-        "mastered": (core.profile_rate(r_early) > t.mastered_r_early) & (delta < t.saturated_delta),
-        "unlearned": (core.profile_rate(r_late) < t.unlearned_r_late) & (delta < t.saturated_delta),
+        "mastered": (core.profile_rate(r_early) > core.profile_rate(t.mastered_r_early)) & (delta < t.saturated_delta),
+        "unlearned": (core.profile_rate(r_late) < core.profile_rate(t.unlearned_r_late)) & (delta < t.saturated_delta),
         "forgetting": delta < t.flat_delta,
     }
     return np.stack([matches[name] for name in core.PROFILES], axis=1)

@@ -299,6 +299,11 @@ def check_config(config: ValidationConfig) -> None:
     for name, value in positive.items():
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{where}: {name} must be a positive integer, got {value!r}")
+    noise_aware = [arm for arm in config.training.arms if ARMS[arm][0] in ("trajval_posterior", "trajval_pooled")]
+    if noise_aware and config.probe.n < 2:  # found only once the probe unit ran
+        from trajval_ops.core import UNIDENTIFIED_PRIOR
+
+        raise ConfigError(f"{where}: probe.n {config.probe.n} with arm(s) {noise_aware}: {UNIDENTIFIED_PRIOR}")
     try:  # the probe's own checks of the three together (vllm on cpu, vllm not installed)
         ProbeConfig(device=config.device, precision=config.precision, generation=config.generation)
     except ValueError as exc:

@@ -96,13 +96,16 @@ def resolve_format(first_row: dict, name: str = "auto", *, prompt_key: Optional[
                    answer_extract: Optional[str] = None) -> PoolFormat:
     """A named (or detected) format with the user's key overrides applied.
 
-    Under ``auto`` with both keys given nothing is detected: the ``custom`` base is used (detection
-    would refuse rows like ``{"meta": {...}}`` or name them after a preset they only resemble).
+    Under ``auto`` with both keys given, rows no preset detects (``{"meta": {...}}``) are read on
+    the ``custom`` base; a detected preset keeps its answer extraction, ids and ``data_source``.
     """
-    if name == "auto" and prompt_key and answer_key:
-        fmt = CUSTOM
-    elif name == "auto":
-        fmt = detect_format(first_row)
+    if name == "auto":
+        try:
+            fmt = detect_format(first_row)
+        except TrajvalInputError:
+            if not (prompt_key and answer_key):
+                raise
+            fmt = CUSTOM
     elif name in FORMATS:
         fmt = FORMATS[name]
     else:

@@ -688,9 +688,10 @@ class EndpointPass:
         mean = sum(rates) / len(rates) if rates else float("nan")
         between = sum(1 for r in rates if 0 < r < 1)
         counts = {status: statuses.count(status) for status in (STATUS_BAD_TRUTH, STATUS_TRUNCATED)}
-        # each row's own rollouts: an adaptive pass stops rows early, a reused or greedy one differs
-        completions = sum(n for n in table_path_values(table, f"{self.output_key}_n") or []
-                          if isinstance(n, (int, float)) and not isinstance(n, bool))
+        # each row's own rollouts (an adaptive pass stops rows early); a reused pass samples none
+        completions = 0 if self.reuse is not None else sum(
+            n for n in table_path_values(table, f"{self.output_key}_n") or []
+            if isinstance(n, (int, float)) and not isinstance(n, bool))
         logger.info(
             f"{self.what} [{self.output_key}]: done, {len(rates)} rows, {completions} rollouts in {elapsed_s:.1f} s "
             f"({completions / max(elapsed_s, 1e-9):.1f} completions/s overall, cached rows "

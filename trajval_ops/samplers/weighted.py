@@ -100,26 +100,19 @@ def resample_provenance(dataset: Any, key: str = RESAMPLE_PROVENANCE) -> dict:
     dataset, or a pyarrow.Table), {} when it has none. A JSON-lines pool read by a plain JSON reader
     (``json.loads``, ``datasets``' ``json``) stores it once, in ``trajval_provenance_record``: read
     there too, so such a pool is known as drawn as this package's reader knows it."""
-    first = _decoded(_column_values(dataset, key, first_only=True))
-    if first is None:
-        for stored in _column_values(dataset, PROVENANCE_RECORD):
-            record = _decoded(stored)
-            if isinstance(record, Mapping) and record.get(key) is not None:  # datasets fills absent keys with None
-                first = _decoded(record[key])
-                break
+    first = _decoded(_first_value(dataset, key))
+    if first is None:  # the first row's record: the first row that references a record carries it
+        record = _decoded(_first_value(dataset, PROVENANCE_RECORD))
+        first = _decoded(record.get(key)) if isinstance(record, Mapping) else None
     return dict(first) if isinstance(first, Mapping) else {}
 
 
-def _column_values(dataset: Any, key: str, first_only: bool = False):
-    """A column's values (the first only with ``first_only``), none where the dataset lacks it."""
+def _first_value(dataset: Any, key: str) -> Any:
+    """A column's first value, None where the dataset lacks the column or has no row."""
     try:
-        column = dataset[key]
+        return next(iter(dataset[key]), None)
     except (KeyError, ValueError, TypeError, IndexError):
-        return [] if not first_only else None
-    values = iter(column)
-    if first_only:
-        return next(values, None)
-    return (value for value in values if value is not None)
+        return None
 
 
 def _decoded(value: Any) -> Any:
