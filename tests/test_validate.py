@@ -849,3 +849,11 @@ def test_one_training_seed_gives_no_interval_and_no_firm_verdict():
     assert headroom(training)["verdict"].startswith("not judged: the best ceiling (oracle")
     row = {"prior_completions": 100, "net_saved": 500.0, "net_saved_ci95": nan, "break_even_runs": 0.2}
     assert _cost_verdict(row, main_run=1000).startswith("not judged: no 95% interval")
+    # read back from results.json, where a NaN bound is null, the verdicts are the same
+    import json
+
+    from trajval_ops.atomic import jsonable
+
+    read_back = json.loads(json.dumps(jsonable(training, nan_as_null=True)))
+    assert verdicts({"reproducibility": {"skipped": "one context"}, "probe_vs_oracle": {"spearman_score_vs_gain": 0.1},
+                     "training": read_back}) == out and headroom(read_back)["verdict"] == headroom(training)["verdict"]

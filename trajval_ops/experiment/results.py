@@ -400,7 +400,7 @@ def headroom(train: dict) -> dict | None:
         return train[arm]["auc_minus_uniform"]
 
     best = max(ceilings, key=point)
-    above = [arm for arm in ceilings if train[arm]["auc_minus_uniform_ci95"][0] > 0]
+    above = [arm for arm in ceilings if _bounds(train[arm]["auc_minus_uniform_ci95"])[0] > 0]
     knowledge = "a full run's knowledge of each task's learnability"
     if above:
         named = max(above, key=point)
@@ -408,7 +408,7 @@ def headroom(train: dict) -> dict | None:
                  f"a ceiling ({named}, {knowledge}; the best point estimate, {best}'s, has an interval "
                  f"that does not lie above 0)")
         verdict = f"a learnability prior can beat uniform per step in this regime: {which} lies above uniform"
-    elif math.isnan(train[best]["auc_minus_uniform_ci95"][0]):
+    elif math.isnan(_bounds(train[best]["auc_minus_uniform_ci95"])[0]):
         named = best
         verdict = f"not judged: the best ceiling ({best}, {knowledge}) has {NO_INTERVAL}"
     else:
@@ -434,7 +434,7 @@ def verdicts(results: dict) -> dict[str, str]:
     for arm, row in train.items():
         if row["arm"] == BASELINE_ARM:
             continue
-        lo, hi = row["auc_minus_uniform_ci95"]
+        lo, hi = _bounds(row["auc_minus_uniform_ci95"])
         base = baseline_of(row.get("sampling", "standard"))
         if math.isnan(lo) or math.isnan(hi):
             word = f"not compared with {base}: {NO_INTERVAL}"
@@ -454,6 +454,11 @@ def verdicts(results: dict) -> dict[str, str]:
     return out
 
 
+def _bounds(interval) -> tuple[float, float]:
+    """An interval's bounds as numbers: results.json writes a NaN bound as null."""
+    return tuple(math.nan if bound is None else float(bound) for bound in interval)
+
+
 def baseline_of(mode: str) -> str:
     """The run an arm trained in sampling ``mode`` is measured against: uniform of that mode
     (``uniform+dynamic`` for a dynamic-sampling arm)."""
@@ -468,7 +473,7 @@ def _cost_verdict(row: dict, main_run: int, baseline: str = BASELINE_ARM) -> str
     prior = f"its prior cost {row['prior_completions']:,} completions ({share:.3g} main runs)"
     if row["net_saved"] is None:
         return f"never reaches {baseline}'s Best Acc in this run; {prior}"
-    lo, hi = row["net_saved_ci95"]
+    lo, hi = _bounds(row["net_saved_ci95"])
     word = f"not judged: {NO_INTERVAL}" if math.isnan(lo) or math.isnan(hi) else "pays for itself in one run" \
         if lo > 0 else "does not pay for itself in one run" if hi < 0 else \
         "not distinguishable from paying for itself in one run"
