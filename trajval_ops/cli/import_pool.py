@@ -23,8 +23,8 @@ def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> arg
     parser.add_argument("input", help="pool file: .jsonl/.json (one object per line) or .parquet")
     parser.add_argument("output", help="canonical JSONL to write (atomically)")
     parser.add_argument("--format", default="auto", choices=["auto", *FORMATS],
-                        help="source format preset (default: detected from the first row, or none when both "
-                             "--prompt-key and --answer-key are given)")
+                        help="source format preset (default: detected from the first row; where none fits and "
+                             "both --prompt-key and --answer-key are given, the keys alone: format custom)")
     parser.add_argument("--prompt-key", help="dotted path of the prompt (overrides the preset)")
     parser.add_argument("--answer-key", help="dotted path of the ground truth (overrides the preset)")
     parser.add_argument("--id-key", action="append", dest="id_keys",

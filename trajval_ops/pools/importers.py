@@ -70,8 +70,8 @@ FORMATS: dict[str, PoolFormat] = {
                           answer_extract="auto", worked_solution_keys=("solution",)),
 }
 
-#: the base under ``--format auto`` when both the prompt and the answer key are given: the row's
-#: fields need not match any preset, and no preset's name should become its ``data_source``
+#: the base under ``--format auto`` when no preset fits the first row and both the prompt and the
+#: answer key are given: the row's own fields, named ``custom``
 CUSTOM = PoolFormat("custom", (), (), (TASK_ID, "id", "index"), data_source_key=None)
 
 
