@@ -418,7 +418,8 @@ def _reference_column(table, where: str, first_row: int):
 def expand_provenance(table, where: str = "the pool", records: dict | None = None, first_row: int = 0):
     """The table with references resolved back into the run provenance columns (inverse of
     :func:`compact_provenance`); a table without references is returned as it is. ``records``
-    (from :func:`provenance_records`) resolves references whose record another file carries;
+    (from :func:`provenance_records`, this table's included) resolves references whose record
+    another file carries;
     ``first_row`` is the pool's position of the table's first row, for naming rows.
 
     :raises TrajvalInputError: a record that does not match its id, a reference without a
@@ -435,7 +436,8 @@ def expand_provenance(table, where: str = "the pool", records: dict | None = Non
     ref_column = _reference_column(table, where, first_row)
     encoded = pc.dictionary_encode(ref_column).combine_chunks()
     refs = encoded.dictionary.to_pylist()
-    records = provenance_records(table, where, {} if records is None else dict(records), first_row)
+    if records is None:  # else gathered from every file by the caller, this one's included
+        records = provenance_records(table, where, first_row=first_row)
     for ref in refs:
         if ref not in records:
             raise record_missing(where, _label(table, pc.index(ref_column, ref).as_py(), first_row), ref)
