@@ -113,15 +113,21 @@ def recipe_stages(recipe: Mapping[str, Any], pool_rows: int, group_sizes: Mappin
 BASE_REFERENCES = ("early[0]", "base")
 
 
-def _passes_on_a_probe(recipe: Mapping[str, Any]) -> set[str]:
-    """The fields of the recipe's passes that evaluate a checkpoint the probe trained (``manifest:``
-    models other than its base model)."""
+def _passes_on_probes(recipe: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], str, str]]:
+    """The recipe's passes that evaluate a probe's checkpoint (``manifest:<dir>#<ref>`` models):
+    ``(settings, dir, ref)`` each."""
     from trajval_ops.models import MANIFEST_PREFIX
 
-    return {fields.endpoint_output_key(settings.get("window"), settings.get("window_index"), settings.get("output_key"))
+    return [(settings, *settings["model"][len(MANIFEST_PREFIX):].partition("#")[::2])
             for name, settings in operator_entries(recipe) if name == ENDPOINT_OP
-            and isinstance(settings.get("model"), str) and settings["model"].startswith(MANIFEST_PREFIX)
-            and settings["model"].partition("#")[2] not in BASE_REFERENCES}
+            and isinstance(settings.get("model"), str) and settings["model"].startswith(MANIFEST_PREFIX)]
+
+
+def _passes_on_a_probe(recipe: Mapping[str, Any]) -> set[str]:
+    """The fields of the recipe's passes that evaluate a checkpoint the probe trained (other than
+    its base model)."""
+    return {fields.endpoint_output_key(settings.get("window"), settings.get("window_index"), settings.get("output_key"))
+            for settings, _, ref in _passes_on_probes(recipe) if ref not in BASE_REFERENCES}
 
 
 def probe_run_elsewhere(recipe: Mapping[str, Any]) -> dict | None:
@@ -129,12 +135,9 @@ def probe_run_elsewhere(recipe: Mapping[str, Any]) -> dict | None:
     models) that it does not train itself: the prior needs that probe all the same. Priced at
     what its manifest records (``recorded: true``), or at 0 with ``recorded: false`` while no
     probe there has recorded a cost (price the recipe that trains it)."""
-    from trajval_ops.models import MANIFEST_PREFIX
     from trajval_ops.probe.manifest import ManifestError, read_manifest
 
-    locations = sorted({settings["model"][len(MANIFEST_PREFIX):].partition("#")[0]
-                        for name, settings in operator_entries(recipe) if name == ENDPOINT_OP
-                        and isinstance(settings.get("model"), str) and settings["model"].startswith(MANIFEST_PREFIX)})
+    locations = sorted({location for _, location, _ in _passes_on_probes(recipe)})
     if not locations:
         return None
     completions = tokens = 0

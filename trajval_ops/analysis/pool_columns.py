@@ -40,16 +40,13 @@ def row_ids(rows: Sequence[Mapping], id_key: str | None = None) -> list:
     """The id of each row (``id_key`` or the first of ``fields.ID_CANDIDATES`` present), or its
     position when it has none."""
     keys = (id_key,) if id_key else fields.ID_CANDIDATES
-    ids = []
-    for position, row in enumerate(rows):
-        for key in keys:
-            value = get_path(row, key, None)
-            if value is not None:
-                ids.append(value)
-                break
-        else:
-            ids.append(position)
-    return ids
+    ids = [_row_id(row, keys) for row in rows]
+    return [position if value is None else value for position, value in enumerate(ids)]
+
+
+def _row_id(row: Mapping, keys: Sequence[str]):
+    """The value of the first of ``keys`` the row holds, None where it holds none."""
+    return next((value for value in (get_path(row, key, None) for key in keys) if value is not None), None)
 
 
 def measured_rows(rows: list[dict], path, option: str, stage: str = "report") -> tuple[list[dict], int]:
@@ -81,7 +78,7 @@ def check_joinable(rows: Sequence[Mapping], id_key: str | None, where: str) -> N
     """
     keys = (id_key,) if id_key else fields.ID_CANDIDATES
     for position, row in enumerate(rows):
-        if all(get_path(row, key, None) is None for key in keys):
+        if _row_id(row, keys) is None:
             raise TrajvalInputError(
                 f"{where}: row {position} has no id ({' or '.join(keys)}): its rows are joined with the other "
                 "input's on id, and a row's position is no id; give every row an id (or name it with --id-key)")
