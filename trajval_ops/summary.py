@@ -73,10 +73,11 @@ def rollout_noise(r_early, r_late, n_early, n_late) -> dict:
     posterior mean is positive on every row) whose delta is below ``NOISE_Z`` x SE(delta) is
     *within noise*: the sampling noise of the two passes alone could have produced its gain.
     """
+    r_early, r_late = np.asarray(r_early, dtype=np.float64), np.asarray(r_late, dtype=np.float64)
     se_early, se_late = pass_rate_se(r_early, n_early), pass_rate_se(r_late, n_late)
     se_delta = np.sqrt(se_early ** 2 + se_late ** 2)
-    delta = np.asarray(r_late, dtype=np.float64) - np.asarray(r_early, dtype=np.float64)
-    positive = core.learnability_score(np.asarray(r_early, dtype=np.float64), np.asarray(r_late, dtype=np.float64)) > 0
+    delta = r_late - r_early
+    positive = core.learnability_score(r_early, r_late) > 0
     within = positive & (delta < NOISE_Z * se_delta)
     return {
         "se_r_early_median": round(float(np.median(se_early)), 4),

@@ -474,9 +474,14 @@ def _cost_verdict(row: dict, main_run: int, baseline: str = BASELINE_ARM) -> str
     if row["net_saved"] is None:
         return f"never reaches {baseline}'s Best Acc in this run; {prior}"
     lo, hi = _bounds(row["net_saved_ci95"])
-    word = f"not judged: {NO_INTERVAL}" if math.isnan(lo) or math.isnan(hi) else "pays for itself in one run" \
-        if lo > 0 else "does not pay for itself in one run" if hi < 0 else \
-        "not distinguishable from paying for itself in one run"
+    if math.isnan(lo) or math.isnan(hi):
+        word = f"not judged: {NO_INTERVAL}"
+    elif lo > 0:
+        word = "pays for itself in one run"
+    elif hi < 0:
+        word = "does not pay for itself in one run"
+    else:
+        word = "not distinguishable from paying for itself in one run"
     runs = row["break_even_runs"]
     reuse = "never (it saves no training steps)" if runs is None else f"after {runs:.3g} runs reusing it"
     return (f"{word}: net {row['net_saved']:+,.0f} completions to reach {baseline}'s Best Acc (95% CI "

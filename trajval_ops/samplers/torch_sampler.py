@@ -130,18 +130,17 @@ class TrajvalSampler(Sampler[int]):
             # when it restores a state) and no set_epoch came since: this one serves what it would
             return self._stream()
         finished = self._yielded >= self.total_size
-        if self._resuming and self._named_epoch is not None and self._named_epoch > self.epoch:
+        resuming, self._resuming = self._resuming, False
+        if resuming and self._named_epoch is not None and self._named_epoch > self.epoch:
             # a set_epoch before the state was loaded (torchdata restores it lazily, after the
             # loop's set_epoch) naming a later epoch: the loop has moved on to it, as a set_epoch
             # after the load does (an earlier one was named before a load that moved past it)
-            self._resuming = False
             self._start_epoch(self._named_epoch)
-        elif self._resuming and (not finished or self._named_epoch == self.epoch or not self._completed):
-            self._resuming = False
+        elif resuming and (not finished or self._named_epoch == self.epoch or not self._completed):
+            pass  # the saved epoch continues where it stopped
         else:
-            if self._resuming and self._named_epoch is None:
+            if resuming and self._named_epoch is None:
                 warnings.warn(RESUMED_AT_EPOCH_END.format(epoch=self.epoch), RuntimeWarning, stacklevel=2)
-            self._resuming = False
             self._start_epoch(self.epoch + 1 if finished else self.epoch)
         self._completed = False
         return self._stream()
