@@ -4,6 +4,8 @@ model's own pass."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import yaml
@@ -25,6 +27,45 @@ def test_other_model_arms_need_another_model(tmp_path):
         load_config(config_file(tmp_path, training__arms=arms, probe__other_model=None))
     with pytest.raises(ConfigError, match="probe.other_model is the trained model"):
         load_config(config_file(tmp_path, training__arms=arms, probe__other_model=raw["model"]))
+
+
+def test_the_trained_model_under_another_name_is_refused(tmp_path):
+    """Issue 57: the trained model's own folder (its path, a link to it), or a short reference to
+    the folder the trained model is, compares one model's passes: refused like the same name."""
+    from trajval_ops.models import resolve_model
+
+    arms = ["uniform", "variance_other_model"]
+    folder = resolve_model("tiny-arith")
+    link = tmp_path / "link-to-tiny-arith"
+    link.symlink_to(folder)
+    for model, other in (("tiny-arith", str(folder)), ("tiny-arith", str(link)), (str(folder), "tiny-arith"),
+                         (str(link), f"{folder}/")):
+        with pytest.raises(ConfigError, match=rf"probe.other_model is the trained model \('{re.escape(model)}'"):
+            load_config(config_file(tmp_path, model=model, training__arms=arms, probe__other_model=other))
+    seed1 = load_config(config_file(tmp_path, model=str(folder), training__arms=arms,
+                                    probe__other_model=str(resolve_model("tiny-arith-seed1"))))
+    assert seed1.probe.other_model.endswith("tiny-arith-seed1")
+
+
+def test_a_missing_other_model_is_refused_by_the_dry_run_before_anything_trains(tmp_path):
+    """Issue 57: a probe.other_model that names no model passed the dry run and failed after the
+    probe had trained; now the config check (and so the dry run) refuses it in one line, exit 2."""
+    import subprocess
+    import sys
+
+    arms = ["uniform", "variance_other_model"]
+    missing = str(tmp_path / "no-such-model")
+    with pytest.raises(ConfigError, match=r"probe.other_model: model '.*no-such-model' is neither an existing model "
+                                          r"directory nor a known short reference"):
+        load_config(config_file(tmp_path, training__arms=arms, probe__other_model=missing))
+    with pytest.raises(ConfigError, match=r"probe.other_model: .*no probe manifest"):
+        load_config(config_file(tmp_path, training__arms=arms, probe__other_model=f"manifest:{tmp_path}#late[0]"))
+    command = [sys.executable, str(REPO / "tools" / "validate.py"), "--dry-run", "--rate", "100", "--config",
+               str(config_file(tmp_path, training__arms=arms, probe__other_model="tiny-arith-seed9"))]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert "probe.other_model: model 'tiny-arith-seed9' is neither" in line and not done.stdout
 
 
 def test_the_probe_unit_runs_the_other_models_pass_and_the_dry_run_counts_it(tmp_path):

@@ -98,15 +98,33 @@ def resolve_model_description(model: str) -> tuple[Path, dict]:
 
 
 def model_folder(ref_or_path: str) -> Path:
+    """The folder of a short reference (built first where it is built) or a model folder path."""
+    location = model_location(ref_or_path)
+    if ref_or_path in _SHIPPED:
+        return _shipped_model(ref_or_path)
+    if ref_or_path in _BUILDERS:
+        return _ensure_built(ref_or_path)
+    return location
+
+
+def model_location(ref_or_path: str) -> Path:
+    """Where the model of a short reference or a folder path lives, without building it (a
+    reference built on first use names its folder whether built yet or not): how a setting is
+    checked before anything runs, and two settings are told to name one model (their folders'
+    real paths are equal).
+
+    :raises FileNotFoundError: neither a known reference nor a directory.
+    :raises ValueError: a short reference that is also another folder in the working directory.
+    """
     if ref_or_path in KNOWN_MODELS and Path(ref_or_path).is_dir() and not _is_own_folder(ref_or_path):
         raise ValueError(
             f"model '{ref_or_path}' is both a short reference (a model this package ships or builds) and a "
             f"folder here ({Path(ref_or_path).resolve()}): name the folder as a path ('./{ref_or_path}') or "
             f"rename it to use the reference")
     if ref_or_path in _SHIPPED:
-        return _shipped_model(ref_or_path)
+        return _SHIPPED[ref_or_path]
     if ref_or_path in _BUILDERS:
-        return _ensure_built(ref_or_path)
+        return model_dir(ref_or_path)
     path = Path(ref_or_path).expanduser()
     if path.is_dir():
         return path

@@ -271,8 +271,8 @@ def check_config(config: ValidationConfig) -> None:
     if other and not config.probe.other_model:
         raise ConfigError(f"{where}: arms {other} read another model's pass: set probe.other_model (a model "
                           f"reference other than {config.model!r})")
-    if config.probe.other_model is not None and config.probe.other_model == config.model:
-        raise ConfigError(f"{where}: probe.other_model is the trained model ({config.model!r}); name another one")
+    if config.probe.other_model is not None:
+        _check_other_model(config, where)
     if "trajval_adaptive" in config.training.arms and not config.probe.adaptive_late:
         raise ConfigError(f"{where}: the trajval_adaptive arm reads the adaptive late pass: set probe.adaptive_late")
     grouped = sorted(set(config.training.arms) & GROUP_ARMS)
@@ -334,6 +334,29 @@ def check_config(config: ValidationConfig) -> None:
         raise ConfigError(f"{where}: oracle.window {config.oracle.window} needs at least "
                           f"{2 * config.oracle.window} evaluations; raise oracle.steps or lower every_steps")
     _check_verifier(config, where)
+
+
+def _check_other_model(config: ValidationConfig, where: str) -> None:
+    """``probe.other_model`` names a model found here (its pass runs after the probe trained), and
+    not the trained one under another name (its folder's path, a link to it, the folder a short
+    reference names): the comparison would be of one model's passes."""
+    import os
+
+    from trajval_ops.models import MANIFEST_PREFIX, model_location
+    from trajval_ops.probe.manifest import resolve_model_reference
+
+    def folder(key: str, model: str) -> str:
+        try:  # where the model is, built or not: nothing is built or loaded here
+            path = resolve_model_reference(model)[0] if model.startswith(MANIFEST_PREFIX) else model_location(model)
+        except (FileNotFoundError, ValueError) as exc:  # a ManifestError is a ValueError
+            raise ConfigError(f"{where}: {key}: {exc}") from None
+        return os.path.realpath(path)
+
+    other, trained = folder("probe.other_model", config.probe.other_model), folder("model", config.model)
+    if other == trained:
+        alias = "" if config.probe.other_model == config.model else f", whose folder {trained} it names"
+        raise ConfigError(f"{where}: probe.other_model is the trained model ({config.model!r}{alias}); name "
+                          "another one")
 
 
 def _check_verifier(config: ValidationConfig, where: str) -> None:
