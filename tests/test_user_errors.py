@@ -199,3 +199,46 @@ def test_a_misspelled_parameter_is_one_block_with_data_juicers_suggestion(tmp_pa
     result = dj_process(plain, tmp_path)
     assert result.returncode not in (0, 2) and "Unknown parameter 'min_lenn'" in result.stdout + result.stderr
     assert "trajval_ops: error" not in result.stderr
+
+
+def test_a_cuda_probe_without_a_gpu_is_one_block_before_the_child_starts(tmp_path):
+    """Issue 57: ``device: cuda`` on a machine without a GPU ended a dj-process probe with the
+    child's raw RuntimeError (40 frames), exit 1; it is now the line ``trajval validate`` gives,
+    said before the training child starts (nothing is written to the probe's folder)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: device: cuda is valid here")
+    recipe = yaml.safe_load((REPO / "recipes" / "demo_trajval.yaml").read_text())
+    recipe.update(export_path=str(tmp_path / "out.jsonl"), process=recipe["process"][:1])
+    recipe["process"][0]["trajval_probe_trainer"].update(output_dir=str(tmp_path / "probe"), device="cuda")
+    result = dj_process(recipe, tmp_path)
+    _ends_with_one_error_block(result, "trajval_probe_trainer: device: cuda, but torch sees no GPU on this machine; "
+                                       "set device: cpu, or auto")
+    assert "probe: generation with" not in result.stderr  # the child never started
+    assert not (tmp_path / "probe").exists() and not (tmp_path / "out.jsonl").exists()
+
+
+def test_the_probe_operator_checks_the_device_before_it_spawns_the_training_child(monkeypatch):
+    """The same check as ``trajval validate``'s (:func:`trajval_ops.hardware.missing_gpu`), asked
+    of the GPU count (NVML) before any process starts; the child's own check says it alike."""
+    import multiprocessing
+
+    import pyarrow as pa
+    import torch
+
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.ops.probe_trainer import TrajvalProbeTrainer
+    from trajval_ops.probe.config import resolve_device
+
+    def no_child(*args, **kwargs):
+        raise AssertionError("a training child was started")
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(multiprocessing, "get_context", no_child)
+    probe = TrajvalProbeTrainer(output_dir="unused", model="tiny-arith", device="cuda", show_progress=False)
+    with pytest.raises(TrajvalInputError, match="trajval_probe_trainer: device: cuda, but torch sees no GPU"):
+        probe.process_table(pa.Table.from_pylist(read_jsonl(FIXTURE_POOL)))
+    with pytest.raises(TrajvalInputError, match="^device: cuda, but torch sees no GPU on this machine; set device: cpu"):
+        resolve_device("cuda")

@@ -62,6 +62,16 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
+def missing_gpu(device: str, count: int | None = None) -> str | None:
+    """What is wrong with ``device: cuda`` where torch sees no GPU, in one line naming the remedy;
+    None for any other device or where there is a GPU. ``count``: the GPUs the caller counted
+    (default :func:`gpu_count`, which leaves later forked workers able to use CUDA)."""
+    if device != "cuda" or (gpu_count() if count is None else count):
+        return None
+    return ("device: cuda, but torch sees no GPU on this machine; set device: cpu, or auto to use a GPU only where "
+            "there is one")
+
+
 def worker_device(rank: int) -> str:
     """The device of the map worker of this rank: GPU ``rank`` mod the GPU count where CUDA is (as
     Data-Juicer places its own models on GPUs), else the CPU."""

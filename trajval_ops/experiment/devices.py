@@ -22,6 +22,7 @@ from pathlib import Path
 
 from trajval_ops.errors import first_few
 from trajval_ops.experiment.validation_config import ConfigError, ValidationConfig
+from trajval_ops.hardware import missing_gpu
 
 #: workers on CPU when the config leaves them unset (two cores here; one torch thread each)
 CPU_WORKERS = 2
@@ -38,9 +39,8 @@ def visible_gpus(device: str) -> list[str]:
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
-        if device == "cuda":
-            raise ConfigError("device: cuda, but torch sees no GPU on this machine (torch.cuda.is_available() is "
-                              "False); set device: cpu, or auto to use a GPU only where there is one")
+        if problem := missing_gpu(device, count):
+            raise ConfigError(problem)
         return []
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [part.strip() for part in visible.split(",") if part.strip()] if visible else []

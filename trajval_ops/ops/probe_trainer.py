@@ -12,6 +12,8 @@ from pydantic import Field, PositiveInt
 from typing_extensions import Annotated
 
 from trajval_ops import fields, settings
+from trajval_ops.errors import TrajvalInputError
+from trajval_ops.hardware import missing_gpu
 from trajval_ops.rows import path_root
 from trajval_ops.ops.dj.parameters import checked_parameters, safe_op_kwargs
 from trajval_ops.ops.dj.table_mapper import run_whole_pool
@@ -169,6 +171,8 @@ class TrajvalProbeTrainer(Pipeline):
 
         if table.num_rows == 0:
             raise ValueError(f"{OP_NAME}: the pool is empty (0 rows): nothing to probe")
+        if problem := missing_gpu(self.config.device):  # here, not as the child's traceback
+            raise TrajvalInputError(f"{OP_NAME}: {problem}")
         positions, ids = self.probe_positions(table)
         probe_rows = table.take(pa.array(positions, type=pa.int64())).to_pylist()
         # Train in a spawned child (or launched ranks): torch's thread pool must not start in this

@@ -214,11 +214,13 @@ UNHASHED_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ProbeConfig)
 
 
 def resolve_device(requested: str) -> str:
-    """``cuda`` when asked for or when ``auto`` finds a GPU, else ``cpu``."""
+    """``cuda`` when asked for or when ``auto`` finds a GPU, else ``cpu``.
+
+    :raises TrajvalInputError: ``cuda`` where torch sees no GPU."""
     import torch
 
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' was requested but torch sees no GPU")
+    if problem := hardware.missing_gpu(requested):
+        raise TrajvalInputError(problem)
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return requested
