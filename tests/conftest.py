@@ -184,6 +184,25 @@ def float16_overflowing_model(tmp_path, tiny_model_path) -> Path:
     return folder
 
 
+@pytest.fixture
+def huge_weights_model(tmp_path) -> Path:
+    """A model folder (tiny-arith, every weight times 1e12) whose weights are finite and whose fp32
+    logits are NaN: what a probe trained at ``learning_rate: 1e12`` kept."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trajval_ops.models import resolve_model
+
+    folder, source = tmp_path / "huge-weights", resolve_model("tiny-arith")
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    with torch.no_grad():
+        for weight in model.parameters():
+            weight.mul_(1e12)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+    return folder
+
+
 def vllm_importable() -> tuple[bool, str]:
     try:
         import vllm  # noqa: F401

@@ -268,6 +268,21 @@ def test_an_overflowing_float16_pass_stops_and_caches_nothing(tmp_path, float16_
     assert not any(path.stat().st_size for path in (tmp_path / "rollouts").rglob("results-*.jsonl"))
 
 
+def test_sampling_from_a_model_that_overflows_names_the_model_and_the_likely_cause(huge_weights_model):
+    """Issue 57: a checkpoint with finite but huge weights (a probe at learning_rate 1e12) made the
+    endpoint pass die on torch's bare "probability tensor contains either inf, nan or element < 0";
+    it is a NonFiniteLogits naming the model's folder and the learning rate."""
+    import re
+
+    from trajval_ops.errors import NonFiniteLogits
+
+    engine = TransformersEngine(huge_weights_model, dtype="float32", device="cpu")
+    with pytest.raises(NonFiniteLogits, match=rf"sampling from the model {re.escape(str(huge_weights_model))} failed: "
+                                              r"its next-token probabilities at temperature 1 are NaN or inf .* lower "
+                                              r"learning_rate"):
+        engine.generate(["dsum 597"], DecodingConfig(n=2, max_new_tokens=4))
+
+
 def test_derive_seed_is_stable_and_content_dependent():
     assert derive_seed(0, "a") == derive_seed(0, "a")
     assert len({derive_seed(0, "a"), derive_seed(1, "a"), derive_seed(0, "b")}) == 3

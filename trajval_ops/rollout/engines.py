@@ -169,6 +169,10 @@ class TransformersEngine:
                 f"{options['num_return_sequences']} completion(s) of up to {decoding.max_new_tokens} new tokens "
                 f"({out_of_memory_summary(error)}); lower prompts_per_generate (the prompts of one call) or "
                 "max_new_tokens, or use engine: vllm (it pages its KV cache)") from error
+        except RuntimeError as error:
+            if "probability tensor contains" not in str(error):
+                raise
+            raise non_finite_sampling(self.model, decoding.temperature, error) from error
         new_tokens = output[:, inputs["input_ids"].shape[1]:]
         eos_ids = _eos_ids(self.model, self.tokenizer)
         lengths = [_completion_length(row, eos_ids) for row in new_tokens.tolist()]
@@ -210,6 +214,19 @@ def finite_logits_check(dtype: str, prompt_tokens: int):
         return scores
 
     return LogitsProcessorList([check])
+
+
+def non_finite_sampling(model, temperature: float, error: RuntimeError):
+    """torch's "probability tensor contains either inf, nan or element < 0" (a sampling step of
+    ``model.generate`` on CPU) as a :class:`~trajval_ops.errors.NonFiniteLogits` naming the model
+    (its folder: a probe checkpoint's names the checkpoint) and the likely cause."""
+    from trajval_ops.errors import NonFiniteLogits
+
+    return NonFiniteLogits(
+        f"transformers engine: sampling from the model {getattr(model, 'name_or_path', '') or '(in memory)'} "
+        f"failed: its next-token probabilities at temperature {temperature:g} are NaN or inf (torch: {error}). "
+        "Its weights are non-finite or so large that a forward pass overflows, as a training run (a probe) whose "
+        "learning rate was too high leaves them: train that model again with a lower learning_rate")
 
 
 def _eos_ids(model, tokenizer) -> set[int]:
