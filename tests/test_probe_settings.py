@@ -197,6 +197,35 @@ def test_a_non_finite_loss_or_gradient_stops_the_run_naming_step_precision_and_r
         NonFiniteGuard("probe", "fp32", 1e-5).on_log(None, state, None, logs={"loss": float("inf")})
 
 
+def test_finite_weights_whose_distribution_is_not_finite_stop_the_run_naming_the_learning_rate(huge_weights_model):
+    """Issue 57: weights a step left finite but huge (learning_rate 1e12) passed the guard, and the
+    next sampling died in torch; the guard's sampling check runs the model on the run's own prompts
+    and stops the step, naming the learning rate. A sound model passes it, left in its mode."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trajval_ops.errors import TrainingDiverged
+    from trajval_ops.models import resolve_model
+    from trajval_ops.probe.progress import NonFiniteGuard, SamplingCheck
+
+    tokenizer = AutoTokenizer.from_pretrained(huge_weights_model)
+    tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
+    check = SamplingCheck(tokenizer, ["dsum 597", "add 12 30", "dsum 1", "mul 3 4", "unused"], temperature=1.0)
+    assert len(check.inputs["input_ids"]) == SamplingCheck.PROMPTS
+    args, state = SimpleNamespace(device="cpu"), SimpleNamespace(global_step=1)
+    sound = AutoModelForCausalLM.from_pretrained(resolve_model("tiny-arith")).train()
+    NonFiniteGuard("probe", "fp32", 3e-4, check).on_step_end(args, state, None, model=sound)
+    assert sound.training
+    huge = AutoModelForCausalLM.from_pretrained(huge_weights_model)
+    with pytest.raises(TrainingDiverged, match=r"probe: step 1: the next-token distribution on 4 of the run's own "
+                                               r"prompts is not finite \(logits NaN or inf\) though every weight is "
+                                               r"finite \(the largest \|weight\| is .*e\+1[12]\), .*learning rate "
+                                               r"1e\+12\); likely cause: the learning rate is too high; .* Remedy: "
+                                               r"a lower learning_rate"):
+        NonFiniteGuard("probe", "fp32", 1e12, check).on_step_end(args, state, None, model=huge)
+
+
 def test_out_of_gpu_memory_in_training_names_the_levers_the_run_has_left():
     """With gradient checkpointing already on and TRL's vLLM sharing the GPU, the message leaves
     the first out and names vLLM's share."""

@@ -390,3 +390,34 @@ def test_a_step_out_of_gpu_memory_names_the_step_and_the_settings_that_lower_it(
         run_probe(rows, [r["id"] for r in rows], tiny_config(epochs=1), out, show_progress=False,
                   extra_callbacks=[Exhaust()])
     assert not list(out.glob("checkpoint-*")) and not list(out.glob("epoch-*"))
+
+
+def test_a_probe_whose_weights_cannot_sample_fails_and_is_never_reused(tmp_path):
+    """Issue 57: at learning_rate 1e12 the demo probe's weights stay finite (up to 1e12) and its
+    logits are NaN. The guard passed it, checkpoint-1 was written, the manifest said complete and
+    the late pass died in torch; every rerun reused it. Now the step stops with the learning rate
+    named, no checkpoint is written, the manifest says failed and why, and neither a rerun nor an
+    endpoint pass uses it."""
+    import yaml
+
+    from tests.conftest import REPO
+    from trajval_ops.errors import TrainingDiverged
+    from trajval_ops.probe.manifest import ManifestError
+
+    recipe = yaml.safe_load((REPO / "recipes" / "demo_trajval.yaml").read_text())
+    settings = recipe["process"][0]["trajval_probe_trainer"]
+    config = ProbeConfig(**{**{k: v for k, v in settings.items() if k in ProbeConfig.__dataclass_fields__},
+                            "learning_rate": 1e12})
+    rows = read_jsonl(REPO / recipe["dataset_path"])[:8]  # one step of 8 prompts
+    out = tmp_path / "probe"
+    diverged = r"probe: step 1: the next-token distribution .* learning rate 1e\+12\); likely cause: the learning rate"
+    with pytest.raises(TrainingDiverged, match=diverged):
+        run_probe(rows, [r["id"] for r in rows], config, out, show_progress=False)
+    assert not list(out.glob("checkpoint-*"))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and re.search(diverged, manifest["failure"])
+    with pytest.raises(ProbeDirectoryError, match=r"holds a probe with these settings that failed, so its checkpoints "
+                                                  r"are not used: .* Its error: " + diverged):
+        run_probe(rows, [r["id"] for r in rows], config, out, show_progress=False)
+    with pytest.raises(ManifestError, match="the probe run failed, so its checkpoints are not used: " + diverged):
+        resolve_checkpoint(out, "late[0]")

@@ -19,6 +19,8 @@ FORMAT = "trajval-probe-manifest/1"
 MANIFEST_NAME = "manifest.json"
 STATUS_RUNNING = "running"
 STATUS_COMPLETE = "complete"
+#: stopped on a diverged step; ``failure`` says why (its checkpoints are never used)
+STATUS_FAILED = "failed"
 WINDOWS = ("early", "late")
 
 _REQUIRED_KEYS = (
@@ -89,6 +91,8 @@ def load_manifest(path_or_dir: str | os.PathLike, require_complete: bool = True)
     missing = [key for key in _REQUIRED_KEYS if key not in manifest]
     if missing:
         raise ManifestError(f"{path}: manifest lacks keys {missing}")
+    if require_complete and manifest["status"] == STATUS_FAILED:
+        raise ManifestError(f"{path}: the probe run failed, so its checkpoints are not used: {manifest.get('failure')}")
     if require_complete and manifest["status"] != STATUS_COMPLETE:
         raise ManifestError(
             f"{path}: probe run status is {manifest['status']!r}, not {STATUS_COMPLETE!r} "

@@ -114,20 +114,57 @@ class ProbeProgress(TrainerCallback):
         self.manifest["cost"] = training_cost(log_history, per_step, self.manifest["wall_time_s"])
 
 
+class SamplingCheck:
+    """The policy's next-token distribution on a few of the run's own prompts, at the temperature
+    it samples with, required finite. Weights can stay finite yet so large that a forward pass
+    overflows (``learning_rate: 1e12`` on tiny-arith: weights up to 1e12, NaN logits), and every
+    later sampling dies on torch's "probability tensor contains either inf, nan or element < 0".
+
+    :param prompts: the run's prompts as its trainer tokenizes them (the first :attr:`PROMPTS` are used).
+    """
+
+    PROMPTS = 4
+
+    def __init__(self, tokenizer, prompts, temperature: float):
+        self.inputs = tokenizer(list(prompts)[:self.PROMPTS], return_tensors="pt", padding=True)
+        self.temperature = temperature
+
+    def problem(self, model, device) -> str | None:
+        """What is not finite in ``model``'s distribution (one forward pass, in eval mode: no
+        dropout, no random numbers drawn), or None."""
+        import torch
+
+        inputs = {key: value.to(device) for key, value in self.inputs.items()}
+        training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                logits = model(**inputs, use_cache=False).logits[inputs["attention_mask"].bool()]
+        finally:
+            model.train(training)
+        if not bool(torch.isfinite(logits).all()):
+            return "logits NaN or inf"
+        if not bool(torch.isfinite(torch.softmax(logits.float() / self.temperature, dim=-1)).all()):
+            return f"probabilities at temperature {self.temperature:g} NaN or inf"
+        return None
+
+
 class NonFiniteGuard(TrainerCallback):
-    """Stops a GRPO run at the first step whose logged loss or gradient norm is not finite, with
-    an error naming the step, the precision and the remedy. Logging comes before saving within a
-    step, so no checkpoint of that step is written (a NaN model would otherwise be saved and carry
-    on into generation, which dies later on a device-side assert).
+    """Stops a GRPO run at the first step whose logged loss or gradient norm, updated weights, or
+    (with ``sampling``) next-token distribution is not finite, with an error naming the step, the
+    precision and the remedy. Logging comes before saving within a step, so no checkpoint of that
+    step is written (a NaN model would otherwise be saved and carry on into generation, which dies
+    later on a device-side assert).
 
     :param what: the run's name in the message (``probe``, a validation unit).
     :param precision: the resolved precision (``bf16-mixed``, ``bf16``, ``fp32``), named in the message.
+    :param sampling: the distribution check (:class:`SamplingCheck`) run after each step's update.
     """
 
     WATCHED = ("loss", "grad_norm")
 
-    def __init__(self, what: str, precision: str, learning_rate: float):
-        self.what, self.precision, self.learning_rate = what, precision, learning_rate
+    def __init__(self, what: str, precision: str, learning_rate: float, sampling: SamplingCheck | None = None):
+        self.what, self.precision, self.learning_rate, self.sampling = what, precision, learning_rate, sampling
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         # the step's log comes after every callback's on_step_end, and a held-out evaluation there
@@ -135,10 +172,19 @@ class NonFiniteGuard(TrainerCallback):
         # per step (one device sync), ahead of the callbacks after this one
         import torch
 
-        if model is not None:
-            finite = [torch.isfinite(p).all() for p in model.parameters() if p.is_floating_point()]
-            if finite and not bool(torch.stack(finite).all()):
-                self._stop(state.global_step, "a weight after the update", "not finite")
+        if model is None:
+            return
+        weights = [p for p in model.parameters() if p.is_floating_point()]
+        finite = [torch.isfinite(p).all() for p in weights]
+        if finite and not bool(torch.stack(finite).all()):
+            self._stop(state.global_step, "a weight after the update", "not finite")
+        problem = self.sampling.problem(model, args.device) if self.sampling is not None else None
+        if problem:
+            largest = max(float(p.detach().abs().max()) for p in weights)
+            self._stop(state.global_step, f"the next-token distribution on {len(self.sampling.inputs['input_ids'])} "
+                       f"of the run's own prompts", f"not finite ({problem}) though every weight is finite (the "
+                       f"largest |weight| is {largest:.3g}), so sampling from this model would fail",
+                       cause="the learning rate is too high")
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         for key in self.WATCHED:
@@ -146,17 +192,18 @@ class NonFiniteGuard(TrainerCallback):
             if value is not None and not math.isfinite(float(value)):
                 self._stop(state.global_step, key, value)
 
-    def _stop(self, step: int, what: str, value) -> None:
+    def _stop(self, step: int, what: str, value, cause: str = "") -> None:
         from trajval_ops.errors import TrainingDiverged
 
-        remedy = {"bf16": "precision: bf16-mixed or fp32 (bf16 weights went non-finite for "
-                          "SmolLM2-135M-Instruct on a GPU)",
-                  "bf16-mixed": "precision: fp32, or a lower learning_rate or max_grad_norm",
-                  }.get(self.precision, "a lower learning_rate or max_grad_norm")
+        remedy = "a lower learning_rate or max_grad_norm"
+        if not cause:  # what went non-finite may be the precision's doing
+            remedy = {"bf16": "precision: bf16-mixed or fp32 (bf16 weights went non-finite for "
+                              "SmolLM2-135M-Instruct on a GPU)",
+                      "bf16-mixed": "precision: fp32, or a lower learning_rate or max_grad_norm"}.get(self.precision, remedy)
         raise TrainingDiverged(
             f"{self.what}: step {step}: {what} is {value} (precision {self.precision}, learning "
-            f"rate {self.learning_rate:g}); training stopped before a checkpoint of this step was written. "
-            f"Remedy: {remedy}")
+            f"rate {self.learning_rate:g}){f'; likely cause: {cause}' if cause else ''}; training stopped before a "
+            f"checkpoint of this step was written. Remedy: {remedy}")
 
 
 @contextmanager

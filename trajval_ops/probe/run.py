@@ -26,6 +26,7 @@ from trajval_ops.probe.config import (
 from trajval_ops.probe.manifest import (
     FORMAT,
     STATUS_COMPLETE,
+    STATUS_FAILED,
     STATUS_RUNNING,
     config_hash,
     manifest_numerics,
@@ -34,7 +35,7 @@ from trajval_ops.probe.manifest import (
 )
 from trajval_ops.fields import TRAIN_GROUND_TRUTH, TRAIN_ROW_JSON
 from trajval_ops.probe.rewards import verifier_reward
-from trajval_ops.errors import TrajvalInputError
+from trajval_ops.errors import TrainingDiverged, TrajvalInputError
 from trajval_ops.rows import row_label
 
 
@@ -75,6 +76,7 @@ def run_probe(
     if previous is not None:
         _check_same_probe(output_dir, previous, identity, digest)
         _check_same_tasks(output_dir, previous, tasks)
+        _check_not_failed(output_dir, previous)
         if previous["status"] == STATUS_COMPLETE:
             logger.info(f"probe: run in {output_dir} is already complete (config {digest[:19]}); not repeating it")
             return previous
@@ -90,11 +92,12 @@ def run_probe(
     main = args.process_index == 0
     manifest = _start_manifest(config, probe_ids, base_model, digest, device, steps_per_epoch, previous)
     manifest["tasks_sha256"] = tasks
-    from trajval_ops.probe.progress import NonFiniteGuard, ProbeProgress, quiet_trainer
+    from trajval_ops.probe.progress import NonFiniteGuard, ProbeProgress, SamplingCheck, quiet_trainer
 
     progress = ProbeProgress(config, output_dir, base_model, steps_per_epoch, manifest, show_progress)
     precision = resolve_precision(config.precision, device)
-    guard = NonFiniteGuard("probe", precision, config.learning_rate)
+    guard = NonFiniteGuard("probe", precision, config.learning_rate,
+                           SamplingCheck(tokenizer, dataset["prompt"], config.temperature))
     trainer = _grpo_trainer(config, args, base_model, device, tokenizer, dataset, manifest,
                             [guard, progress, *extra_callbacks])
     quiet_trainer(trainer)
@@ -112,7 +115,12 @@ def run_probe(
                         precision_note(config.precision, device)):
             if warning:
                 logger.warning(f"probe: {warning}")
-    _train(trainer, config, device, resume, trained, steps_per_epoch)
+    try:
+        _train(trainer, config, device, resume, trained, steps_per_epoch)
+    except TrainingDiverged as error:  # the same settings diverge again: never resumed nor reused
+        if main:
+            write_manifest(output_dir, {**manifest, "status": STATUS_FAILED, "failure": str(error)})
+        raise
     return _finish_probe(trainer, args, config, output_dir, base_model, device, manifest, progress)
 
 
@@ -416,6 +424,15 @@ def _check_same_tasks(output_dir: Path, previous: dict, tasks: str) -> None:
             f"{output_dir} holds a probe of the same task ids whose prompts or ground truths were others (tasks "
             f"sha256 {recorded[:12]}... vs {tasks[:12]}...): its checkpoints trained on those; "
             "use another output_dir, or delete it to train on the tasks as they are now")
+
+
+def _check_not_failed(output_dir: Path, previous: dict) -> None:
+    """A probe that stopped on a diverged step (:class:`~trajval_ops.errors.TrainingDiverged`,
+    recorded in its manifest) would diverge alike when resumed with the same settings."""
+    if previous.get("status") == STATUS_FAILED:
+        raise ProbeDirectoryError(
+            f"{output_dir} holds a probe with these settings that failed, so its checkpoints are not used: change the "
+            f"setting its error names and use another output_dir, or delete this one. Its error: {previous.get('failure')}")
 
 
 def _check_same_numerics(output_dir: Path, previous: dict, here: dict[str, str]) -> None:
