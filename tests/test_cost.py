@@ -4,6 +4,7 @@ a run records (tests/test_rollout_mapper.py checks the per-row record against th
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import yaml
@@ -222,6 +223,10 @@ def test_the_cost_of_a_resampled_or_concatenated_pool_is_its_runs_record(tmp_pat
      "process[2]: trajval_endpoint_reward_mapper: sample_fraction must be in (0, 1], got 0"),
     (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(sample_fraction=1.5),
      "sample_fraction must be in (0, 1], got 1.5"),
+    (lambda p: p[4]["trajval_learnability_mapper"].update(eps=math.nan),  # NaN passed every bound
+     "process[4]: trajval_learnability_mapper: parameter 'eps' = nan: Input should be a finite number"),
+    (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(top_p=math.inf),
+     "process[2]: trajval_endpoint_reward_mapper: parameter 'top_p' = inf: Input should be a finite number"),
     (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(budget="adaptive", round_size=32),
      "process[2]: trajval_endpoint_reward_mapper: round_size must be in [1, n = 16], got 32"),
     (lambda p: p[3]["trajval_endpoint_reward_mapper"].update(sample_seed=5),

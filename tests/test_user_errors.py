@@ -62,6 +62,14 @@ def test_a_sharded_export(tmp_path):
     assert not list(tmp_path.glob("out*.jsonl"))
 
 
+def test_a_nan_parameter(tmp_path):
+    """NaN passed every declared bound: ``eps: .nan`` was taken, and died later in a traceback."""
+    result = dj_process(_score_recipe(tmp_path, FIXTURE_POOL, eps=float("nan")), tmp_path)
+    _ends_with_one_error_block(result, "trajval_learnability_mapper: parameter 'eps' = nan: Input should be a finite "
+                                       "number")
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_a_parameter_of_the_wrong_type(tmp_path):
     result = dj_process(_score_recipe(tmp_path, FIXTURE_POOL, eps=True), tmp_path)  # YAML `true` for a float
     _ends_with_one_error_block(result, "trajval_learnability_mapper: parameter 'eps' = True: Input should be a "

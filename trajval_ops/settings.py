@@ -12,7 +12,10 @@ settings with other defaults (:func:`settings_subset`).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import math
+import numbers
 import types
 import typing
 from typing import Any, Iterable
@@ -47,7 +50,7 @@ def type_hints(cls) -> dict[str, Any]:
 
 def _type_problem(value: Any, hint: Any) -> str | None:
     """What is wrong with ``value`` for the annotation ``hint`` (None: it fits). Strict: a bool is
-    not a number, a number is not a string; an int is a float."""
+    not a number, a number is not a string, a float is not an int; an int is a float."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(hint)
@@ -68,9 +71,9 @@ def _type_problem(value: Any, hint: Any) -> str | None:
         return None
     base = origin or hint
     if base is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif base is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    elif base is int:  # numbers.Integral: numpy's integers too
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     else:
         ok = isinstance(value, base)
     return None if ok else f"must be {_type_name(hint)}, got {type(value).__name__} {value!r}"
@@ -105,6 +108,10 @@ def value_problem(value: Any, hint: Any, metadata) -> str | None:
     choices = metadata.get("choices")
     if choices is not None and value not in choices:
         return f"must be one of {', '.join(map(repr, choices))}, got {value!r}"
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    infinite = next((v for v in items if isinstance(v, numbers.Real) and not math.isfinite(v)), None)
+    if infinite is not None:  # NaN passes every comparison with a bound; no setting means infinity
+        return f"must be a finite number, got {infinite}"
     if value is None or isinstance(value, (str, bool, dict, tuple, list)):
         return None
     low_bad = ("ge" in metadata and value < metadata["ge"]) or ("gt" in metadata and value <= metadata["gt"])
@@ -113,6 +120,18 @@ def value_problem(value: Any, hint: Any, metadata) -> str | None:
         why = f" ({metadata['why']})" if metadata.get("why") else ""
         return f"must be in {interval_text(metadata)}{why}, got {value}"
     return None
+
+
+def finite_float(text: str) -> float:
+    """The ``argparse`` type of a number flag: a float, NaN and infinity refused as for every
+    setting (``float("nan")`` parses, and would pass any bound the command checks)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
 
 
 def check_settings(obj) -> None:

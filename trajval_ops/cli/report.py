@@ -15,6 +15,7 @@ import sys
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     from trajval_ops.analysis.pool_columns import TRAJECTORY_KEY
+    from trajval_ops.settings import finite_float
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--pool", required=True, help="pool JSONL with trajval_r_early/trajval_r_late "
@@ -29,8 +30,8 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
                         "(default: id, task_id, extra_info.index, ...)")
     parser.add_argument("--window", type=int, default=1, help="K checkpoints averaged into a trajectory's "
                         "r_early / r_late (default 1)")
-    parser.add_argument("--alpha", type=float, default=None, help="default: pool provenance, else 0.3")
-    parser.add_argument("--eps", type=float, default=None, help="default: pool provenance, else 0.05")
+    parser.add_argument("--alpha", type=finite_float, default=None, help="default: pool provenance, else 0.3")
+    parser.add_argument("--eps", type=finite_float, default=None, help="default: pool provenance, else 0.05")
     args = parser.parse_args(argv)
 
     from trajval_ops.analysis.pool_report import build_report

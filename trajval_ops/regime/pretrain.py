@@ -65,6 +65,7 @@ from typing import Callable, Iterable, Mapping
 
 from trajval_ops.regime.tasks import FAMILIES, VERIFIER, generate_tasks, pretraining_pair, question_of
 from trajval_ops.regime.tokenizer import ANSWER_MARKER, EOS, PAD, build_char_tokenizer, vocabulary
+from trajval_ops.settings import finite_float
 
 #: Share of pretraining examples per family (normalised; a family left out gets none).
 FAMILY_WEIGHTS: dict[str, float] = {name: 1.0 for name in FAMILIES} | {"max": 0.5, "reverse": 0.75, "sort_digits": 0.75}
@@ -279,11 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=DEFAULTS["steps"])
     parser.add_argument("--seed", type=int, default=DEFAULTS["seed"])
     parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
-    parser.add_argument("--learning-rate", type=float, default=DEFAULTS["learning_rate"])
+    parser.add_argument("--learning-rate", type=finite_float, default=DEFAULTS["learning_rate"])
     parser.add_argument("--warmup-steps", type=int, default=DEFAULTS["warmup_steps"])
-    parser.add_argument("--min-lr-ratio", type=float, default=DEFAULTS["min_lr_ratio"],
+    parser.add_argument("--min-lr-ratio", type=finite_float, default=DEFAULTS["min_lr_ratio"],
                         help="final learning rate / peak (cosine decay after the warm-up; 1: constant)")
-    parser.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"])
+    parser.add_argument("--weight-decay", type=finite_float, default=DEFAULTS["weight_decay"])
     parser.add_argument("--weights", help="family weights 'name=w,...' (default: FAMILY_WEIGHTS)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: deterministic, "
                         "and the shipped model was made so)")
@@ -299,7 +300,10 @@ def main(argv: list[str] | None = None) -> int:
             name, _, value = item.partition("=")
             if name not in FAMILIES:
                 parser.error(f"unknown family {name!r} in --weights")
-            weights[name] = float(value)
+            try:
+                weights[name] = finite_float(value)
+            except argparse.ArgumentTypeError as err:
+                parser.error(f"--weights {name}: {err}")
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not args.overwrite:
         parser.error(f"{out} exists and is not empty (use --overwrite)")

@@ -24,8 +24,8 @@ def safe_op_kwargs(kwargs: dict) -> dict:
 
 def checked_parameters(init):
     """Decorate an operator's ``__init__``: every argument is checked against its declared type
-    and bounds (pydantic, strict: no bool for a number, no 2.5 for an integer, no unknown
-    choice) before the operator is built, the error naming the parameter; a setting error then
+    and bounds (pydantic, strict: no bool for a number, no 2.5 for an integer, no NaN or
+    infinity, no unknown choice) before the operator is built, the error naming the parameter; a setting error then
     ends a dj-process run with one readable message (:class:`user_errors`). The signature and
     docstring stay the operator's own (Data-Juicer's config parser reads them)."""
     import functools
@@ -39,9 +39,10 @@ def checked_parameters(init):
 
     def adapter(name):
         if name not in adapters:
-            from pydantic import TypeAdapter
+            from pydantic import ConfigDict, TypeAdapter
 
-            adapters[name] = TypeAdapter(hints[name])
+            # NaN passes every bound (nan > 0 is no error to a comparison): refused as for every setting
+            adapters[name] = TypeAdapter(hints[name], config=ConfigDict(allow_inf_nan=False))
         return adapters[name]
 
     @functools.wraps(init)
