@@ -319,3 +319,30 @@ def test_bots_observes_a_task_drawn_twice_once_at_its_pooled_rate():
     once.update(np.array([0, 2]), np.array([0.5, 0.5]), np.array([4, 8]), np.array([False, False]))
     assert pooled.state_dict()["pseudo_successes"].tolist() == once.state_dict()["pseudo_successes"].tolist()
     assert pooled.state_dict()["pseudo_failures"].tolist() == once.state_dict()["pseudo_failures"].tolist()
+
+
+@pytest.mark.parametrize("scheduler, settings, message", [
+    (BotsScheduler, {"m": 2.7}, r"m must be an integer, got float 2\.7"),  # was read as 2
+    (BotsScheduler, {"rho": 1.5}, r"rho must be in \[0, 1\] \(the evidence is .*\), got 1\.5"),  # ran on
+    (BotsScheduler, {"rho": -0.1}, r"rho must be in \[0, 1\]"),
+    (BotsScheduler, {"lam": 1.2}, r"lam must be in \[0, 1\]"),
+    (BotsScheduler, {"m": 0}, r"m must be in \[1, inf\)"),
+    (BotsScheduler, {"target": 1.5}, r"target must be in \[0, 1\]"),
+    (BotsScheduler, {"tau": 0}, r"tau must be in \(0, inf\)"),
+    (BotsScheduler, {"tau": "0.5"}, r"tau must be a number, got str '0\.5'"),
+    (BotsScheduler, {"thompson": "yes"}, r"thompson must be true or false"),
+    (GresoScheduler, {"min_keep": 0}, r"min_keep must be in \(0, 1\]"),
+    (GresoScheduler, {"p_step": 2}, r"p_step must be in \[0, 1\]"),
+    (GresoScheduler, {"p_min": 0.9, "p_max": 0.1}, r"p_min 0\.9 must not exceed p_max 0\.1"),
+])
+def test_a_scheduler_setting_outside_its_declaration_is_refused_when_built_naming_it(scheduler, settings, message):
+    """The settings failed only at the first feedback, naming none (or never: m 2.7 was read as 2,
+    rho 1.5 made pseudo-counts negative)."""
+    with pytest.raises(ValueError, match=message):
+        scheduler(4, **settings)
+
+
+def test_a_success_threshold_must_be_a_finite_number():
+    for threshold in (float("nan"), float("inf"), "0.5"):
+        with pytest.raises(ValueError, match="success_threshold must be a"):
+            ComposedSampler(np.ones(3), success_threshold=threshold)

@@ -101,11 +101,6 @@ def test_feedback_moves_mass_away_from_solved_tasks():
     assert counts[0] < 0.25 * counts[1]
 
 
-def test_unknown_online_scheduler_is_refused():
-    with pytest.raises(ValueError, match="greso"):
-        _selector(online="nope")
-
-
 def test_bots_takes_the_weight_and_two_reference_pass_rates():
     keys = ("trajval_weight", "weak_pass_rate", "strong_pass_rate")
     selector, _ = _selector(feature_keys=keys, online="bots", lam=0.1, rho=0.1, target=0.5, tau=0.5)
@@ -283,6 +278,7 @@ def test_adaptive_rho_updates_exactly_as_trinitys_estimator():
                               r"kwargs\.online: bots\); known: \['m', 'online', 'reward_mapping', 'reward_threshold'\]")),
     ({"online": "bots", "lamb": 0.1, "lam": 0.2}, r"kwargs\.lamb \(Trinity's name\) and kwargs\.lam"),
     ({"online": "bots", "do_sample": "yes"}, r"kwargs\.do_sample must be true or false"),
+    ({"online": "nope"}, r"kwargs\.online must be one of \['bots', 'greso'\], got 'nope'"),
 ])
 def test_a_key_no_scheduler_takes_is_refused_naming_it_and_the_known_ones(kwargs, message):
     from trajval_ops.errors import TrajvalInputError
@@ -304,3 +300,28 @@ def test_a_null_reference_pass_rate_is_named_by_its_row_and_feature_key():
     with pytest.raises(TrajvalInputError, match=r"row 19 \(id='t19'\): field 'strong_pass_rate' is missing \(null\) "
                                                 r"\(feature_keys: 'strong_pass_rate' is the stronger reference"):
         TrajvalSelector(reader, config)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"online": "bots", "m": 2.7}, r"kwargs\.m must be an integer, got float 2\.7"),  # was read as 2
+    ({"online": "greso", "m": 2.7}, r"kwargs\.m must be an integer"),  # the feedback's rollouts per task
+    ({"online": "bots", "rho": 1.5}, r"kwargs\.rho must be in \[0, 1\] \(the evidence is"),  # ran on
+    ({"online": "bots", "lamb": 1.5}, r"kwargs\.lamb must be in \[0, 1\], got 1\.5"),  # Trinity's name named
+    ({"online": "bots", "target_reward": 2}, r"kwargs\.target_reward must be in \[0, 1\]"),
+    ({"online": "bots", "tau": -1}, r"kwargs\.tau must be in \(0, inf\)"),
+    ({"online": "bots", "tau": "0.5"}, r"kwargs\.tau must be a number, got str '0\.5'"),  # was a raw TypeError
+    ({"online": "bots", "tau": float("nan")}, r"kwargs\.tau must be a finite number, got nan"),
+    ({"online": "greso", "p_step": float("inf")}, r"kwargs\.p_step must be a finite number, got inf"),
+    ({"reward_threshold": float("nan")}, r"kwargs\.reward_threshold must be a finite number, got nan"),
+    ({"reward_threshold": "0.5"}, r"kwargs\.reward_threshold must be a number"),
+    ({"reward_mapping": "sign"}, r"kwargs\.reward_mapping must be one of 'auto', 'pass_rate'"),
+])
+def test_a_setting_outside_its_declaration_is_refused_when_the_selector_is_built(kwargs, message):
+    """BOTS's settings failed only at the first feedback, naming no setting (or never: m 2.7 was
+    read as 2, rho 1.5 ran on with negative pseudo-counts); each is checked against its declaration
+    (samplers.online.BotsSettings, GresoSettings, trinity.SelectorSettings) under the name the
+    config gives it."""
+    from trajval_ops.errors import TrajvalInputError
+
+    with pytest.raises(TrajvalInputError, match=r"^trajval selector: " + message):
+        _selector(**kwargs)

@@ -71,7 +71,7 @@ def _valid_required(cls) -> dict:
 def test_the_walk_finds_the_settings_of_every_part_of_the_package():
     found = {cls.__name__ for cls in _settings_classes()}
     assert {"ProbeConfig", "DecodingConfig", "EngineSettings", "SampleSettings", "TrajVal", "BandPass",
-            "GrpoSettings"} <= found, found
+            "GrpoSettings", "BotsSettings", "GresoSettings"} <= found, found
 
 
 @pytest.mark.parametrize("cls, name", _numeric_settings(), ids=lambda case: getattr(case, "__name__", case))

@@ -29,27 +29,56 @@ DAPO's -1/1 work unchanged.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
 from trajval_ops.core import compose_online
 from trajval_ops.samplers.weighted import WeightedIndexSampler
-
-# GRESO paper settings.
-GRESO_TARGET_ZERO_VARIANCE = 0.25
-GRESO_P_INIT = 0.5
-GRESO_P_STEP = 0.01
-GRESO_P_MIN, GRESO_P_MAX = 0.05, 0.95
-GRESO_MIN_KEEP = 0.01
-# BOTS paper settings (as used by the TrajVal paper).
-BOTS_M = 16
-BOTS_LAMBDA = 0.1
-BOTS_RHO = 0.1
-BOTS_TARGET = 0.5
-BOTS_TAU = 0.5
+from trajval_ops.settings import check_settings, setting, value_problem
 
 DEFAULT_SUCCESS_THRESHOLD = 0.5
+
+
+@dataclass(frozen=True)
+class GresoSettings:
+    """GRESO's settings; the defaults are its paper's."""
+
+    target_zero_variance: float = setting(0.25, "tzv: the share of zero-variance groups a step aims at; the targets "
+                                          "are tzv / 3 (all correct, easy) and 2 tzv / 3 (all wrong, hard).", ge=0, le=1)
+    p_init: float = setting(0.5, "initial p_easy and p_hard.", ge=0, le=1)
+    p_step: float = setting(0.01, "per-step move of p_easy / p_hard.", ge=0, le=1)
+    p_min: float = setting(0.05, "lower clip of p.", ge=0, le=1)
+    p_max: float = setting(0.95, "upper clip of p.", ge=0, le=1)
+    min_keep: float = setting(0.01, "floor of the keep probability (GRESO's 0.01).", gt=0, le=1)
+
+    def __post_init__(self):
+        check_settings(self)
+        if self.p_min > self.p_max:
+            raise ValueError(f"p_min {self.p_min} must not exceed p_max {self.p_max}")
+
+
+@dataclass(frozen=True)
+class BotsSettings:
+    """BOTS's settings; the defaults are its paper's (as the TrajVal paper runs it), not
+    Trinity-RFT's ``difficulty_based`` defaults."""
+
+    m: int = setting(16, "rollouts per task: one observation adds m pseudo-counts.", ge=1)
+    lam: float = setting(0.1, "discount of the history, lambda (Trinity: lamb): each update keeps 1 - lam of the "
+                         "pseudo-counts (0: nothing forgotten, 1: only the prior and the last step).", ge=0, le=1)
+    rho: float = setting(0.1, "weight of the implicit (reference) evidence against the observed.", ge=0, le=1,
+                         why="the evidence is (1 - rho) observed + rho implicit: outside, a pseudo-count turns negative")
+    target: float = setting(0.5, "target pass rate p* (Trinity: target_reward).", ge=0, le=1,
+                            why="a pass rate")
+    tau: float = setting(0.5, "temperature of the weight exp(-|p~ - target| / tau).", gt=0)
+    thompson: bool = setting(True, "sample p~ from each task's posterior (True) or use its mean (Trinity: "
+                             "do_sample).")
+    adaptive_rho: bool = setting(False, "halve rho on a step whose implicit pass rates miss the observed ones "
+                                 "(Trinity's adaptive_rho).")
+
+    def __post_init__(self):
+        check_settings(self)
 
 
 def rollout_groups(task_ids, group_size: int | None = None, group_ids=None) -> np.ndarray:
@@ -153,31 +182,20 @@ class GresoScheduler:
     """GRESO-style probabilistic pre-rollout skipping of tasks with a zero-variance streak.
 
     :param num_tasks: pool size.
-    :param target_zero_variance: ``tzv``; targets are ``tzv/3`` (easy) and ``2*tzv/3`` (hard).
-    :param p_init: initial ``p_easy`` and ``p_hard``.
-    :param p_step: per-step move of ``p_easy`` / ``p_hard``.
-    :param p_min: lower clip of ``p``.
-    :param p_max: upper clip of ``p``.
-    :param min_keep: floor of the keep probability (GRESO's 0.01).
+    :param settings: :class:`GresoSettings`, by name (checked: a bad value raises a ValueError
+        naming the setting).
     """
 
-    def __init__(
-        self,
-        num_tasks: int,
-        target_zero_variance: float = GRESO_TARGET_ZERO_VARIANCE,
-        p_init: float = GRESO_P_INIT,
-        p_step: float = GRESO_P_STEP,
-        p_min: float = GRESO_P_MIN,
-        p_max: float = GRESO_P_MAX,
-        min_keep: float = GRESO_MIN_KEEP,
-    ):
-        if not 0 < min_keep <= 1:
-            raise ValueError(f"min_keep must be in (0, 1], got {min_keep}")
+    Settings = GresoSettings
+
+    def __init__(self, num_tasks: int, **settings):
+        self.settings = GresoSettings(**settings)
         self.num_tasks = int(num_tasks)
-        self.target_easy = target_zero_variance / 3
-        self.target_hard = 2 * target_zero_variance / 3
-        self.p_step, self.p_min, self.p_max, self.min_keep = p_step, p_min, p_max, min_keep
-        self.p_easy = self.p_hard = float(p_init)
+        self.target_easy = self.settings.target_zero_variance / 3
+        self.target_hard = 2 * self.settings.target_zero_variance / 3
+        self.p_step, self.p_min, self.p_max = self.settings.p_step, self.settings.p_min, self.settings.p_max
+        self.min_keep = self.settings.min_keep
+        self.p_easy = self.p_hard = self.settings.p_init
         self.easy_streak = np.zeros(self.num_tasks, dtype=np.int64)
         self.hard_streak = np.zeros(self.num_tasks, dtype=np.int64)
         self.epoch = 0
@@ -259,15 +277,8 @@ class BotsScheduler:
     rest of the run (``rho`` is saved with the state).
 
     :param num_tasks: pool size.
-    :param m: rollouts per task the pseudo-counts are scaled to.
-    :param lam: discount of the history (``lambda``).
-    :param rho: weight of the implicit (reference) evidence.
-    :param target: target pass rate ``p*``.
-    :param tau: temperature of ``exp(-|p~ - p*| / tau)``.
-    :param thompson: sample ``p~`` from the posterior (True) or use its mean (Trinity's
-        ``do_sample``).
-    :param adaptive_rho: halve ``rho`` when the implicit pass rates mispredict the observed ones
-        (see above; Trinity's ``adaptive_rho``).
+    :param settings: :class:`BotsSettings`, by name (checked: a bad value raises a ValueError
+        naming the setting).
     :param reference_pass_rates: ``(f0, f1)``, per-task pass rates of the weaker and the stronger
         reference model (BOTS's two feature columns), each in [0, 1].
     :param prior_pass_rate: per-task fallback ``p~`` for unobserved tasks when no reference pass
@@ -281,25 +292,14 @@ class BotsScheduler:
     ADAPTIVE_RHO_ERROR = 0.25
     ADAPTIVE_RHO_FACTOR = 0.5
 
-    def __init__(
-        self,
-        num_tasks: int,
-        m: int = BOTS_M,
-        lam: float = BOTS_LAMBDA,
-        rho: float = BOTS_RHO,
-        target: float = BOTS_TARGET,
-        tau: float = BOTS_TAU,
-        thompson: bool = True,
-        adaptive_rho: bool = False,
-        reference_pass_rates=None,
-        prior_pass_rate=None,
-    ):
-        if tau <= 0:
-            raise ValueError(f"tau must be > 0, got {tau}")
+    Settings = BotsSettings
+
+    def __init__(self, num_tasks: int, reference_pass_rates=None, prior_pass_rate=None, **settings):
+        self.settings = BotsSettings(**settings)
         self.num_tasks = int(num_tasks)
-        self.m, self.lam, self.rho, self.target, self.tau = int(m), lam, rho, target, tau
-        self.thompson = bool(thompson)
-        self.adaptive_rho = bool(adaptive_rho)
+        self.m, self.lam, self.target, self.tau = self.settings.m, self.settings.lam, self.settings.target, self.settings.tau
+        self.rho = self.settings.rho  # state: adaptive_rho halves it
+        self.thompson, self.adaptive_rho = self.settings.thompson, self.settings.adaptive_rho
         self.prior_pass_rate = self._per_task(prior_pass_rate, "prior_pass_rate")
         self.reference = None
         if reference_pass_rates is not None:
@@ -415,6 +415,9 @@ class ComposedSampler:
         if online is not None and online.num_tasks != self.prior.size:
             raise ValueError(f"online scheduler has {online.num_tasks} tasks, the prior {self.prior.size}")
         self.online = online
+        problem = value_problem(success_threshold, float, {})
+        if problem:
+            raise ValueError(f"success_threshold {problem}")
         self.success_threshold = success_threshold
         self._stale = online is not None
         self._rebuild_rng_state = None

@@ -32,14 +32,15 @@ of these ``lamb``, ``target_reward`` and ``do_sample`` (Thompson sampling: ``tho
 accepted, as is its estimator's ``adaptive_rho``. Its ``tau: 0`` means greedy top-k selection,
 which this selector (a sampler) does not do: it is refused with that explanation. Any other key
 is refused with the known ones listed (a typo would otherwise reach the scheduler as a bare
-``TypeError``, or be ignored). Unset keys take the BOTS paper's defaults (``BotsScheduler``'s),
-not Trinity's ``difficulty_based`` defaults.
+``TypeError``, or be ignored), and every value is checked against its declaration (type, range,
+finite) when the selector is built, the error naming the key as the config writes it. Unset keys
+take the BOTS paper's defaults (``BotsScheduler``'s), not Trinity's ``difficulty_based`` defaults.
 """
 
 from __future__ import annotations
 
-import inspect
-from typing import Any, Dict, List, Mapping
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 from trinity.buffer.selector import SELECTORS
@@ -49,26 +50,43 @@ from loguru import logger
 
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.fields import WEIGHT
-from trajval_ops.samplers.online import BotsScheduler, ComposedSampler, GresoScheduler
+from trajval_ops.samplers.online import BotsScheduler, BotsSettings, ComposedSampler, GresoScheduler
 from trajval_ops.samplers.weighted import pass_rates_from_dataset, weights_from_dataset
+from trajval_ops.settings import check_settings, declared, declared_as, default_of, setting, type_hints, value_problem
 
 REGISTRY_NAME = "trajval"
 ONLINE_SCHEDULERS = {"greso": GresoScheduler, "bots": BotsScheduler}
 #: Trinity's difficulty_based (BOTS) names, as its bots.yaml writes them -> BotsScheduler's
 TRINITY_BOTS_NAMES = {"lamb": "lam", "target_reward": "target", "do_sample": "thompson"}
 REWARD_MAPPINGS = ("auto", "pass_rate", "threshold", "signed")
-#: kwargs the selector reads itself (``m`` also reaches BOTS); the others configure the scheduler
-SELECTOR_SETTINGS = ("online", "m", "reward_mapping", "reward_threshold")
-#: scheduler parameters that are not kwargs: the pool size, and per-task arrays (BOTS's reference
-#: pass rates come from feature_keys)
-_NOT_KWARGS = ("num_tasks", "reference_pass_rates", "prior_pass_rate")
+
+
+@dataclass(frozen=True)
+class SelectorSettings:
+    """The kwargs the selector reads itself (``m`` also reaches BOTS); the others configure the
+    online scheduler (:class:`~trajval_ops.samplers.online.GresoSettings`, :class:`BotsSettings`)."""
+
+    online: Optional[str] = setting(None, "the online scheduler composed with the prior (none: the prior alone).",
+                                    choices=(None, *ONLINE_SCHEDULERS))
+    m: int = declared_as(BotsSettings, "m")
+    reward_mapping: str = setting("auto", "how a task's mean reward reads as a pass rate (the module docstring).",
+                                  choices=REWARD_MAPPINGS)
+    reward_threshold: float = setting(0.0, "a mean reward above it counts as solved (reward_mapping auto, "
+                                      "threshold).")
+
+    def __post_init__(self):
+        check_settings(self)
+
+
+#: kwargs the selector reads itself
+SELECTOR_SETTINGS = tuple(f.name for f in declared(SelectorSettings))
 
 
 def scheduler_settings(online: str) -> dict[str, Any]:
     """The kwargs an online scheduler takes from the selector config, with their defaults (its
-    constructor's signature; for BOTS also Trinity's names)."""
-    parameters = inspect.signature(ONLINE_SCHEDULERS[online]).parameters
-    settings = {name: p.default for name, p in parameters.items() if name not in _NOT_KWARGS + SELECTOR_SETTINGS}
+    declared settings; for BOTS also Trinity's names)."""
+    fields = declared(ONLINE_SCHEDULERS[online].Settings)
+    settings = {f.name: default_of(f) for f in fields if f.name not in SELECTOR_SETTINGS}
     if online == "bots":
         settings.update({trinity: settings[ours] for trinity, ours in TRINITY_BOTS_NAMES.items()})
     return settings
@@ -129,7 +147,9 @@ class TrajvalSelector(BaseSelector):
         weight_key = keys[0] if keys else WEIGHT
         weights = weights_from_dataset(data_source.dataset, weight_key)
         kwargs = dict(config.kwargs or {})
-        online_name = kwargs.pop("online", None)
+        _check_kwargs(kwargs)
+        own = SelectorSettings(**{key: kwargs.pop(key) for key in SELECTOR_SETTINGS if key in kwargs})
+        online_name = own.online
         if len(keys) not in (0, 1, 3):
             raise ValueError(f"feature_keys must be [weight] or [weight, weaker model's pass rate, stronger model's "
                              f"pass rate] (BOTS's references), got {keys}")
@@ -139,15 +159,8 @@ class TrajvalSelector(BaseSelector):
                 raise ValueError("reference pass-rate feature keys are BOTS's evidence: set kwargs.online: bots")
             references = tuple(_reference_column(data_source.dataset, key, which)
                                for key, which in zip(keys[1:], ("weaker", "stronger")))
-        self.num_rollouts = int(kwargs.pop("m", 16))
-        self.reward_mapping = kwargs.pop("reward_mapping", "auto")
-        self.reward_threshold = float(kwargs.pop("reward_threshold", 0.0))
-        if self.reward_mapping not in REWARD_MAPPINGS:
-            raise ValueError(f"kwargs.reward_mapping must be one of {REWARD_MAPPINGS}, got {self.reward_mapping!r}")
+        self.num_rollouts, self.reward_mapping, self.reward_threshold = own.m, own.reward_mapping, own.reward_threshold
         self.feedback_skipped = 0
-        if online_name is not None and online_name not in ONLINE_SCHEDULERS:
-            raise ValueError(f"kwargs.online must be one of {sorted(ONLINE_SCHEDULERS)}, got {online_name!r}")
-        _check_scheduler_kwargs(online_name, kwargs)
         online = None
         if online_name == "bots":
             online = BotsScheduler(weights.size, m=self.num_rollouts, reference_pass_rates=references,
@@ -192,20 +205,33 @@ class TrajvalSelector(BaseSelector):
         self.draws = int(state_dict["draws"])
 
 
-def _check_scheduler_kwargs(online: str | None, kwargs: Mapping[str, Any]) -> None:
-    """Refuse, naming the key and the known ones, a kwarg the chosen scheduler (or, without one,
-    the selector) does not take, a true/false setting given another value, and a setting given
-    under both Trinity's name and ours."""
+def _check_kwargs(kwargs: Mapping[str, Any]) -> None:
+    """Refuse, naming the key as the config writes it, a kwarg the selector and the chosen
+    scheduler (if any) do not take (with the known ones), a value its declaration refuses (type,
+    bounds, choices, NaN: when the selector is built, not at the first feedback), Trinity's greedy
+    ``tau: 0`` (said why) and a setting given under both Trinity's name and ours."""
+    online = kwargs.get("online")
+    if online is not None and not (isinstance(online, str) and online in ONLINE_SCHEDULERS):
+        raise TrajvalInputError(f"trajval selector: kwargs.online must be one of {sorted(ONLINE_SCHEDULERS)}, "
+                                f"got {online!r}")
     known = {} if online is None else scheduler_settings(online)
     for key, value in kwargs.items():
-        if key not in known:
+        if key not in known and key not in SELECTOR_SETTINGS:
             owners = [name for name in ONLINE_SCHEDULERS if key in scheduler_settings(name)]
             hint = f" ({key} is a setting of kwargs.online: {' / '.join(owners)})" if owners else ""
             chosen = f"with kwargs.online: {online}" if online else "without kwargs.online"
             raise TrajvalInputError(f"trajval selector: unknown kwargs.{key} {chosen}{hint}; known: "
                                     f"{sorted(set(SELECTOR_SETTINGS) | set(known))}")
-        if isinstance(known[key], bool) and not isinstance(value, bool):
-            raise TrajvalInputError(f"trajval selector: kwargs.{key} must be true or false, got {value!r}")
+        if online == "bots" and key == "tau" and value == 0 and not isinstance(value, bool):
+            raise TrajvalInputError("trajval selector: kwargs.tau 0 is Trinity's greedy top-k selection; this "
+                                    "selector samples tasks (BOTS's exp(-|p - target| / tau) with tau > 0, e.g. "
+                                    "0.5): set tau > 0")
+        declaring = SelectorSettings if key in SELECTOR_SETTINGS else ONLINE_SCHEDULERS[online].Settings
+        name = TRINITY_BOTS_NAMES.get(key, key) if online == "bots" else key
+        field = {f.name: f for f in declared(declaring)}[name]
+        problem = value_problem(value, type_hints(declaring)[name], field.metadata)
+        if problem:
+            raise TrajvalInputError(f"trajval selector: kwargs.{key} {problem}")
     for trinity, ours in TRINITY_BOTS_NAMES.items():
         if online == "bots" and trinity in kwargs and ours in kwargs:
             raise TrajvalInputError(f"trajval selector: kwargs.{trinity} (Trinity's name) and kwargs.{ours} set the "
@@ -213,12 +239,8 @@ def _check_scheduler_kwargs(online: str | None, kwargs: Mapping[str, Any]) -> No
 
 
 def _bots_kwargs(kwargs: dict) -> dict:
-    """BOTS settings with Trinity's own names read as ours; its greedy tau 0 refused, said why."""
-    kwargs = {TRINITY_BOTS_NAMES.get(key, key): value for key, value in kwargs.items()}
-    if kwargs.get("tau") == 0:
-        raise ValueError("kwargs.tau 0 is Trinity's greedy top-k selection; this selector samples tasks (BOTS's "
-                         "exp(-|p - target| / tau) with tau > 0, e.g. 0.5): set tau > 0")
-    return kwargs
+    """BOTS settings with Trinity's own names read as ours."""
+    return {TRINITY_BOTS_NAMES.get(key, key): value for key, value in kwargs.items()}
 
 
 def register(name: str = REGISTRY_NAME) -> None:
