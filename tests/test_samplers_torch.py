@@ -1,5 +1,7 @@
 """PyTorch adapter against torch's DataLoader and torchdata's StatefulDataLoader."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -228,6 +230,20 @@ def test_a_seed_that_the_source_does_not_use_is_refused():
     with pytest.raises(ValueError, match=r"seed=5 but the source draws with its own seed 4.*ComposedSampler"):
         TrajvalSampler(source=source, seed=5)
     assert list(TrajvalSampler(source=ComposedSampler(np.ones(50), seed=4), seed=4)) == list(TrajvalSampler(source=source))
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"chunk_size": 2.7}, "TrajvalSampler: chunk_size must be an integer, got float 2.7"),  # was read as 2
+    ({"num_samples": float("inf")}, "TrajvalSampler: num_samples must be an integer, got float inf"),
+    ({"seed": float("nan")}, "TrajvalSampler: seed must be an integer, got float nan"),
+    ({"num_replicas": 0}, "TrajvalSampler: num_replicas must be in [1, inf), got 0"),
+])
+def test_a_count_that_is_no_whole_number_is_refused_naming_it(options, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        TrajvalSampler(np.ones(8), **options)
+    with pytest.raises(ValueError, match=re.escape("seed must be an integer, got float 2.7")):
+        ComposedSampler(np.ones(8), seed=2.7)
+    assert TrajvalSampler(np.ones(8), chunk_size=np.int64(4), num_replicas=np.int64(2)).chunk_size == 4
 
 
 def test_from_dataset_checks_the_rows_a_bare_list_cannot_show():

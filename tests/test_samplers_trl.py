@@ -2,6 +2,7 @@
 
 import collections
 import os
+import re
 
 import numpy as np
 import pytest
@@ -360,6 +361,14 @@ def test_rloo_run_feeds_the_online_scheduler_and_keeps_only_informative_groups(t
     assert losses and all(bool((advantages != 0).all()) for advantages in losses)
     logged = [entry for entry in trainer.state.log_history if "dynamic_sampling/completions" in entry]
     assert len(logged) == 4 and sum(entry["dynamic_sampling/completions"] for entry in logged) > 4 * 8
+
+
+@pytest.mark.parametrize("rounds, says", [(2.7, "must be an integer, got float 2.7"),  # was read as 2
+                                          (float("nan"), "must be an integer, got float nan"),  # was int()'s error
+                                          (0, "must be in [1, inf), got 0")])
+def test_max_generation_rounds_must_be_a_whole_number_of_rounds(rounds, says):
+    with pytest.raises(ValueError, match=re.escape(f"max_generation_rounds {says}")):
+        TrajvalGRPOTrainer(model="unused", reward_funcs=[], max_generation_rounds=rounds)
 
 
 # ----------------------------------------------------------------------------- async GRPO

@@ -226,6 +226,16 @@ def test_bad_settings_are_refused_naming_the_setting(given, error, says):
 
 
 @needs_verl
+@pytest.mark.parametrize("threshold, says", [(float("nan"), "must be a finite number, got nan"),
+                                             (float("inf"), "must be a finite number, got inf"),
+                                             ("0.5", "must be a number, got str '0.5'")])
+def test_a_reward_threshold_that_is_no_finite_number_is_refused(threshold, says):
+    """A NaN threshold counted every rollout unsolved (reward > nan is false), silently."""
+    with pytest.raises(ValueError, match=re.escape(f"data.trajval.reward_threshold {says}")):
+        trajval_options(_data_config(online="greso", reward_threshold=threshold))
+
+
+@needs_verl
 def test_online_draws_are_refused_with_rollouts_from_the_prior():
     with pytest.raises(ValueError, match="legacy trainer, which ignores __rollout_n__"):
         trajval_options(_data_config(online="greso", rollout_n_from_prior={"n": 8, "max_n": 32}))

@@ -14,6 +14,7 @@ from torch.utils.data import Sampler
 
 from trajval_ops.fields import PROVENANCE_RECORD, RESAMPLE_PROVENANCE, WEIGHT
 from trajval_ops.samplers.online import ComposedSampler
+from trajval_ops.settings import value_problem
 
 DEFAULT_CHUNK_SIZE = 64
 
@@ -63,6 +64,11 @@ class TrajvalSampler(Sampler[int]):
     ):
         if (weights is None) == (source is None):
             raise ValueError("give exactly one of weights or source")
+        for name, value, lowest in (("num_samples", num_samples, 1), ("seed", seed, 0), ("chunk_size", chunk_size, 1),
+                                    ("num_replicas", num_replicas, 1), ("rank", rank, 0)):
+            problem = None if value is None else value_problem(value, int, {"ge": lowest})
+            if problem:  # int() read 2.7 as 2
+                raise ValueError(f"TrajvalSampler: {name} {problem}")
         if source is not None and seed is not None and int(seed) != source.sampler.seed:
             raise ValueError(f"TrajvalSampler: seed={seed} but the source draws with its own seed "
                              f"{source.sampler.seed}; set the seed on the source (ComposedSampler(weights, "
@@ -70,8 +76,6 @@ class TrajvalSampler(Sampler[int]):
         self.source = source if source is not None else ComposedSampler(weights, seed=0 if seed is None else seed)
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} outside [0, {num_replicas})")
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         total = self.source.num_tasks if num_samples is None else int(num_samples)
         self.num_replicas, self.rank, self.chunk_size = int(num_replicas), int(rank), int(chunk_size)
         self.total_size = (total // self.num_replicas) * self.num_replicas

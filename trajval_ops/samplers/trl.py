@@ -32,6 +32,7 @@ from trajval_ops.errors import TrajvalInputError
 from trajval_ops.fields import TRAIN_POSITION, WEIGHT
 from trajval_ops.samplers.online import ComposedSampler
 from trajval_ops.samplers.weighted import weights_from_dataset
+from trajval_ops.settings import value_problem
 
 #: trl 1.16's async GRPO: its rollout worker (``async_rollout_worker.py``) iterates the training
 #: set in order and resumes with ``dataset.select(range(start, len(dataset)))``; no sampler hook.
@@ -185,8 +186,9 @@ class TrajvalSamplerMixin:
                  max_generation_rounds: int = 8, **kwargs):
         if any(cls.__module__.startswith(ASYNC_GRPO_MODULE) for cls in type(self).__mro__):
             raise TypeError(ASYNC_GRPO_ROUTE)
-        if max_generation_rounds < 1:
-            raise ValueError(f"max_generation_rounds must be >= 1, got {max_generation_rounds}")
+        problem = value_problem(max_generation_rounds, int, {"ge": 1})
+        if problem:
+            raise ValueError(f"max_generation_rounds {problem}")
         self.trajval_weight_column = weight_column
         self.trajval_online_scheduler = online_scheduler
         self.trajval_dynamic_sampling = bool(dynamic_sampling)

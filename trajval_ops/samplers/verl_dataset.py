@@ -99,7 +99,7 @@ from trajval_ops.samplers.online import (
     GresoScheduler,
 )
 from trajval_ops.samplers.weighted import weights_from_dataset
-from trajval_ops.settings import check_settings, declared, setting
+from trajval_ops.settings import check_settings, declared, setting, value_problem
 
 logger = logging.getLogger(__name__)
 
@@ -182,8 +182,9 @@ def trajval_options(data_config: Mapping[str, Any]) -> dict:
     if online not in (None, "greso", "bots"):
         raise ValueError(f"data.{OPTIONS_KEY}.online must be greso or bots (or unset), got {online!r}")
     threshold = OPTION_DEFAULTS["reward_threshold"] if options["reward_threshold"] is None else options["reward_threshold"]
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
-        raise ValueError(f"data.{OPTIONS_KEY}.reward_threshold must be a number, got {threshold!r}")
+    problem = value_problem(threshold, float, {})
+    if problem:
+        raise ValueError(f"data.{OPTIONS_KEY}.reward_threshold {problem}")
     rollout_n = _rollout_n_settings(options["rollout_n_from_prior"])
     if rollout_n is not None and online:
         raise ValueError(

@@ -25,6 +25,7 @@ from trajval_ops.fields import ID_CANDIDATES, PROB, PROVENANCE_RECORD, RESAMPLE_
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.input_checks import float_column
 from trajval_ops.rows import path_root
+from trajval_ops.settings import value_problem
 
 STATE_VERSION = 1
 #: Pool size from which draws use the guide table.
@@ -169,8 +170,9 @@ class WeightedIndexSampler:
     """
 
     def __init__(self, weights, seed: int = 0, epoch: int = 0):
-        if int(seed) < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
+        problem = value_problem(seed, int, {"ge": 0})
+        if problem:  # int() read 2.7 as 2, and said nothing of a NaN's setting
+            raise ValueError(f"seed {problem}")
         self.seed = int(seed)
         self.set_weights(weights)
         self.set_epoch(epoch)
