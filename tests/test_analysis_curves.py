@@ -157,3 +157,14 @@ def test_cli_names_a_folder_given_as_a_curve_file(tmp_path, capsys):
     assert curve_metrics.main(["--method", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("curve_metrics: error: ") and "Is a directory" in err and "Traceback" not in err
+
+
+def test_a_curve_file_with_a_byte_order_mark_reads_as_without(tmp_path, capsys):
+    import json
+
+    from trajval_ops.cli import curve_metrics
+
+    (tmp_path / "m.json").write_bytes(b"\xef\xbb\xbf" + json.dumps({"math500": FASTER}).encode())
+    assert curve_metrics.main(["--method", str(tmp_path / "m.json"), "--out", str(tmp_path / "o.json")]) == 0, \
+        capsys.readouterr().err
+    assert json.loads((tmp_path / "o.json").read_text())["math500"]["best_acc"] == cv.best_acc(FASTER)

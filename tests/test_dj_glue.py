@@ -132,3 +132,24 @@ def test_data_juicers_own_operator_settings_of_an_earlier_entry_are_not_passed_o
         {"batch_size": 3, "accelerator": "cuda", "num_cpus": 2, "num_proc": 2, "ray_execution_mode": "task"},
         {"batch_size": 5, "accelerator": None, "num_cpus": None, "num_proc": 1, "ray_execution_mode": None},
         {"batch_size": "unset", "accelerator": None, "num_cpus": None, "num_proc": 1, "ray_execution_mode": None}]
+
+
+def test_a_pool_with_a_byte_order_mark_runs_as_it_would_without(tmp_path):
+    """dj-process refused a UTF-8 JSONL beginning with a byte-order mark (line 1 "is not valid
+    JSON: Unexpected UTF-8 BOM"); its rows are the file's rows, and the run writes what the same
+    pool without the mark gives."""
+    import yaml
+
+    from tests.conftest import FIXTURE_POOL, REPO, dj_process
+
+    marked = tmp_path / "marked.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + FIXTURE_POOL.read_bytes())
+    recipe = yaml.safe_load((REPO / "recipes" / "score_pool.yaml").read_text())
+    exports = {}
+    for name, pool in (("plain", FIXTURE_POOL), ("marked", marked)):
+        exports[name] = tmp_path / f"{name}_scored.jsonl"
+        result = dj_process({**recipe, "dataset_path": str(pool), "export_path": str(exports[name])}, tmp_path)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    plain, scored = exports["plain"].read_bytes(), exports["marked"].read_bytes()
+    assert scored.count(b"\n") == FIXTURE_POOL.read_bytes().count(b"\n") and not scored.startswith(b"\xef\xbb\xbf")
+    assert scored.replace(str(marked).encode(), b"POOL") == plain.replace(str(FIXTURE_POOL).encode(), b"POOL")

@@ -342,3 +342,26 @@ def test_a_record_without_references_is_named_in_a_folder_too(tmp_path):
     (tmp_path / "pool" / "a.jsonl").write_text(json.dumps({"id": 1, "trajval_provenance_record": {"x": 1}}) + "\n")
     with pytest.raises(TrajvalInputError, match="field 'trajval_provenance_record' without 'trajval_provenance'"):
         pool_io.read_table(tmp_path / "pool")
+
+
+@pytest.mark.parametrize("name", ["pool.jsonl", "pool.jsonl.gz", "pool.json"])
+def test_a_byte_order_mark_is_read_past(tmp_path, name):
+    """A UTF-8 file beginning with a byte-order mark (as Windows tools and some editors write it)
+    was refused: "line 1 (row 0) is not valid JSON: Unexpected UTF-8 BOM"."""
+    import gzip
+
+    rows = [{"id": 1, "a": "é"}, {"id": 2, "a": None}]
+    text = json.dumps(rows) if name == "pool.json" else "".join(json.dumps(row) + "\n" for row in rows)
+    data = jsonl.UTF8_BOM + text.encode("utf-8")
+    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    assert list(pool_io.read_rows(tmp_path / name)) == rows
+    assert canonical(pool_io.table_rows(pool_io.read_table(tmp_path / name))) == canonical(rows)
+    assert pool_io.count_rows(tmp_path / name) == 2
+
+
+def test_a_bad_line_after_a_byte_order_mark_is_named_at_its_offset_in_the_file(tmp_path):
+    path = tmp_path / "pool.jsonl"
+    path.write_bytes(jsonl.UTF8_BOM + b'{"a": 1}\n{"a": "\xff"}\n')
+    with pytest.raises(TrajvalInputError, match=r"line 2 \(row 1\) is not valid UTF-8: byte 7 of the line \(byte "
+                                                 r"offset 19 in the file\)"):
+        pool_io.read_table(path)

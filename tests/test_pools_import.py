@@ -367,3 +367,17 @@ def test_cli_names_file_line_and_byte_of_bad_input(tmp_path, capsys, content, me
     assert import_pool_cli.main([str(source), str(tmp_path / "out.jsonl"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert f"{source}: {message}" in err and "Traceback" not in err
+
+
+def test_a_pool_with_a_byte_order_mark_imports_as_it_would_without(tmp_path):
+    """import-pool refused a UTF-8 JSONL beginning with a byte-order mark (line 1 "is not valid
+    JSON: Unexpected UTF-8 BOM"), whether it sniffed the format or was told it."""
+    plain = write_jsonl(tmp_path / "plain.jsonl", dapo_rows())
+    marked = tmp_path / "marked.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    expected, _ = run_import(tmp_path / "a", plain)
+    assert run_import(tmp_path / "b", marked)[0] == expected
+    assert import_pool_cli.main([str(marked), str(tmp_path / "cli.jsonl"), "--format", "dapo", "--no-progress"]) == 0
+    assert list(read_rows(tmp_path / "cli.jsonl")) == expected

@@ -16,7 +16,7 @@ import sys
 
 
 def _load(path: str) -> dict:
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:  # -sig: a byte-order mark is read past
         data = json.load(handle)
     if not isinstance(data, dict) or not data:
         raise ValueError(f"{path}: expected a JSON object mapping benchmark -> curve")

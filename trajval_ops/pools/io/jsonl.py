@@ -78,13 +78,23 @@ def _is_data_juicer_work_folder(folder: Path) -> bool:
     return (folder / "cli.yaml").is_file() and any(folder.glob("events_*.jsonl"))
 
 
+#: The UTF-8 byte-order mark some editors and Windows tools write at the start of a text file.
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def _open_binary(path: Path):
-    """A pool file for reading bytes; gzipped ones decompressed on the fly."""
+    """A pool file for reading bytes, from after its UTF-8 byte-order mark where it has one (it
+    marks the encoding, it is no part of the first row; ``tell()`` still gives file offsets);
+    gzipped ones decompressed on the fly."""
     if path.name.lower().endswith(".gz"):
         import gzip
 
-        return gzip.open(path, "rb")
-    return open(path, "rb")
+        handle = gzip.open(path, "rb")
+    else:
+        handle = open(path, "rb")
+    if handle.read(len(UTF8_BOM)) != UTF8_BOM:
+        handle.seek(0)
+    return handle
 
 
 def count_rows(path: str | os.PathLike) -> int:
@@ -151,6 +161,7 @@ def iter_json_blocks(path: str | os.PathLike, first_row: int = 0,
             yield position + start, rows[start:start + block_rows]
         return
     with _open_binary(Path(path)) as handle:
+        offset = handle.tell()  # past a byte-order mark
         while True:
             lines = handle.readlines(1 << 22)
             if not lines:
