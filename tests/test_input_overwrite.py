@@ -192,9 +192,9 @@ def test_an_export_path_that_is_a_folder_is_refused_before_the_run(tmp_path):
     from types import SimpleNamespace
 
     from trajval_ops.errors import TrajvalInputError
-    from trajval_ops.ops.dj.loading import check_export_spares_pool
+    from trajval_ops.ops.dj.export import check_export_path
 
     (tmp_path / "out").mkdir()
     with pytest.raises(TrajvalInputError, match=r"export_path '.*out' is a folder"):
-        check_export_spares_pool(SimpleNamespace(export_path=str(tmp_path / "out")), str(FIXTURE_POOL))
-    check_export_spares_pool(SimpleNamespace(export_path=str(tmp_path / "out" / "pool.jsonl")), str(FIXTURE_POOL))
+        check_export_path(SimpleNamespace(export_path=str(tmp_path / "out")))
+    check_export_path(SimpleNamespace(export_path=str(tmp_path / "out" / "pool.jsonl")))

@@ -62,6 +62,24 @@ def test_a_sharded_export(tmp_path):
     assert not list(tmp_path.glob("out*.jsonl"))
 
 
+@pytest.mark.parametrize("export, message", [
+    ("outdir", "export_path '{path}' is a folder: it names the file to write; give a file path"),
+    ("out.jsonl", "export_path '{path}' is a folder"),  # a folder named like a file
+    ("scored", "export_path '{path}' has no suffix: it names the file to write, whose suffix gives its format"),
+])
+def test_an_export_path_that_is_a_folder_or_has_no_suffix(tmp_path, export, message):
+    """Data-Juicer's exporter, built before the pool is read, raised a bare ValueError ("Cannot
+    determine file format from export_path") for a path without a suffix, an existing folder
+    included: 40 lines of traceback, exit 1."""
+    path = tmp_path / export
+    if export != "scored":
+        path.mkdir()
+        (path / "kept.txt").write_text("kept\n")
+    result = dj_process({**_score_recipe(tmp_path, FIXTURE_POOL), "export_path": str(path)}, tmp_path)
+    _ends_with_one_error_block(result, message.format(path=path))
+    assert not path.exists() if export == "scored" else sorted(p.name for p in path.iterdir()) == ["kept.txt"]
+
+
 def test_a_nan_parameter(tmp_path):
     """NaN passed every declared bound: ``eps: .nan`` was taken, and died later in a traceback."""
     result = dj_process(_score_recipe(tmp_path, FIXTURE_POOL, eps=float("nan")), tmp_path)

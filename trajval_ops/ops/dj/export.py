@@ -58,6 +58,28 @@ def _write_ray_dataset(dataset, path) -> None:
     logger.info(f"trajval_ops: wrote {table.num_rows} rows to {path}")
 
 
+def check_export_path(cfg) -> None:
+    """Refuse, before Data-Juicer's exporter is built (which raised a bare ValueError on the
+    second), an ``export_path`` the run cannot write: an existing folder (the export is one file;
+    atomic writes replace a file, not a folder), a path under a file, and under the default
+    executor a path without a suffix when no ``export_type`` gives the format.
+
+    :raises TrajvalInputError: naming the path.
+    """
+    from trajval_ops.atomic import check_output_is_writable_as_a_file
+    from trajval_ops.errors import TrajvalInputError
+
+    export_path = getattr(cfg, "export_path", None)
+    if not export_path:
+        return
+    check_output_is_writable_as_a_file(export_path, "export_path")
+    # Data-Juicer's exporter reads the format from the text after the last '.' of the path's last part
+    *_, suffix = str(export_path).rsplit(".", 1) if "." in str(export_path) else ("", "/")
+    if "/" in suffix and not getattr(cfg, "export_type", None) and getattr(cfg, "executor_type", "default") == "default":
+        raise TrajvalInputError(f"export_path {str(export_path)!r} has no suffix: it names the file to write, whose "
+                                "suffix gives its format (.jsonl, .json or .parquet); add one, or set export_type")
+
+
 #: a ``.json`` export is JSON lines, as Ray's ``write_json`` writes it (Data-Juicer's pandas
 #: writer would round floats, write ``1`` as ``1.0`` and mixed columns as strings)
 _EXACT_SUFFIXES = ("jsonl", "json", "parquet")

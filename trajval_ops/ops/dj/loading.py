@@ -138,14 +138,13 @@ def check_column_names(table, path) -> None:
 
 def check_export_spares_pool(cfg, dataset_path) -> None:
     """Refuse a run whose ``export_path`` is its ``dataset_path`` (or lies inside a pool folder)
-    before anything is read: the export would replace the pool it was computed from; or is a
-    folder (the export, one file, would fail after the whole run)."""
-    from trajval_ops.atomic import check_output_is_writable_as_a_file, check_output_spares_inputs
+    before anything is read: the export would replace the pool it was computed from. (An export
+    path that is a folder is refused earlier, by the preflight.)"""
+    from trajval_ops.atomic import check_output_spares_inputs
 
     export_path = getattr(cfg, "export_path", None)
     if export_path:
         check_output_spares_inputs(export_path, {"dataset_path": dataset_path}, output_name="export_path")
-        check_output_is_writable_as_a_file(export_path, "export_path")
 
 
 def check_export_unsharded(cfg) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from trajval_ops.ops.dj.error_exit import note_run_log_dir, user_errors
 from trajval_ops.ops.dj.executor import uses_trajval_operators
+from trajval_ops.ops.dj.export import check_export_path
 
 
 def preflight_problems(process) -> str | None:
@@ -21,14 +22,19 @@ def preflight_problems(process) -> str | None:
 
 
 def preflight_trajval_run(cfg) -> None:
-    """Run Data-Juicer's preflight for a trajval run when its executor is built (the load
-    strategy is built there, before the executor's own preflight): a misspelled operator or
-    parameter, the most common recipe mistake, ends the run with one block and exit 2 instead of
-    pages of tracebacks. Runs without a trajval operator, or with ``strict_preflight: false``,
-    are left to Data-Juicer."""
-    if cfg is None or not uses_trajval_operators(cfg) or not getattr(cfg, "strict_preflight", True):
+    """Check a trajval run when its executor is built (the load strategy is built there, before
+    the executor's exporter and its own preflight): an export path it cannot write
+    (:func:`~trajval_ops.ops.dj.export.check_export_path`), and Data-Juicer's preflight, so that a
+    misspelled operator or parameter, the most common recipe mistake, ends the run with one block
+    and exit 2 instead of pages of tracebacks. Runs without a trajval operator are left to
+    Data-Juicer, and so is its preflight with ``strict_preflight: false``."""
+    if cfg is None or not uses_trajval_operators(cfg):
         return
     note_run_log_dir(cfg)
+    with user_errors():
+        check_export_path(cfg)
+    if not getattr(cfg, "strict_preflight", True):
+        return
     problems = preflight_problems(cfg.process)
     if problems:
         from trajval_ops.errors import TrajvalInputError
