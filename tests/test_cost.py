@@ -234,6 +234,8 @@ def test_the_cost_of_a_resampled_or_concatenated_pool_is_its_runs_record(tmp_pat
     (lambda p: p[3]["trajval_endpoint_reward_mapper"].update(max_new_tokens=64),
      "process[4] trajval_learnability_mapper compares the pass rates of trajval_r_early (process[2]) and "
      "trajval_r_late (process[3]), which are set to measure otherwise (max_new_tokens 8 vs 64)"),
+    (lambda p: p[-1]["trajval_learnability_mapper"].update(prior="trajval", score="variance"),
+     "trajval_learnability_mapper: prior 'trajval' and the deprecated score 'variance' name different priors"),
     (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(verifier_options={"fallback_last_number": False}),
      "which are set to measure otherwise (verifier {'name': 'math', 'fallback_last_number': False, "),
 ])

@@ -253,6 +253,27 @@ def test_the_old_score_key_names_the_prior_with_a_deprecation_message(caplog_log
         TrajvalLearnabilityMapper(prior="bandpass", score="variance")
 
 
+@pytest.mark.parametrize("prior", ["trajval", "bandpass"])
+def test_an_explicit_prior_the_deprecated_score_contradicts_is_refused_whichever_it_names(prior):
+    """Issue 57: ``prior: trajval`` with ``score: variance`` wrote the variance weight (exit 0): the
+    default prior could not be told from an explicit ``trajval``. Both readers of a recipe entry
+    (the mapper and :func:`trajval_ops.recipe.learnability_prior_spec`) refuse any two that differ;
+    agreeing ones, or ``score`` alone, name the prior."""
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.priors import recipe_prior_name
+    from trajval_ops.recipe import learnability_prior_spec
+
+    message = f"prior '{prior}' and the deprecated score 'variance' name different priors"
+    with pytest.raises(ValueError, match=message):
+        TrajvalLearnabilityMapper(prior=prior, score="variance")
+    with pytest.raises(TrajvalInputError, match=rf"process\[3\] trajval_learnability_mapper: {message}"):
+        learnability_prior_spec({"prior": prior, "score": "variance"}, 3)
+    assert recipe_prior_name(None, None) == "trajval" and recipe_prior_name(None, "variance") == "variance"
+    assert recipe_prior_name(prior, prior) == prior
+    assert TrajvalLearnabilityMapper(prior="variance", score="variance").prior.name == "variance"
+    assert learnability_prior_spec({"score": "variance"}, 0) == {"prior": "variance", "eps": 0.05}
+
+
 def test_posterior_estimator_scores_with_an_interval_and_says_how():
     rng = np.random.default_rng(3)
     rows = [{"id": str(i), "family": "ab"[i % 2], "trajval_r_early": int(rng.integers(0, 17)) / 16,

@@ -48,6 +48,14 @@ def test_a_missing_field(tmp_path):
     _ends_with_one_error_block(result, "row 2 (extra_info.index='fx-002'): field 'trajval_r_late' is missing")
 
 
+def test_an_explicit_prior_and_the_deprecated_score_that_disagree(tmp_path):
+    """Issue 57: ``prior: trajval`` with ``score: variance`` wrote the variance weight, exit 0."""
+    result = dj_process(_score_recipe(tmp_path, FIXTURE_POOL, prior="trajval", score="variance"), tmp_path)
+    _ends_with_one_error_block(result, "prior 'trajval' and the deprecated score 'variance' name different priors: "
+                                       "give prior alone")
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_a_missing_pool_file(tmp_path):
     # a name with no '/' is what Data-Juicer takes for a Hugging Face dataset
     result = dj_process(_score_recipe(tmp_path, "no_such_pool.jsonl"), tmp_path)

@@ -73,10 +73,10 @@ def sample_difference(first: Mapping[str, Any], second: Mapping[str, Any]) -> st
 
 def learnability_prior_spec(settings: Mapping[str, Any], index: int) -> dict:
     """The prior a learnability mapper entry writes, as its spec (``{"prior": name, ...}``)."""
-    from trajval_ops.priors import DEFAULT_PRIOR, build_prior, recipe_prior_name
+    from trajval_ops.priors import build_prior, recipe_prior_name
 
     try:
-        name = recipe_prior_name(settings.get("prior") or DEFAULT_PRIOR, settings.get("score"))
+        name = recipe_prior_name(settings.get("prior"), settings.get("score"))
         return build_prior(name, settings).spec()
     except ValueError as exc:
         raise TrajvalInputError(f"process[{index}] {LEARNABILITY_OP}: {exc}") from None

@@ -75,7 +75,7 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
     @checked_parameters
     def __init__(
         self,
-        prior: str = DEFAULT_PRIOR,
+        prior: Optional[str] = None,
         alpha: float = TrajVal.alpha,
         eps: float = TrajVal.eps,
         estimator: str = TrajVal.estimator,
@@ -150,7 +150,8 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         ":param prior: the prior written as the weight: "
         + "; ".join(f"``{name}`` ({', '.join(cls.passes)} pass{'es' if len(cls.passes) > 1 else ''}: {cls.formula})"
                     for name, cls in PRIORS.items())
-        + ". One-pass priors write the score, the weight and the provenance (no delta, no profile).",
+        + f". None (unset): ``{DEFAULT_PRIOR}``, or the prior the deprecated ``score`` names. One-pass priors write "
+        "the score, the weight and the provenance (no delta, no profile).",
         settings.param_lines(TrajVal, ["alpha", "eps", "estimator"]),
         settings.param_lines(BandPass, ["band_low", "band_high"]),
         ':param r_early_key: field holding the early-window mean pass rate; written when '
@@ -189,7 +190,8 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
         ":param overwrite: replace input columns named as this mapper's outputs (a pool scored before, scored"
         ' again with other settings), each replaced column logged; False (default): such a column stops the '
         "run naming it, so a weight of the user's own is never lost.",
-        ":param score: the deprecated name of ``prior`` (accepted until 0.3, with a warning).",
+        ":param score: the deprecated name of ``prior`` (accepted until 0.3, with a warning); given with a ``prior`` "
+        "that names another prior, an error.",
     ])
 
     @property

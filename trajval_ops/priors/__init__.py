@@ -28,15 +28,14 @@ ONE_PASS_PRIORS = frozenset(name for name, cls in PRIORS.items() if cls.passes =
 DEFAULT_PRIOR = "trajval"
 
 
-def recipe_prior_name(prior: str, score: str | None = None) -> str:
+def recipe_prior_name(prior: str | None, score: str | None = None) -> str:
     """The prior a learnability mapper entry names: ``prior:``, or the deprecated ``score:`` (the
-    key's name until 0.2; accepted for one release, a warning logged by the mapper). Both, naming
-    different priors, is an error."""
-    if score is None:
-        return prior
-    if prior != DEFAULT_PRIOR and prior != score:
+    key's name until 0.2; accepted for one release, a warning logged by the mapper), or
+    :data:`DEFAULT_PRIOR` where the entry gives neither (None: not given). Both given, naming
+    different priors, is an error, whichever they name (``prior: trajval`` included)."""
+    if prior is not None and score is not None and prior != score:
         raise ValueError(f"prior {prior!r} and the deprecated score {score!r} name different priors: give prior alone")
-    return score
+    return prior if prior is not None else score if score is not None else DEFAULT_PRIOR
 
 
 def prior_class(name: str) -> type[Prior]:
