@@ -183,7 +183,7 @@ def test_the_resampler_does_not_resample_a_pool_it_drew(scored, mode):
     drawn = resample(scored, mode=mode, seed=0)
     for again in ("multinomial", "systematic", "hard_cut", "learnable_subset"):
         with pytest.raises(TrajvalInputError, match=rf"this pool was drawn by its weight 'trajval_weight' already "
-                                                    rf"\(mode {mode}: its rows carry 'trajval_resample_provenance'\)"):
+                                                    rf"\(mode {mode}: 48 of 48 rows carry 'trajval_resample_provenance'\)"):
             resample(drawn, mode=again, seed=1)
     cut = resample(scored, mode="hard_cut", threshold=0.0)
     assert len(resample(cut, mode=mode, seed=1)) == len(cut)
@@ -220,3 +220,51 @@ def test_learnable_subset_names_a_predicted_row_and_what_to_use():
     with pytest.raises(TrajvalInputError, match=r"row 1 \(id='b'\): .*\(a sampled prior predicted this row's score: it "
                                                 r"has no profile; use hard_cut or a drawing mode"):
         TrajvalWeightedResampler(mode="learnable_subset").resample_table(table)
+
+
+def _scored_and_drawn(scored, tmp_path, mode: str):
+    """A scored pool and the pool drawn from it, written as the operators export them."""
+    from trajval_ops.pools.io import write_rows
+
+    folder = tmp_path / "pools"
+    folder.mkdir()
+    write_rows(folder / "a_scored.jsonl", scored)
+    write_rows(folder / "b_drawn.jsonl", resample(scored, mode=mode, seed=0))
+    both = tmp_path / "both.jsonl"  # `cat scored.jsonl drawn.jsonl`: the first row was never drawn
+    both.write_bytes((folder / "a_scored.jsonl").read_bytes() + (folder / "b_drawn.jsonl").read_bytes())
+    return both, folder
+
+
+@pytest.mark.parametrize("mode", ["multinomial", "systematic"])
+def test_a_pool_holding_drawn_rows_after_undrawn_ones_is_known_as_drawn_by_every_reader(scored, mode, tmp_path):
+    """Issue 57: the drawn-pool check read the first row only; `cat scored.jsonl drawn.jsonl`, or
+    a folder holding both, was drawn by weight again (the drawn rows in proportion to w squared).
+    The whole provenance column is read, by every reader a trainer or the resampler uses: rows from
+    json.loads, datasets' json loader, pandas, Arrow tables (a file or a folder of files)."""
+    import json
+
+    from datasets import load_dataset
+
+    from trajval_ops.pools.io import read_table
+    from trajval_ops.samplers import weights_from_dataset
+    from trajval_ops.samplers.torch_sampler import TrajvalSampler
+
+    both, folder = _scored_and_drawn(scored, tmp_path, mode)
+    drawn_rows = len(scored)
+    count = rf"{drawn_rows} of {2 * drawn_rows} rows"
+    refused = rf"field 'trajval_weight': this pool was drawn by that weight already .*mode {mode}.*{count}"
+    rows = [json.loads(line) for line in both.read_text().splitlines()]
+    assert "trajval_resample_provenance" not in json.dumps(rows[0])
+    with pytest.raises(TrajvalInputError, match=refused):
+        TrajvalSampler.from_dataset(rows, seed=0)
+    loaded = load_dataset("json", data_files=str(both), split="train")
+    # (datasets' json loader refuses the folder itself: its files' columns differ)
+    for dataset in (loaded, loaded.to_pandas(), read_table(both), read_table(folder), Dataset(read_table(folder))):
+        with pytest.raises(TrajvalInputError, match=refused):
+            weights_from_dataset(dataset)
+    for pool in (both, folder):
+        with pytest.raises(TrajvalInputError, match=rf"this pool was drawn by its weight 'trajval_weight' already "
+                                                    rf"\(mode {mode}: {count} carry"):
+            TrajvalWeightedResampler(mode="systematic").resample_table(read_table(pool))
+    undrawn = loaded.select(range(drawn_rows))  # the rows a dataset serves, not the table under it
+    assert weights_from_dataset(undrawn).size == drawn_rows

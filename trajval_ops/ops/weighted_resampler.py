@@ -139,22 +139,23 @@ class TrajvalWeightedResampler(Pipeline):
         return indices, prob[indices]
 
     def _check_not_drawn(self, table) -> None:
-        """A pool this operator already drew by a weight is not resampled: drawn again, each task
-        would come in proportion to the product of both weights (its weight squared for one key);
-        cut, its record would name the cut, and the weighted samplers would draw it once more."""
-        from trajval_ops.samplers.weighted import DRAWING_MODES, resample_provenance
+        """A pool any of whose rows this operator already drew by a weight is not resampled: drawn
+        again, each task would come in proportion to the product of both weights (its weight
+        squared for one key); cut, its record would name the cut, and the weighted samplers would
+        draw it once more. Every row's record is read (a drawn pool concatenated after a scored one)."""
+        from trajval_ops.samplers.weighted import DRAWING_MODES, weight_draws
 
-        before = resample_provenance(table, self.provenance_key)
-        if before.get("mode") not in DRAWING_MODES:
+        draws = weight_draws(table, self.provenance_key)
+        if not draws.records:
             return
+        before = draws.records[0]
         then = (f"drawn by a weight again, each task would come in proportion to both draws (its weight squared for "
-                f"'{before.get('weight_key')}')" if self.mode in DRAWING_MODES else
+                f"'{before['weight_key']}')" if self.mode in DRAWING_MODES else
                 f"cut now, it would be recorded as a {self.mode} pool, which weighted samplers would draw by the "
                 "weight once more")
         raise TrajvalInputError(
-            f"{OP_NAME}: this pool was drawn by its weight '{before.get('weight_key')}' already (mode "
-            f"{before['mode']}: its rows carry '{self.provenance_key}'); {then}. Resample the pool as it was before "
-            "the draw (to cut and draw, cut first)")
+            f"{OP_NAME}: this pool was drawn by its weight '{before['weight_key']}' already (mode {before['mode']}: "
+            f"{draws.described()}); {then}. Resample the pool as it was before the draw (to cut and draw, cut first)")
 
     def _profiles(self, table) -> np.ndarray:
         if self.profile_key not in table.column_names:

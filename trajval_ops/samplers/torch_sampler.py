@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping
 
 from torch.utils.data import Sampler
 
-from trajval_ops.fields import PROVENANCE_RECORD, RESAMPLE_PROVENANCE, WEIGHT
+from trajval_ops.fields import PROVENANCE_RECORD, PROVENANCE_REF, RESAMPLE_PROVENANCE, WEIGHT
 from trajval_ops.samplers.online import ComposedSampler
 from trajval_ops.settings import value_problem
 
@@ -101,7 +101,7 @@ class TrajvalSampler(Sampler[int]):
         from trajval_ops.samplers.weighted import weights_from_dataset
 
         if isinstance(dataset, list):  # rows: the columns read
-            keys = (field, RESAMPLE_PROVENANCE, PROVENANCE_RECORD)
+            keys = (field, RESAMPLE_PROVENANCE, PROVENANCE_REF, PROVENANCE_RECORD)
             dataset = {key: [row.get(key) for row in dataset] for key in keys}
         return cls(weights_from_dataset(dataset, field), **options)
 

@@ -16,12 +16,13 @@ Both give exactly ``searchsorted(cumulative, u, side="right")``.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from trajval_ops.core import normalize
-from trajval_ops.fields import ID_CANDIDATES, PROB, PROVENANCE_RECORD, RESAMPLE_PROVENANCE, WEIGHT
+from trajval_ops.fields import ID_CANDIDATES, PROB, PROVENANCE_RECORD, PROVENANCE_REF, RESAMPLE_PROVENANCE, WEIGHT
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.input_checks import float_column
 from trajval_ops.rows import path_root
@@ -60,21 +61,23 @@ DRAWING_MODES = ("multinomial", "systematic")
 def weights_from_dataset(dataset: Any, field: str = WEIGHT) -> np.ndarray:
     """Read and validate ``field`` from a map-style dataset (datasets.Dataset, pandas, dict).
 
-    :raises TrajvalInputError: also for a pool the weighted resampler already drew by ``field``:
-        drawn by it again, row i would come in proportion to its weight squared.
+    :raises TrajvalInputError: also for a pool any of whose rows the weighted resampler already
+        drew by ``field`` (:func:`weight_draws`): drawn by it again, row i would come in proportion
+        to its weight squared.
     """
     try:
         column = dataset[field]
     except (KeyError, ValueError) as err:
         raise TrajvalInputError(f"row 0: field '{field}' is missing from the dataset") from err
-    resampled = resample_provenance(dataset)
+    draws = weight_draws(dataset)
     # the weight it drew by, or the probability it wrote from that weight (the same draw)
-    if resampled.get("mode") in DRAWING_MODES and field in (resampled.get("weight_key"), PROB):
+    by_field = [draw for draw in draws.records if field in (draw["weight_key"], PROB)]
+    if by_field:
         raise TrajvalInputError(
             f"field '{field}': this pool was drawn by that weight already (trajval_weighted_resampler, mode "
-            f"{resampled['mode']}: its rows carry {RESAMPLE_PROVENANCE}); drawn by it again, each task would come in "
-            "proportion to its weight squared. Train on the resampled pool uniformly (a plain sampler), or sample the "
-            "weighted pool before it was resampled")
+            f"{by_field[0]['mode']}: {draws.described()}); drawn by it again, each task would come in proportion to "
+            "its weight squared. Train on the resampled pool uniformly (a plain sampler), or sample the weighted pool "
+            "before it was resampled")
     return weights_from_column(column, field)
 
 
@@ -96,24 +99,123 @@ def pass_rates_from_dataset(dataset: Any, field: str) -> np.ndarray:
     return float_column(samples, field, lower=0.0, upper=1.0)
 
 
-def resample_provenance(dataset: Any, key: str = RESAMPLE_PROVENANCE) -> dict:
-    """The weighted resampler's record (field ``key``) on the first row of ``dataset`` (a map-style
-    dataset, or a pyarrow.Table), {} when it has none. A JSON-lines pool read by a plain JSON reader
-    (``json.loads``, ``datasets``' ``json``) stores it once, in ``trajval_provenance_record``: read
+@dataclass(frozen=True)
+class WeightDraws:
+    """The weighted resampler's draws by a weight (:data:`DRAWING_MODES`) that a pool's rows record.
+
+    :param records: each distinct draw, ``{"mode", "weight_key"}``.
+    :param rows: how many rows such a draw gave; ``pool_rows``: the pool's rows.
+    :param key: the field holding the records.
+    """
+
+    records: list[dict]
+    rows: int
+    pool_rows: int
+    key: str = RESAMPLE_PROVENANCE
+
+    def described(self) -> str:
+        """``48 of 96 rows carry 'trajval_resample_provenance'`` and, for a part of the pool, why."""
+        part = "" if self.rows == self.pool_rows else " (a drawn pool concatenated with another, or a folder holding both)"
+        return f"{self.rows} of {self.pool_rows} rows carry '{self.key}'{part}"
+
+
+def weight_draws(dataset: Any, key: str = RESAMPLE_PROVENANCE) -> WeightDraws:
+    """The draws by weight recorded in the resampler's field ``key`` of any row of ``dataset`` (a
+    map-style dataset, a dict of columns or a pyarrow.Table), read over the whole column in Arrow:
+    a pool concatenated from a scored and a drawn one is drawn from its first undrawn row on. A
+    JSON-lines pool read by a plain JSON reader (``json.loads``, ``datasets``' ``json``) stores the
+    record once per run, in ``trajval_provenance_record``, each row naming it by reference: read
     there too, so such a pool is known as drawn as this package's reader knows it."""
-    first = _decoded(_first_value(dataset, key))
-    if first is None:  # the first row's record: the first row that references a record carries it
-        record = _decoded(_first_value(dataset, PROVENANCE_RECORD))
-        first = _decoded(record.get(key)) if isinstance(record, Mapping) else None
-    return dict(first) if isinstance(first, Mapping) else {}
+    import pyarrow.compute as pc
+
+    column = _arrow_column(dataset, key)
+    drawn, records = _draw_mask(column)
+    references, stored = _arrow_column(dataset, PROVENANCE_REF), _arrow_column(dataset, PROVENANCE_RECORD)
+    if references is not None and stored is not None and _text(references) is not None:
+        on_record_rows, more = _draw_mask(stored, within=key)
+        if more:  # every row that references a drawn record was drawn
+            references = _text(references)
+            named = pc.is_in(references, value_set=pc.unique(pc.filter(references, on_record_rows)))
+            drawn = named if drawn is None else pc.or_(drawn, named)
+            records += [record for record in more if record not in records]
+        column = references
+    if column is None:
+        return WeightDraws([], 0, 0, key)
+    return WeightDraws(records, int(pc.sum(drawn).as_py() or 0) if records else 0, len(column), key)
 
 
-def _first_value(dataset: Any, key: str) -> Any:
-    """A column's first value, None where the dataset lacks the column or has no row."""
+def _arrow_column(dataset: Any, key: str):
+    """A dataset's column as Arrow (for a ``datasets.Dataset``, the rows it serves: its indices
+    applied), None where it has no such column."""
+    import pyarrow as pa
+
+    if isinstance(dataset, (pa.Table, pa.RecordBatch)):
+        return dataset.column(key) if key in dataset.column_names else None
+    if hasattr(dataset, "with_format") and getattr(dataset, "column_names", None) is not None:
+        return dataset.with_format("arrow")[key] if key in dataset.column_names else None
     try:
-        return next(iter(dataset[key]), None)
+        values = dataset[key]
     except (KeyError, ValueError, TypeError, IndexError):
         return None
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values
+    try:
+        return pa.array(values, from_pandas=True)  # a list, a pandas Series
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # values of mixed kinds: each as its JSON text
+        from trajval_ops.pools.io import json_array
+
+        return json_array(values)
+
+
+def _text(column):
+    """A column of JSON text (``arrow.json`` or plain strings) as strings, else None."""
+    import pyarrow as pa
+
+    from trajval_ops.pools.io import is_json_type
+
+    if is_json_type(column.type):
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        return pa.chunked_array([chunk.storage for chunk in chunks], type=column.type.storage_type)
+    return column if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) else None
+
+
+def _draw_mask(column, within: str | None = None) -> tuple[Any, list[dict]]:
+    """Which rows of a column of resampler records (of records holding one under ``within``)
+    record a draw by weight, and the distinct draws, ``{"mode", "weight_key"}``; ``(None, [])``
+    where the column holds no record. Native structs are read in Arrow; JSON text is decoded once
+    per distinct text."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if column is None:
+        return None, []
+    if within is not None and pa.types.is_struct(column.type):
+        if column.type.get_field_index(within) < 0:
+            return None, []
+        column, within = pc.struct_field(column, within), None
+    if pa.types.is_struct(column.type):
+        if column.type.get_field_index("mode") < 0:
+            return None, []
+        modes = pc.struct_field(column, "mode")
+        drawn = pc.is_in(modes, value_set=pa.array(DRAWING_MODES, type=modes.type))
+        if not pc.any(drawn).as_py():
+            return drawn, []
+        keys = (pc.struct_field(column, "weight_key") if column.type.get_field_index("weight_key") >= 0 else
+                pa.nulls(len(column), pa.string()))
+        pairs = pa.table({"mode": pc.filter(modes, drawn), "weight_key": pc.filter(keys, drawn)})
+        return drawn, pairs.group_by(["mode", "weight_key"]).aggregate([]).to_pylist()
+    text = _text(column)
+    if text is None:
+        return None, []
+    records = {}
+    for value in pc.unique(text).drop_null().to_pylist():
+        record = _decoded(value)
+        if within is not None:
+            record = _decoded(record.get(within)) if isinstance(record, Mapping) else None
+        if isinstance(record, Mapping) and record.get("mode") in DRAWING_MODES:
+            records[value] = {"mode": record["mode"], "weight_key": record.get("weight_key")}
+    drawn = pc.is_in(text, value_set=pa.array(list(records), type=text.type))
+    return drawn, [dict(pair) for pair in dict.fromkeys(tuple(r.items()) for r in records.values())]
 
 
 def _decoded(value: Any) -> Any:
