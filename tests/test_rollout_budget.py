@@ -385,3 +385,62 @@ def test_a_pass_not_told_its_prior_or_told_another_is_refused(tmp_path):
     result = dj_process(recipe, tmp_path)
     assert result.returncode == 2 and "is not the prior the recipe's trajval_learnability_mapper (process[1]) " \
                                       "writes" in result.stderr
+
+
+def test_a_pool_whose_adaptive_pass_bounded_another_priors_weight_is_refused_where_it_is_scored(tmp_path):
+    """Issue 57: an early pass told ``budget_prior: variance``, its pool then scored with ``prior:
+    trajval`` by another recipe, was not compared (exit 0, no warning; 6 of 48 stopped rows' TrajVal
+    weights could still move by 0.51-0.66, beyond the tolerance 0.5). The learnability mapper reads
+    the budget every row's pass provenance records (a pool concatenated from a fixed pass's rows and
+    an adaptive pass's) and refuses a prior, or settings, other than the one it writes, naming both;
+    the prior the budget bounded scores the pool."""
+    import pyarrow as pa
+
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
+    from trajval_ops.priors import Variance
+    from trajval_ops.rollout.budget import recorded_prior_spec
+
+    rows = _late_rows()
+    fixed = _op(tmp_path, window="early", output_key=None, n=4, temperature=1.0)
+    adaptive = _op(tmp_path, window="early", output_key=None, n=8, budget="adaptive", round_size=2,
+                   weight_tolerance=0.5, budget_prior={"prior": "variance"}, temperature=1.0)
+    scored = []
+    for op, part in ((fixed, rows[:3]), (adaptive, rows[3:])):  # the fixed pass's rows first
+        out = op.process_batched(_batch([{k: v for k, v in row.items() if k != "trajval_r_early"} for row in part]))
+        op.release()
+        scored += [dict(zip(out, values)) | {"trajval_r_late": 0.5} for values in zip(*out.values())]
+    table = pa.Table.from_pylist(scored)
+    assert scored[0]["trajval_r_early_provenance"].get("budget") is None
+    with pytest.raises(TrajvalInputError, match=r"trajval_learnability_mapper: the adaptive pass behind trajval_r_early "
+                                                r"stopped rows on the weight of \{'prior': 'variance', 'eps': 0.05\}, "
+                                                r"as its provenance records it, and this mapper writes the weight of "
+                                                r"\{'prior': 'trajval', "):
+        TrajvalLearnabilityMapper(prior="trajval").score_pool(table)
+    assert TrajvalLearnabilityMapper(prior="variance").score_pool(table).num_rows == 6
+    # the budget's record names the prior it bounded, TrajVal's paper weight by its alpha and eps
+    for prior in (TRAJVAL, TrajVal(alpha=0.5), Variance(eps=0.1)):
+        assert recorded_prior_spec(AdaptiveBudget("early", 8, 2, prior=prior).as_dict()) == prior.spec()
+    assert recorded_prior_spec({"budget": "fixed"}) is None and recorded_prior_spec(None) is None
+
+
+def test_a_recipe_whose_mappers_read_an_adaptive_pass_by_two_priors_is_refused_before_it_runs():
+    """Issue 57: the pass was told the prior of the first learnability mapper after it, whichever
+    field that mapper read; a later mapper scoring the same pass by another prior (``overwrite:
+    true``) was not compared. Every mapper that reads the pass is now; one that reads other fields
+    tells it nothing."""
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.recipe import budget_priors
+
+    early = ("trajval_endpoint_reward_mapper", {"window": "early", "budget": "adaptive"})
+    late = ("trajval_endpoint_reward_mapper", {"window": "late"})
+    variance, trajval = {"prior": "variance"}, {"prior": "trajval", "overwrite": True}
+    with pytest.raises(TrajvalInputError, match=r"trajval_r_early \(process\[0\]\): the recipe's "
+                                                r"trajval_learnability_mapper entries process\[2\] and process\[3\] read "
+                                                r"this adaptive pass and write different priors, \{'prior': "
+                                                r"'variance', 'eps': 0.05\} and \{'prior': 'trajval', "):
+        budget_priors([early, late, ("trajval_learnability_mapper", variance), ("trajval_learnability_mapper", trajval)])
+    other_fields = {"prior": "variance", "r_early_key": "other_rate"}
+    assert budget_priors([early, late, ("trajval_learnability_mapper", other_fields),
+                          ("trajval_learnability_mapper", trajval)]) == {0: TRAJVAL.spec()}
+    assert budget_priors([early, ("trajval_learnability_mapper", variance)]) == {0: {"prior": "variance", "eps": 0.05}}

@@ -96,10 +96,11 @@ def learnability_reads(settings: Mapping[str, Any], index: int) -> tuple[dict, l
 
 def budget_priors(entries: list[tuple[str, Mapping[str, Any]]]) -> dict[int, dict]:
     """What each adaptive endpoint pass is told: the spec of the prior whose weight its budget
-    bounds, that of the first learnability mapper after it in the recipe (by entry position).
+    bounds, that of the learnability mappers after it in the recipe that read its field (by entry
+    position; where none reads it, the first learnability mapper after it).
 
     :raises TrajvalInputError: a pass's own ``budget_prior`` that is not the prior the recipe
-        writes.
+        writes, or two mappers reading the pass that write different priors.
     """
     from trajval_ops.priors import prior_from_spec
 
@@ -107,10 +108,16 @@ def budget_priors(entries: list[tuple[str, Mapping[str, Any]]]) -> dict[int, dic
     for index, (name, settings) in enumerate(entries):
         if name != ENDPOINT_OP or not isinstance(settings, Mapping) or settings.get("budget") != "adaptive":
             continue
-        scorer = next(((i, s) for i, (n, s) in enumerate(entries) if i > index and n == LEARNABILITY_OP), None)
-        if scorer is None:
+        readers = _reading_mappers(entries, index)
+        if not readers:
             continue  # the pass is told by its own budget_prior, or refuses
-        spec = learnability_prior_spec(scorer[1], scorer[0])
+        (first, spec), *others = readers
+        for other, other_spec in others:
+            if other_spec != spec:
+                raise TrajvalInputError(
+                    f"{pass_name(settings, index)}: the recipe's {LEARNABILITY_OP} entries process[{first}] and "
+                    f"process[{other}] read this adaptive pass and write different priors, {spec} and {other_spec}: its "
+                    "budget stops rows on one prior's weight; read the pass with one prior, or use budget: fixed")
         given = settings.get("budget_prior")
         if given is not None:
             try:
@@ -120,7 +127,24 @@ def budget_priors(entries: list[tuple[str, Mapping[str, Any]]]) -> dict[int, dic
             if given != spec:
                 raise TrajvalInputError(
                     f"{pass_name(settings, index)}: budget_prior {given} is not the prior the recipe's "
-                    f"{LEARNABILITY_OP} (process[{scorer[0]}]) writes, {spec}: the budget would stop rows on a weight "
+                    f"{LEARNABILITY_OP} (process[{first}]) writes, {spec}: the budget would stop rows on a weight "
                     "the recipe never writes; drop budget_prior (the recipe tells the pass)")
         told[index] = spec
     return told
+
+
+def _reading_mappers(entries: list[tuple[str, Mapping[str, Any]]], index: int) -> list[tuple[int, dict]]:
+    """``(position, prior spec)`` of the learnability mappers after entry ``index`` (an endpoint
+    pass) that read its field; where none does (or its field is not known), the first after it."""
+    settings = entries[index][1]
+    later = [(i, s) for i, (n, s) in enumerate(entries) if i > index and n == LEARNABILITY_OP]
+    try:
+        key = fields.endpoint_output_key(settings.get("window"), settings.get("window_index"), settings.get("output_key"))
+    except ValueError:
+        key = None
+    readers = []
+    for position, mapper in later:
+        spec, keys = learnability_reads(mapper or {}, position)
+        if key in keys:
+            readers.append((position, spec))
+    return readers or [(position, learnability_prior_spec(mapper or {}, position)) for position, mapper in later[:1]]

@@ -459,12 +459,14 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
 
     def check_passes_alike(self, table) -> None:
         """The passes the prior compares (early and late, every window) must have sampled and
-        verified alike, as their provenance records it: a late pass at a longer ``max_new_tokens``
-        would show a gain the training did not make. A pass without provenance is not compared.
-        A late pass of the very checkpoint an early pass evaluated is warned of: its gain is noise."""
+        verified alike, as every row's provenance records it: a late pass at a longer
+        ``max_new_tokens`` would show a gain the training did not make. A pass without provenance is
+        not compared. A late pass of the very checkpoint an early pass evaluated is warned of: its
+        gain is noise. An adaptive pass must have bounded this prior's weight (:meth:`check_budget_prior`)."""
         from trajval_ops.measured_alike import measurement_difference
 
         recorded = self._pass_provenance(table)
+        self.check_budget_prior(recorded)
         for key, provenance in recorded[1:]:
             first_key, first = recorded[0]
             if differ := measurement_difference(first, provenance):
@@ -485,25 +487,40 @@ class TrajvalLearnabilityMapper(TableMapper, Mapper):
                 logger.warning(f"{OP_NAME}: the late pass {key} evaluated the checkpoint the early pass {early[path]} "
                                f"evaluated ({path}): the gain between them is rollout noise, not learning; point the "
                                "late pass at a later checkpoint of the probe (e.g. manifest:<probe dir>#late[-1])")
-            elif path and (in_early, path) in seen:
+            elif path and seen.get((in_early, path), key) != key:
                 logger.warning(f"{OP_NAME}: the passes {seen[in_early, path]} and {key} of the "
                                f"{'early' if in_early else 'late'} window evaluated one checkpoint ({path}): the "
                                "window's mean counts it twice and another of its checkpoints not at all")
             seen.setdefault((in_early, path), key)
 
     def _pass_provenance(self, table) -> list[tuple[str, dict]]:
-        """``(pass key, provenance)`` of each pass the prior reads that records one (its first row's)."""
-        from trajval_ops.pools.io import table_path_values
+        """``(pass key, provenance)`` of each pass the prior reads that records one, once for each
+        distinct record over every row (a pool concatenated from runs of other settings holds
+        several): the fields the checks of the passes read."""
+        from trajval_ops.measured_alike import MEASUREMENT_SETTINGS
+        from trajval_ops.pools.io import distinct_path_values
 
-        recorded = []
-        for key in self.pass_keys():
-            values = table_path_values(table.slice(0, 1), f"{key}_provenance") or []
-            if not values or not isinstance(values[0], dict):  # the first row lacks it: look further
-                values = table_path_values(table, f"{key}_provenance") or []
-            provenance = next((value for value in values if isinstance(value, dict)), None)
-            if provenance is not None:
-                recorded.append((key, provenance))
-        return recorded
+        read = (*MEASUREMENT_SETTINGS, "model_path", "checkpoint", "budget")
+        return [(key, provenance) for key in self.pass_keys()
+                for provenance in distinct_path_values(table, f"{key}_provenance", read) if isinstance(provenance, dict)]
+
+    def check_budget_prior(self, recorded: list[tuple[str, dict]]) -> None:
+        """An adaptive pass stopped each row once more rollouts could no longer move the weight of
+        the prior it was told by more than its tolerance, as its provenance's ``budget`` records it:
+        scored by another prior, or with other settings, a stopped row's weight may move further."""
+        from trajval_ops.rollout.budget import recorded_prior_spec
+
+        spec = self.prior.spec()
+        for key, provenance in recorded:
+            bounded = recorded_prior_spec(provenance.get("budget"))
+            if bounded is not None and bounded != spec:
+                raise TrajvalInputError(
+                    f"{OP_NAME}: the adaptive pass behind {key} stopped rows on the weight of {bounded}, as its "
+                    f"provenance records it, and this mapper writes the weight of {spec}: a stopped row's "
+                    f"{self.prior.name} weight may lie beyond the pass's weight_tolerance "
+                    f"({provenance['budget'].get('tolerance')}) of what its full n rollouts give; score with the prior "
+                    "the pass was told, or rerun the pass told this one (budget_prior, or the mapper after it in one "
+                    "recipe) or with budget: fixed")
 
     def _log_noise(self, table, r_early, r_late, columns) -> None:
         """The rollout noise of the scores, and per group when ``group_key`` is set."""

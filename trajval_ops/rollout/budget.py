@@ -23,6 +23,7 @@ weight is within the tolerance of the weight the full ``n`` would have given.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -105,3 +106,21 @@ class AdaptiveBudget:
         if self.window == "late":
             pinned = pinned | ((rollouts == 0) & (np.asarray(r_early) >= 1))
         return (rollouts >= self.cap) | pinned
+
+
+def recorded_prior_spec(record: Any) -> dict | None:
+    """The spec of the prior whose weight an adaptive budget bounded, from its record (a pass's
+    provenance ``budget``, :meth:`AdaptiveBudget.as_dict`); None for a fixed budget or none. A
+    record read back through Arrow holds the keys of other rows' records as nulls: left out."""
+    from trajval_ops.priors import prior_from_spec
+
+    if not isinstance(record, Mapping) or record.get("budget") != "adaptive":
+        return None
+    given = record.get("weight_prior")
+    if not isinstance(given, Mapping):  # TrajVal's paper weight, by its alpha and eps
+        given = {"prior": "trajval", "alpha": record.get("alpha"), "eps": record.get("eps"), "estimator": "paper"}
+    spec = {key: value for key, value in given.items() if value is not None}
+    try:
+        return prior_from_spec(spec).spec()
+    except ValueError:  # a record of a prior or setting this version does not know: compared as it is
+        return spec

@@ -11,10 +11,11 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterable
 
+from trajval_ops.canonical import canonical_json
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.fields import PROVENANCE_RECORD, PROVENANCE_REF
 from trajval_ops.provenance_records import (
-    not_a_string, record_missing, register_record,
+    not_a_string, record_missing, register_record, run_starts,
 )
 from trajval_ops.rows import get_path, path_parts, row_label
 from trajval_ops.pools.io.jsonl import LONG_DIGITS, iter_json_blocks, json_kind, may_hold_long_integer
@@ -358,6 +359,36 @@ def struct_path_array(table, path: str):
             return pa.nulls(len(array))
         array = array.flatten()[index]  # flatten: the parent's nulls carried into the child
     return None if is_json_type(array.type) else array
+
+
+def distinct_path_values(table, path: str, keys: Iterable[str] | None = None) -> list:
+    """The distinct values at a dotted path of a ``pyarrow.Table``'s rows, in order of first
+    appearance, nulls left out; ``keys``: of objects, only these keys (an object holding none of
+    them reads as null). Every row is read: through native structs in Arrow, one Python value per
+    run of equal values (a run's provenance is one value), not per row; JSON text row by row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    array = struct_path_array(table, path)
+    if array is not None and keys is not None and pa.types.is_struct(array.type):
+        kept = [key for key in keys if array.type.get_field_index(key) >= 0]
+        if not kept:
+            return []
+        array = pc.make_struct(*[pc.struct_field(array, key) for key in kept], field_names=kept)
+    if array is not None:
+        values = [array[start].as_py() for start in run_starts(array)]
+    else:
+        values = table_path_values(table, path) or []
+    if keys is not None:
+        values = [{key: value[key] for key in keys if key in value} if isinstance(value, dict) else value
+                  for value in values]
+        values = [value for value in values if not isinstance(value, dict) or any(v is not None
+                                                                                 for v in value.values())]
+    distinct: dict[str, Any] = {}
+    for value in values:
+        if value is not None:
+            distinct.setdefault(canonical_json(value), value)
+    return list(distinct.values())
 
 
 def table_rows(table) -> list[dict]:
