@@ -236,6 +236,10 @@ def test_the_cost_of_a_resampled_or_concatenated_pool_is_its_runs_record(tmp_pat
      "trajval_r_late (process[3]), which are set to measure otherwise (max_new_tokens 8 vs 64)"),
     (lambda p: p[-1]["trajval_learnability_mapper"].update(prior="trajval", score="variance"),
      "trajval_learnability_mapper: prior 'trajval' and the deprecated score 'variance' name different priors"),
+    (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(budget="adaptive", budget_prior={"prior": "trajval",
+                                                                                               "passes": ["early"]}),
+     "process[2]): budget_prior: prior 'trajval' has no setting(s) ['passes']; its settings: ['alpha', 'eps', "
+     "'estimator']"),
     (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(verifier_options={"fallback_last_number": False}),
      "which are set to measure otherwise (verifier {'name': 'math', 'fallback_last_number': False, "),
 ])

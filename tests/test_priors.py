@@ -6,6 +6,7 @@ table generated from the registry."""
 from __future__ import annotations
 
 import inspect
+import re
 
 import numpy as np
 import pytest
@@ -66,6 +67,29 @@ def test_the_old_budget_stopped_rows_whose_variance_weight_was_not_pinned():
     within 0.3 (it can only fall to the floor from 0.29), not the variance prior's (0.05 to 0.44)."""
     assert AdaptiveBudget("early", 16, 4, prior=TrajVal(), tolerance=0.3).decided([14], 14)[0]
     assert not AdaptiveBudget("early", 16, 4, prior=Variance(), tolerance=0.3).decided([14], 14)[0]
+
+
+@pytest.mark.parametrize("spec, unknown, declared", [
+    ({"prior": "trajval", "passes": ["early"]}, "['passes']", "['alpha', 'eps', 'estimator']"),
+    ({"prior": "variance", "name": "x", "formula": "y"}, "['formula', 'name']", "['eps']"),
+    ({"prior": "bandpass", "passes": ["early"], "band_low": 0.2}, "['passes']", "['band_high', 'band_low', 'eps']"),
+])
+def test_a_class_attribute_is_no_setting_of_a_prior(tmp_path, spec, unknown, declared):
+    """Issue 57: a ``budget_prior`` spec with ``passes`` or ``name`` (each prior's class attributes)
+    was a raw TypeError from the constructor: the ClassVars were counted as settings. Such a key is
+    an unknown setting, named with the prior's settings, wherever a spec or a mapper's settings
+    build a prior (an endpoint pass's budget_prior included); a mapper's settings keep only the
+    prior's own."""
+    from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
+
+    message = rf"prior '{spec['prior']}' has no setting\(s\) {re.escape(unknown)}; its settings: {re.escape(declared)}"
+    with pytest.raises(ValueError, match=message):
+        prior_from_spec(spec)
+    with pytest.raises(ValueError, match=rf"trajval_endpoint_reward_mapper: {message}"):
+        TrajvalEndpointRewardMapper(model="tiny-arith", window="early", budget="adaptive", budget_prior=spec,
+                                    cache_dir=str(tmp_path))
+    own = {key: value for key, value in spec.items() if key not in ("passes", "name", "formula")}
+    assert build_prior(spec["prior"], {**spec, "eps": 0.1}) == prior_from_spec({**own, "eps": 0.1})
 
 
 def test_a_prior_is_built_from_its_own_settings_and_specs_round_trip():

@@ -45,11 +45,19 @@ def prior_class(name: str) -> type[Prior]:
     return PRIORS[name]
 
 
+def setting_names(cls: type[Prior]) -> set[str]:
+    """The names of a prior's declared settings: its class attributes (``name``, ``passes``,
+    ``formula``, ClassVars that ``__dataclass_fields__`` lists too) are none of them."""
+    from trajval_ops.settings import declared
+
+    return {f.name for f in declared(cls)}
+
+
 def build_prior(name: str, settings: Mapping[str, Any] | None = None) -> Prior:
     """The prior ``name`` with those of ``settings`` it declares (others, such as ``alpha`` for
     a one-pass prior, do not apply to it and are left out)."""
     cls = prior_class(name)
-    own = {f for f in cls.__dataclass_fields__}
+    own = setting_names(cls)
     return cls(**{key: value for key, value in (settings or {}).items() if key in own})
 
 
@@ -60,10 +68,9 @@ def prior_from_spec(spec: Mapping[str, Any]) -> Prior:
         raise ValueError(f"a prior's spec is a mapping with its name under 'prior', got {spec!r}")
     cls = prior_class(spec["prior"])
     settings = {key: value for key, value in spec.items() if key != "prior"}
-    unknown = sorted(set(settings) - set(cls.__dataclass_fields__))
+    unknown = sorted(set(settings) - setting_names(cls))
     if unknown:
-        raise ValueError(f"prior {cls.name!r} has no setting(s) {unknown}; its settings: "
-                         f"{sorted(cls.__dataclass_fields__)}")
+        raise ValueError(f"prior {cls.name!r} has no setting(s) {unknown}; its settings: {sorted(setting_names(cls))}")
     return cls(**settings)
 
 
