@@ -268,3 +268,26 @@ def test_a_pool_holding_drawn_rows_after_undrawn_ones_is_known_as_drawn_by_every
             TrajvalWeightedResampler(mode="systematic").resample_table(read_table(pool))
     undrawn = loaded.select(range(drawn_rows))  # the rows a dataset serves, not the table under it
     assert weights_from_dataset(undrawn).size == drawn_rows
+
+
+@pytest.mark.parametrize("prior", ["variance", "bandpass"])
+def test_learnable_subset_of_a_one_pass_priors_pool_names_the_prior_and_what_to_use(fixture_rows, prior):
+    """Issue 57: on a variance-prior pool learnable_subset said to run trajval_learnability_mapper
+    first, which had run: a one-pass prior writes no profile. The message names the prior its rows
+    record and the modes that work; a pool part of whose rows a one-pass prior scored (its rows'
+    profile null) says so for the row named."""
+    import pyarrow as pa
+
+    one_pass = TrajvalLearnabilityMapper(prior=prior).run(NestedDataset(Dataset.from_list(fixture_rows))).to_list()
+    with pytest.raises(TrajvalInputError, match=rf"learnable_subset keeps rows by their 'trajval_profile', and the "
+                                                rf"pool was scored by the {prior} prior \(its rows' "
+                                                rf"trajval_score_provenance\), which reads the early pass alone and "
+                                                rf"writes no profile: use hard_cut or a drawing mode, or score the pool "
+                                                rf"with prior: trajval"):
+        resample(one_pass, mode="learnable_subset")
+    scored = TrajvalLearnabilityMapper().run(NestedDataset(Dataset.from_list(fixture_rows[:2]))).to_list()
+    mixed = pa.Table.from_pylist(scored + [dict(row, id="other") for row in one_pass[:1]])
+    with pytest.raises(TrajvalInputError, match=rf"row 2 \(.*\): field 'trajval_profile' = None is not a profile .*"
+                                                rf"\(the {prior} prior scored this row: it writes no profile; use "
+                                                rf"hard_cut or a drawing mode"):
+        TrajvalWeightedResampler(mode="learnable_subset").resample_table(mixed)

@@ -159,6 +159,13 @@ class TrajvalWeightedResampler(Pipeline):
 
     def _profiles(self, table) -> np.ndarray:
         if self.profile_key not in table.column_names:
+            one_pass = _one_pass_priors(table)
+            if one_pass:
+                raise TrajvalInputError(
+                    f"{OP_NAME}: learnable_subset keeps rows by their '{self.profile_key}', and the pool was scored by "
+                    f"the {' and '.join(one_pass)} prior (its rows' {fields.SCORE_PROVENANCE}), which reads the early "
+                    "pass alone and writes no profile: use hard_cut or a drawing mode, or score the pool with prior: "
+                    "trajval")
             raise TrajvalInputError(f"{OP_NAME}: learnable_subset reads field '{self.profile_key}', which the pool "
                                     f"lacks (run trajval_learnability_mapper first)")
         profiles = np.asarray(table.column(self.profile_key).to_pylist(), dtype=object)
@@ -169,10 +176,8 @@ class TrajvalWeightedResampler(Pipeline):
 
             row = table_row(table, bad[0])
             label = row_label(row, bad[0], self.id_key)
-            predicted = " (a sampled prior predicted this row's score: it has no profile; use hard_cut or a drawing " \
-                "mode, or leave the predicted rows out first)" if row.get(fields.PREDICTED) is True else ""
             raise TrajvalInputError(f"{OP_NAME}: {label}: field '{self.profile_key}' = {profiles[bad[0]]!r} is "
-                                    f"not a profile ({', '.join(core.PROFILES)}){predicted}")
+                                    f"not a profile ({', '.join(core.PROFILES)}){_why_no_profile(row)}")
         return profiles
 
     def resample_table(self, table):
@@ -208,3 +213,27 @@ class TrajvalWeightedResampler(Pipeline):
 
     def run(self, dataset, *, exporter=None, tracer=None):
         return run_whole_pool(self, dataset, self.resample_table, exporter=exporter, tracer=tracer)
+
+
+def _one_pass_priors(table) -> list[str]:
+    """The one-pass priors (no profile) that scored any row of the pool, as its rows' score
+    provenance records them."""
+    from trajval_ops.pools.io import distinct_path_values
+    from trajval_ops.priors import ONE_PASS_PRIORS
+
+    return [name for name in distinct_path_values(table, f"{fields.SCORE_PROVENANCE}.score") if name in ONE_PASS_PRIORS]
+
+
+def _why_no_profile(row: dict) -> str:
+    """Why a row has no profile, where it says so: a predicted score, or a one-pass prior's."""
+    from trajval_ops.priors import ONE_PASS_PRIORS
+
+    if row.get(fields.PREDICTED) is True:
+        return (" (a sampled prior predicted this row's score: it has no profile; use hard_cut or a drawing mode, or "
+                "leave the predicted rows out first)")
+    provenance = row.get(fields.SCORE_PROVENANCE)
+    prior = provenance.get("score") if isinstance(provenance, dict) else None
+    if prior in ONE_PASS_PRIORS:
+        return (f" (the {prior} prior scored this row: it writes no profile; use hard_cut or a drawing mode, or leave "
+                "such rows out first)")
+    return ""
