@@ -35,6 +35,8 @@ def checked_parameters(init):
 
     signature = inspect.signature(init)
     hints = typing.get_type_hints(init, include_extras=True)
+    var_keyword = next((p.name for p in signature.parameters.values() if p.kind == inspect.Parameter.VAR_KEYWORD),
+                       None)
     adapters = {}
 
     def adapter(name):
@@ -62,6 +64,68 @@ def checked_parameters(init):
                     reason = exc.errors()[0]["msg"]
                     raise SettingError(f"{getattr(self, '_name', type(self).__name__)}: parameter '{name}' = "
                                        f"{value!r}: {reason}") from None
+            _refuse_unknown(self, bound.arguments.get(var_keyword, {}))
             init(self, *args, **kwargs)
 
     return checked
+
+
+def _refuse_unknown(op, extra: dict) -> None:
+    """A keyword that is neither the operator's parameter nor Data-Juicer's own is refused, as
+    Data-Juicer's preflight refuses it in a recipe (its message, the nearest key suggested): an
+    operator built in Python would otherwise swallow a misspelled setting."""
+    if not extra:
+        return
+    from trajval_ops.ops.dj.preflight import preflight_problems
+
+    name = getattr(op, "_name", None)
+    if name and (problems := preflight_problems([{name: extra}])):
+        raise SettingError(problems)
+
+
+def declared_parameters(*groups):
+    """Decorate an operator's ``__init__`` (below :func:`checked_parameters`): its signature gains,
+    as keyword-only parameters, every setting the dataclasses ``groups`` declare (type and default
+    from the declaration), and its docstring their ``:param:`` lines, so that no operator restates
+    a declared setting. Data-Juicer's config parser (jsonargparse's ``add_class_arguments``) and its
+    preflight (unknown keys refused with the nearest one suggested) read the generated signature:
+    both follow ``__signature__``. The call receives the settings given in ``**kwargs``;
+    :func:`take_declared` builds the groups from them."""
+    import inspect
+
+    from trajval_ops.settings import declared, default_of, param_lines, type_hints
+
+    def decorate(init):
+        signature = inspect.signature(init)
+        kinds = inspect.Parameter
+        plain = [p for p in signature.parameters.values() if p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)]
+        var_positional = [p for p in signature.parameters.values() if p.kind == kinds.VAR_POSITIONAL]
+        var_keyword = [p for p in signature.parameters.values() if p.kind == kinds.VAR_KEYWORD]
+        if not var_keyword:
+            raise TypeError(f"{init.__qualname__}: declared settings arrive in **kwargs, which it lacks")
+        names = {p.name for p in plain}
+        added = []
+        for group in groups:
+            hints = type_hints(group)
+            for field in declared(group):
+                if field.name in names:
+                    raise TypeError(f"{init.__qualname__}: setting {field.name!r} is declared twice ({group.__name__})")
+                names.add(field.name)
+                added.append(kinds(field.name, kinds.KEYWORD_ONLY, default=default_of(field),
+                                   annotation=hints[field.name]))
+        init.__signature__ = signature.replace(parameters=plain + var_positional + added + var_keyword)
+        init.__doc__ = "\n".join([init.__doc__ or "", *(param_lines(group) for group in groups)])
+        init.declared_groups = groups
+        return init
+
+    return decorate
+
+
+def take_declared(kwargs: dict, groups) -> dict:
+    """``{group: its instance}``, each built from the settings of ``kwargs`` it declares (taken out
+    of ``kwargs``, which then holds Data-Juicer's own arguments); each instance checks its values
+    against their declarations (a ``ValueError`` naming the setting)."""
+    from trajval_ops.settings import declared
+
+    return {group: group(**{f.name: kwargs.pop(f.name) for f in declared(group) if f.name in kwargs})
+            for group in groups}
