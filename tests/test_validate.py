@@ -350,7 +350,7 @@ def test_break_even_charges_the_prior_its_own_rollouts():
 def test_a_free_prior_that_reaches_uniforms_best_later_never_breaks_even():
     """A prior that costs nothing (another model's pass) but reaches uniform's Best Acc later than
     uniform saves nothing: it never breaks even (None, inf in the interval), not "after 0 runs"."""
-    from trajval_ops.experiment.results import _cost_verdict, bootstrap_ci, break_even
+    from trajval_ops.experiment.results import bootstrap_ci, break_even, cost_verdict
 
     x = np.array([0, 10, 20, 30, 40, 50, 60]) * 100
     base = np.full((1, 7), 0.5)  # Best Acc (window 5) 0.5, reached at step 40
@@ -362,18 +362,34 @@ def test_a_free_prior_that_reaches_uniforms_best_later_never_breaks_even():
     ci = bootstrap_ci([np.vstack([slow, slow]), np.vstack([base, base])],
                       lambda c, b: break_even(c, b, x, x, 0)["break_even_runs"], undefined=math.inf)
     assert ci == [math.inf, math.inf]
-    verdict = _cost_verdict({"prior_completions": 0, **row, "net_saved_ci95": [-2000, -2000]}, main_run=6000)
+    verdict = cost_verdict({"prior_completions": 0, **row, "net_saved_ci95": [-2000, -2000]}, main_run=6000)
     assert "breaks even never" in verdict and "after 0 runs" not in verdict
 
 
 def test_a_cost_verdict_is_as_precise_as_its_figure():
     """Issue 36, item 13: the verdict said "breaks even after 12 runs" beside a figure of 12.5."""
-    from trajval_ops.experiment.results import _cost_verdict
+    from trajval_ops.experiment.results import cost_verdict
 
     row = {"prior_completions": 25_000, "net_saved": -23_000, "net_saved_ci95": [-24_000, -22_000],
            "break_even_runs": 12.5}
-    verdict = _cost_verdict(row, main_run=10_000)
+    verdict = cost_verdict(row, main_run=10_000)
     assert "breaks even after 12.5 runs reusing it" in verdict and "(2.5 main runs)" in verdict
+
+
+def test_a_break_even_interval_that_reaches_never_says_so():
+    """Issue 53: "breaks even after 12.5 runs" was written where the interval was [12.5, inf]:
+    the sentence gives the interval and says the prior may never break even."""
+    from trajval_ops.experiment.results import cost_verdict
+
+    row = {"prior_completions": 25_000, "net_saved": -23_000, "net_saved_ci95": [-math.inf, -22_000],
+           "break_even_runs": 12.5, "break_even_runs_ci95": [12.5, math.inf]}
+    verdict = cost_verdict(row, main_run=10_000)
+    assert verdict.endswith("breaks even after 12.5 runs reusing it (95% CI [12.5, never]: it may never break even)")
+    bounded = cost_verdict(row | {"break_even_runs_ci95": [10.0, 15.25]}, main_run=10_000)
+    assert bounded.endswith("breaks even after 12.5 runs reusing it (95% CI [10, 15.2])") and "never" not in bounded
+    # as results.json reads back (null for NaN): no interval, said so
+    assert cost_verdict(row | {"break_even_runs_ci95": [None, None]}, main_run=10_000).endswith(
+        "after 12.5 runs reusing it (no 95% interval)")
 
 
 def test_a_dynamic_arms_verdicts_name_uniform_dynamic_the_run_it_is_measured_against():
@@ -830,7 +846,7 @@ def test_run_units_starts_the_guardian_of_the_units_it_forks(monkeypatch):
 def test_one_training_seed_gives_no_interval_and_no_firm_verdict():
     """Resampling one seed repeats it: the interval had zero width ([+0.0050, +0.0050]) and the
     verdict read 'better than uniform'. One seed has no interval, and the verdicts say so."""
-    from trajval_ops.experiment.results import _cost_verdict, bootstrap_ci, headroom, verdicts
+    from trajval_ops.experiment.results import bootstrap_ci, cost_verdict, headroom, verdicts
 
     one, other = np.array([[0.2, 0.4]]), np.array([[0.1, 0.3]])
     assert all(np.isnan(bootstrap_ci([one, other], lambda a, b: float(a.mean() - b.mean()))))
@@ -845,10 +861,10 @@ def test_one_training_seed_gives_no_interval_and_no_firm_verdict():
                            "auc_minus_uniform_ci95": nan}}
     out = verdicts({"reproducibility": {"skipped": "one context"}, "probe_vs_oracle": {"spearman_score_vs_gain": 0.1},
                     "training": training})
-    assert out["variance_vs_uniform_auc"].startswith("not compared with uniform: no 95% interval (fewer than 2")
+    assert out["variance_vs_uniform_auc"].startswith("not judged against uniform: no 95% interval (fewer than 2")
     assert headroom(training)["verdict"].startswith("not judged: the best ceiling (oracle")
     row = {"prior_completions": 100, "net_saved": 500.0, "net_saved_ci95": nan, "break_even_runs": 0.2}
-    assert _cost_verdict(row, main_run=1000).startswith("not judged: no 95% interval")
+    assert cost_verdict(row, main_run=1000).startswith("not judged: no 95% interval")
     # read back from results.json, where a NaN bound is null, the verdicts are the same
     import json
 

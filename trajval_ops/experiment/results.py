@@ -160,12 +160,68 @@ def _run_records(config: ValidationConfig, out: Path, name: str) -> tuple[np.nda
 def cumulative_completions(records: list[dict], steps, batch_completions: int) -> np.ndarray:
     """Completions generated up to each evaluation step, averaged over seeds (a run recorded
     before per-step completions were: the batch per step)."""
+    return mean_cumulative_completions(
+        [record.get("completions_per_step") or [batch_completions] * int(record["steps"]) for record in records], steps)
+
+
+def mean_cumulative_completions(per_step_by_seed: Sequence[Sequence[float]], steps) -> np.ndarray:
+    """Per seed, the completions its training steps 1, 2, ... generated (``per_step[i]`` at step
+    ``i + 1``) summed up to each evaluation step; the mean over seeds at each step."""
     per_seed = []
-    for record in records:
-        per_step = record.get("completions_per_step") or [batch_completions] * int(record["steps"])
+    for per_step in per_step_by_seed:
         cumulative = np.concatenate(([0], np.cumsum(per_step)))
         per_seed.append([cumulative[min(int(step), len(per_step))] for step in steps])
     return np.mean(np.asarray(per_seed, dtype=np.float64), axis=0)
+
+
+def auc_at_equal_completions(arm_curves: np.ndarray, base_curves: np.ndarray, x, base_x) -> tuple:
+    """An arm's AUC minus its baseline's, both read at the baseline's evaluation spends (``base_x``,
+    cumulative completions) that the arm also reached (``x``), with its interval over seeds and
+    the last such spend; (None, None, None) where they share none or a run gives no completions."""
+    if x is None or base_x is None:
+        return None, None, None
+    budgets = base_x[(base_x >= x[0]) & (base_x <= x[-1])]
+    if not budgets.size:
+        return None, None, None
+
+    def difference(c, b):
+        return curves.auc_at_budgets(c, x, budgets) - curves.auc_at_budgets(b, base_x, budgets)
+
+    pair = [arm_curves, base_curves]
+    return difference(*pair), bootstrap_ci(pair, difference), float(budgets[-1])
+
+
+def arm_training_figures(arm_curves: np.ndarray, base_curves: np.ndarray, steps, x=None, base_x=None,
+                         baseline: str = "uniform") -> dict:
+    """One arm's Best Acc, AUC and S2B against its baseline, with bootstrap intervals over seeds:
+    the core of ``results.json``'s ``training`` rows (``trajval validate`` and ``trajval verdict``).
+
+    :param arm_curves, base_curves: held-out accuracy, seeds x evaluations, at ``steps`` (shared).
+    :param x, base_x: each run's cumulative completions at ``steps`` (mean over seeds), or None
+        where the runs do not give them (no AUC at equal completions then).
+    :param baseline: the name the keys give the baseline (``auc_minus_<baseline>``).
+    """
+    def s2b(method, base):
+        return curves.steps_to_baseline(method, base, steps)["s2b"]  # inf: never reaches the baseline's Best Acc
+
+    return {
+        "best_acc": curves.best_acc(arm_curves), "auc": curves.auc(arm_curves),
+        "best_acc_ci95": bootstrap_ci([arm_curves], lambda c: curves.best_acc(c)),
+        "auc_ci95": bootstrap_ci([arm_curves], lambda c: curves.auc(c)),
+        "s2b": curves.steps_to_baseline(arm_curves, base_curves, steps)["s2b"],
+        "s2b_ci95": bootstrap_ci([arm_curves, base_curves], s2b),
+        f"auc_minus_{baseline}": curves.auc(arm_curves) - curves.auc(base_curves),
+        f"auc_minus_{baseline}_ci95": bootstrap_ci([arm_curves, base_curves],
+                                                   lambda c, b: curves.auc(c) - curves.auc(b)),
+        # the same against completions (they differ from steps under dynamic sampling)
+        **dict(zip((f"auc_completions_minus_{baseline}", f"auc_completions_minus_{baseline}_ci95",
+                    "auc_completions_budget"), auc_at_equal_completions(arm_curves, base_curves, x, base_x))),
+    }
+
+
+def per_seed_figures(arm_curves: np.ndarray) -> dict:
+    return {"per_seed_auc": [curves.auc(c) for c in arm_curves],
+            "per_seed_best_acc": [curves.best_acc(c) for c in arm_curves]}
 
 
 def training(config: ValidationConfig, out: Path) -> tuple[dict, dict]:
@@ -177,53 +233,23 @@ def training(config: ValidationConfig, out: Path) -> tuple[dict, dict]:
         curves_by_run[name], steps, records_by_run[name] = _run_records(config, out, name)
         completions_by_run[name] = cumulative_completions(records_by_run[name], steps, batch)
 
-    def s2b(method, baseline):
-        return curves.steps_to_baseline(method, baseline, steps)["s2b"]  # inf: never reaches uniform's Best Acc
-
-    def against_completions(name: str, base_name: str) -> tuple:
-        """``name``'s AUC minus ``base_name``'s, both read at the baseline's evaluation spends
-        that the arm also reached, with its interval and the last such spend (None where they
-        share none)."""
-        x, base_x = completions_by_run[name], completions_by_run[base_name]
-        budgets = base_x[(base_x >= x[0]) & (base_x <= x[-1])]
-        if not budgets.size:
-            return None, None, None
-
-        def difference(c, b):
-            return curves.auc_at_budgets(c, x, budgets) - curves.auc_at_budgets(b, base_x, budgets)
-
-        pair = [curves_by_run[name], curves_by_run[base_name]]
-        return difference(*pair), bootstrap_ci(pair, difference), float(budgets[-1])
-
     table = {}
     for name, arm, mode in config.training_runs():
         base_name = baseline_of(mode)
-        arm_curves, base = curves_by_run[name], curves_by_run[base_name]
-        records = records_by_run[name]
-        by_completions = against_completions(name, base_name)
+        arm_curves, records = curves_by_run[name], records_by_run[name]
+        figures = arm_training_figures(arm_curves, curves_by_run[base_name], steps, completions_by_run[name],
+                                       completions_by_run[base_name])
         across_modes = {}
         if mode != "standard" and BASELINE_ARM in curves_by_run:  # does the sampling mode itself pay?
             across_modes = dict(zip(("auc_completions_minus_standard_uniform",
                                      "auc_completions_minus_standard_uniform_ci95",
                                      "auc_completions_standard_uniform_budget"),
-                                    against_completions(name, BASELINE_ARM)))
+                                    auc_at_equal_completions(arm_curves, curves_by_run[BASELINE_ARM],
+                                                             completions_by_run[name], completions_by_run[BASELINE_ARM])))
         shares = [v for r in records for v in r.get("zero_variance_share") or [] if v is not None]
         table[name] = {
-            "arm": arm, "sampling": mode,
-            "best_acc": curves.best_acc(arm_curves), "auc": curves.auc(arm_curves),
-            "best_acc_ci95": bootstrap_ci([arm_curves], lambda c: curves.best_acc(c)),
-            "auc_ci95": bootstrap_ci([arm_curves], lambda c: curves.auc(c)),
-            "s2b": curves.steps_to_baseline(arm_curves, base, steps)["s2b"],
-            "s2b_ci95": bootstrap_ci([arm_curves, base], s2b),
-            "auc_minus_uniform": curves.auc(arm_curves) - curves.auc(base),
-            "auc_minus_uniform_ci95": bootstrap_ci([arm_curves, base], lambda c, b: curves.auc(c) - curves.auc(b)),
-            # the same against completions (they differ from steps under dynamic sampling)
-            **dict(zip(("auc_completions_minus_uniform", "auc_completions_minus_uniform_ci95",
-                        "auc_completions_budget"), by_completions)),
-            **across_modes,
-            "seeds": config.training_seeds(),
-            "per_seed_auc": [curves.auc(c) for c in arm_curves],
-            "per_seed_best_acc": [curves.best_acc(c) for c in arm_curves],
+            "arm": arm, "sampling": mode, **figures, **across_modes,
+            "seeds": config.training_seeds(), **per_seed_figures(arm_curves),
             "completions": float(completions_by_run[name][-1]),
             "zero_variance_share": float(np.mean(shares)) if shares else None,
             "wall_time_s": float(np.mean([r.get("wall_time_s", float("nan")) for r in records])),
@@ -354,6 +380,21 @@ def _break_even_runs(prior: float, saved: float) -> float | None:
     return 0.0 if prior == 0 and saved == 0 else None
 
 
+def arm_cost_figures(arm_curves: np.ndarray, base_curves: np.ndarray, x, base_x, prior: int) -> dict:
+    """An arm's ``cost`` row: its prior's completions and :func:`break_even`'s figures, with
+    bootstrap intervals over seeds (``trajval validate`` and ``trajval verdict``)."""
+    def statistic(key):
+        return lambda c, b: break_even(c, b, x, base_x, prior)[key]
+
+    return {"prior_completions": prior, **break_even(arm_curves, base_curves, x, base_x, prior),
+            # a resample that never reaches uniform's Best Acc saves nothing and never breaks even
+            "net_saved_ci95": bootstrap_ci([arm_curves, base_curves], statistic("net_saved"), undefined=-math.inf),
+            "s2b_completions_ci95": bootstrap_ci([arm_curves, base_curves], statistic("s2b_completions"),
+                                                 undefined=math.inf),
+            "break_even_runs_ci95": bootstrap_ci([arm_curves, base_curves], statistic("break_even_runs"),
+                                                 undefined=math.inf)}
+
+
 def accounting(config: ValidationConfig, out: Path, curve_data: dict) -> dict:
     """Per trained arm, with bootstrap intervals over seeds: completions to reach uniform's Best
     Acc (same sampling mode) with the prior charged, the net saving and the runs to break even."""
@@ -361,20 +402,9 @@ def accounting(config: ValidationConfig, out: Path, curve_data: dict) -> dict:
     table = {}
     for name, arm, mode in config.training_runs():
         base_name = baseline_of(mode)
-        prior, x, base_x = costs["by_arm"][arm], curve_data["completions"][name], curve_data["completions"][base_name]
-
-        def statistic(key, x=x, base_x=base_x, prior=prior):
-            return lambda c, b: break_even(c, b, x, base_x, prior)[key]
-
-        arm_curves, base = curve_data["curves"][name], curve_data["curves"][base_name]
-        table[name] = {"prior_completions": prior, **break_even(arm_curves, base, x, base_x, prior),
-                       # a resample that never reaches uniform's Best Acc saves nothing and never breaks even
-                       "net_saved_ci95": bootstrap_ci([arm_curves, base], statistic("net_saved"),
-                                                      undefined=-math.inf),
-                       "s2b_completions_ci95": bootstrap_ci([arm_curves, base], statistic("s2b_completions"),
-                                                            undefined=math.inf),
-                       "break_even_runs_ci95": bootstrap_ci([arm_curves, base], statistic("break_even_runs"),
-                                                            undefined=math.inf)}
+        table[name] = arm_cost_figures(curve_data["curves"][name], curve_data["curves"][base_name],
+                                       curve_data["completions"][name], curve_data["completions"][base_name],
+                                       costs["by_arm"][arm])
     # one main run, the unit of the "main runs" figures: plain uniform's, whatever order training.sampling
     # lists the modes in (uniform+dynamic's only where no standard arm trained)
     sampling = config.training.sampling
@@ -434,24 +464,29 @@ def verdicts(results: dict) -> dict[str, str]:
     for arm, row in train.items():
         if row["arm"] == BASELINE_ARM:
             continue
-        lo, hi = _bounds(row["auc_minus_uniform_ci95"])
-        base = baseline_of(row.get("sampling", "standard"))
-        if math.isnan(lo) or math.isnan(hi):
-            word = f"not compared with {base}: {NO_INTERVAL}"
-        elif lo > 0:
-            word = f"better than {base}"
-        elif hi < 0:
-            word = f"worse than {base}"
-        else:
-            word = f"not distinguishable from {base}"
-        out[f"{arm}_vs_uniform_auc"] = f"{word} (AUC difference {row['auc_minus_uniform']:+.4f}, 95% CI [{lo:+.4f}, {hi:+.4f}])"
+        out[f"{arm}_vs_uniform_auc"] = auc_verdict(row["auc_minus_uniform"], row["auc_minus_uniform_ci95"],
+                                                   baseline_of(row.get("sampling", "standard")))
     if results.get("headroom"):
         out["headroom"] = results["headroom"]["verdict"]
     for arm, row in results.get("cost", {}).get("arms", {}).items():
         if train[arm]["arm"] != BASELINE_ARM:
-            out[f"{arm}_pays_for_itself"] = _cost_verdict(row, results["cost"]["main_run_completions"],
+            out[f"{arm}_pays_for_itself"] = cost_verdict(row, results["cost"]["main_run_completions"],
                                                           baseline_of(train[arm].get("sampling", "standard")))
     return out
+
+
+def auc_verdict(difference: float, interval, baseline: str) -> str:
+    """An arm's AUC against its baseline's, in words, from the difference's 95% interval."""
+    lo, hi = _bounds(interval)
+    if math.isnan(lo) or math.isnan(hi):
+        word = f"not judged against {baseline}: {NO_INTERVAL}"
+    elif lo > 0:
+        word = f"better than {baseline}"
+    elif hi < 0:
+        word = f"worse than {baseline}"
+    else:
+        word = f"not distinguishable from {baseline}"
+    return f"{word} (AUC difference {difference:+.4f}, 95% CI [{lo:+.4f}, {hi:+.4f}])"
 
 
 def _bounds(interval) -> tuple[float, float]:
@@ -465,7 +500,7 @@ def baseline_of(mode: str) -> str:
     return BASELINE_ARM + MODE_SUFFIX[mode]
 
 
-def _cost_verdict(row: dict, main_run: int, baseline: str = BASELINE_ARM) -> str:
+def cost_verdict(row: dict, main_run: int, baseline: str = BASELINE_ARM) -> str:
     """Whether a prior's cost is paid back, in words, from its accounting row (measured against
     ``baseline``, uniform of the arm's sampling mode)."""
     # as precise as the figures beside the verdict (12.5 runs, not "12")
@@ -482,10 +517,25 @@ def _cost_verdict(row: dict, main_run: int, baseline: str = BASELINE_ARM) -> str
         word = "does not pay for itself in one run"
     else:
         word = "not distinguishable from paying for itself in one run"
-    runs = row["break_even_runs"]
-    reuse = "never (it saves no training steps)" if runs is None else f"after {runs:.3g} runs reusing it"
     return (f"{word}: net {row['net_saved']:+,.0f} completions to reach {baseline}'s Best Acc (95% CI "
-            f"[{lo:+,.0f}, {hi:+,.0f}]), {prior}; breaks even {reuse}")
+            f"[{lo:+,.0f}, {hi:+,.0f}]), {prior}; breaks even {_break_even_words(row)}")
+
+
+def _break_even_words(row: dict) -> str:
+    """When a prior breaks even, with its interval; an interval that reaches "never" (a resample
+    that saves nothing) says so."""
+    runs = row["break_even_runs"]
+    if runs is None:
+        return "never (it saves no training steps)"
+    lo, hi = _bounds(row.get("break_even_runs_ci95") or [math.nan, math.nan])
+    if math.isnan(lo) or math.isnan(hi):
+        return f"after {runs:.3g} runs reusing it (no 95% interval)"
+
+    def words(bound: float) -> str:
+        return "never" if math.isinf(bound) else f"{bound:.3g}"
+
+    never = ": it may never break even" if math.isinf(hi) else ""
+    return f"after {runs:.3g} runs reusing it (95% CI [{words(lo)}, {words(hi)}]{never})"
 
 
 def compute_results(config: ValidationConfig, out: Path, wall_time_s: float = float("nan")) -> dict:
@@ -614,22 +664,23 @@ def figure_file_name(title: str) -> str:
     return "_".join(re.findall(r"[a-z0-9]+", title.lower())) + ".png"
 
 
-def _figures(config: ValidationConfig, out: Path) -> dict[str, bytes]:
+def curve_figures(series: dict, baseline: str = BASELINE_ARM) -> dict[str, bytes]:
+    """Held-out accuracy per arm against steps and, where ``series`` has them, against completions
+    (``series``: ``steps``, ``curves`` {run: seeds x evaluations}, ``completions`` {run: x or None})."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figures = {}
-    _, series = training(config, out)
     names = list(series["curves"])
 
     def style(name: str) -> dict:
-        """One colour per arm, dashed under dynamic sampling; uniform and TrajVal drawn thicker."""
+        """One colour per arm, dashed under dynamic sampling; the baseline and TrajVal drawn thicker."""
         arm = name.split("+")[0]
         bases = list(dict.fromkeys(n.split("+")[0] for n in names))
         return {"color": f"C{bases.index(arm) % 10}", "linestyle": "--" if "+" in name else "-",
-                "linewidth": 2.2 if arm in (BASELINE_ARM, "trajval") else 1.2}
+                "linewidth": 2.2 if arm in (baseline, "trajval") else 1.2}
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for arm, arm_curves in series["curves"].items():
@@ -643,6 +694,8 @@ def _figures(config: ValidationConfig, out: Path) -> dict[str, bytes]:
     ax.legend(fontsize=8, ncol=2)
     figures["Held-out accuracy per arm"] = _png(fig)
     plt.close(fig)
+    if any(x is None for x in series["completions"].values()):
+        return figures
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for arm, arm_curves in series["curves"].items():
         ax.plot(series["completions"][arm], arm_curves.mean(axis=0), label=arm, **style(arm))
@@ -651,7 +704,14 @@ def _figures(config: ValidationConfig, out: Path) -> dict[str, bytes]:
     ax.legend(fontsize=8, ncol=2)
     figures["Held-out accuracy per arm against completions"] = _png(fig)
     plt.close(fig)
+    return figures
 
+
+def _figures(config: ValidationConfig, out: Path) -> dict[str, bytes]:
+    import matplotlib.pyplot as plt
+
+    _, series = training(config, out)
+    figures = curve_figures(series)
     oracle_a = oracle_figures(out, "context-a", config.oracle.window)
     _, _, arrays = probe_vs_oracle(list(read_rows(out / "probe" / "weighted.jsonl")), oracle_a, [])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -666,41 +726,55 @@ def _figures(config: ValidationConfig, out: Path) -> dict[str, bytes]:
     return figures
 
 
-def _table(rows: dict[str, dict], columns: Sequence[str]) -> str:
+def rows_table(rows: dict[str, dict], columns: Sequence[str]) -> str:
     """One row per named entry of ``rows``, its values in ``columns``."""
     return html_table(("", *columns), [[name, *(row.get(c) for c in columns)] for name, row in rows.items()],
                       number_format=".4f")
 
 
+def figure_sections(figures: dict[str, bytes], out: Path) -> list[str]:
+    """index.html's section per figure; each figure also written as a file under ``out/figures``,
+    so documentation can quote the run's own output."""
+    from trajval_ops.atomic import atomic_open
+
+    parts = []
+    for title, png in figures.items():
+        with atomic_open(out / "figures" / figure_file_name(title), "wb") as handle:
+            handle.write(png)
+        parts.append(f"<h2>{html.escape(title)}</h2><img src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
+    return parts
+
+
+def page_head(kind: str, name: str, verdict_sentences: dict[str, str]) -> list[str]:
+    """index.html's head, title and verdicts."""
+    return [f"<!doctype html><meta charset='utf-8'><title>{html.escape(kind)}</title>",
+            "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}</style>",
+            f"<h1>{html.escape(kind)}: {html.escape(name)}</h1>",
+            "<h2>Verdicts</h2><ul>" + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
+                                              for k, v in verdict_sentences.items()) + "</ul>"]
+
+
 def write_index(results: dict, config: ValidationConfig, out: Path) -> Path:
-    from trajval_ops.atomic import atomic_open, write_text
-    parts = ["<!doctype html><meta charset='utf-8'><title>TrajVal validation</title>",
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}</style>",
-             f"<h1>TrajVal validation: {html.escape(results['protocol']['config']['name'])}</h1>",
-             "<h2>Verdicts</h2><ul>" + "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
-                                               for k, v in results["verdicts"].items()) + "</ul>",
+    from trajval_ops.atomic import write_text
+    parts = [*page_head("TrajVal validation", results["protocol"]["config"]["name"], results["verdicts"]),
              "<h2>Training (held-out accuracy)</h2>",
-             _table(results["training"], ["best_acc", "best_acc_ci95", "auc", "auc_ci95", "s2b", "s2b_ci95",
+             rows_table(results["training"], ["best_acc", "best_acc_ci95", "auc", "auc_ci95", "s2b", "s2b_ci95",
                                           "auc_minus_uniform", "auc_minus_uniform_ci95",
                                           "auc_completions_minus_uniform", "auc_completions_minus_uniform_ci95",
                                           "auc_completions_minus_standard_uniform",
                                           "auc_completions_minus_standard_uniform_ci95"]),
              "<h2>Cost: completions to reach uniform's Best Acc, each prior charged its own rollouts</h2>",
-             _table(results["cost"]["arms"], ["prior_completions", "completions_to_uniform_best", "s2b_completions",
+             rows_table(results["cost"]["arms"], ["prior_completions", "completions_to_uniform_best", "s2b_completions",
                                               "net_saved", "net_saved_ci95", "break_even_runs", "break_even_runs_ci95"]),
              "<h2>Probe vs oracle</h2>",
-             _table({"probe": results["probe_vs_oracle"]}, ["spearman_r_early", "spearman_r_late", "spearman_score",
+             rows_table({"probe": results["probe_vs_oracle"]}, ["spearman_r_early", "spearman_r_late", "spearman_score",
                                                             "spearman_score_vs_gain", "kappa_six", "kappa_binary"]),
              "<h2>Baselines (Spearman against the oracle gain)</h2>",
-             _table({k: {"spearman": v} for k, v in results["baselines"].items()}, ["spearman"]),
+             rows_table({k: {"spearman": v} for k, v in results["baselines"].items()}, ["spearman"]),
              "<h2>Reproducibility of the oracle</h2>",
-             _table({"oracle A vs B": results["reproducibility"]},
+             rows_table({"oracle A vs B": results["reproducibility"]},
                     ["n_shared", "kappa_six", "kappa_binary", "spearman_gain", "spearman_gain_independent_base"])]
-    for title, png in _figures(config, out).items():
-        # each figure also as a file, so documentation can quote the run's own output
-        with atomic_open(out / "figures" / figure_file_name(title), "wb") as handle:
-            handle.write(png)
-        parts.append(f"<h2>{html.escape(title)}</h2><img src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
+    parts += figure_sections(_figures(config, out), out)
     parts.append(f"<h2>Protocol</h2><pre>{html.escape(json.dumps(results['protocol'], indent=1, default=str))}</pre>")
     return write_text(out / "index.html", "\n".join(parts))
