@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "within-bin": ("within_bin", "within-pre-bin sub-pools (r_early terciles x delta)"),
     "prepare-model": ("prepare_model", "build the embedded/tiny models into the cache"),
     "validate": ("validate", "measure TrajVal's claims end to end in one regime"),
+    "verdict": ("verdict", "the verdict from your own training runs (verl, TRL, TensorBoard, CSV logs)"),
     "cost": ("cost", "what a recipe's prior costs in main-run completions, before it runs"),
 }
 

@@ -1,0 +1,379 @@
+"""``trajval verdict``: runs in trainers' own formats, read and compared with validate's figures.
+
+Each format's runs are written by that trainer's own code where it is installed (verl's
+``Tracking`` file backend, torch's TensorBoard ``SummaryWriter``, TRL's ``GRPOTrainer`` in the
+slow suite), and every figure is checked against numpy by hand: AUC differences, their
+percentile bootstrap intervals (2,000 resamples, seeded 0, arm then baseline drawn), the
+break-even runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trajval_ops.cli import verdict as cli
+
+VERL_KEY = "val-core/math_dapo/acc/mean@4"
+
+
+# ----------------------------------------------------------------------------- by hand
+
+
+def auc_difference_by_hand(arm: np.ndarray, base: np.ndarray) -> tuple[float, list[float]]:
+    """AUC (the mean over steps of the seed-mean curve) of ``arm`` minus ``base``, and its 95%
+    percentile interval over 2,000 resamples of seeds (numpy's default_rng(0))."""
+    difference = arm.mean(axis=0).mean() - base.mean(axis=0).mean()
+    rng = np.random.default_rng(0)
+    values = []
+    for _ in range(2000):
+        a = arm[rng.integers(0, len(arm), len(arm))]
+        b = base[rng.integers(0, len(base), len(base))]
+        values.append(a.mean(axis=0).mean() - b.mean(axis=0).mean())
+    return difference, [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
+
+
+def first_reach_by_hand(curve: np.ndarray, target: float) -> int | None:
+    """Index (from 0) of the evaluation that ends the first 5-evaluation window whose mean reaches
+    ``target``."""
+    for end in range(4, len(curve)):
+        if curve[end - 4:end + 1].mean() >= target - 1e-12:
+            return end
+    return None
+
+
+def curves_of(seed_values: dict) -> np.ndarray:
+    return np.array([seed_values[k] for k in sorted(seed_values)])
+
+
+def verdict(*argv: str) -> int:
+    return cli.main(list(argv), prog="trajval verdict")
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+STEPS = list(range(0, 21, 2))  # evaluations every 2 steps, the base model at step 0
+
+
+def accuracy(arm: str, seed: int, step: int) -> float:
+    """A learning curve per arm and seed: trajval a little faster, seeds a little apart."""
+    lift = {"uniform": 0.0, "trajval": 0.03}[arm]
+    return round(0.2 + 0.015 * step * (1 + lift * 10) + 0.01 * ((seed * 7 + step) % 3), 6)
+
+
+def scored_pool(path: Path, completions: int) -> Path:
+    """A weighted pool as the learnability mapper writes it: its provenance prices the prior."""
+    import pyarrow as pa
+
+    from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
+    from trajval_ops.pools.io import write_table
+
+    rows = [{"id": f"t{i}", "prompt": f"q{i}", "trajval_r_early": 0.125 * (i % 8), "trajval_r_late": 0.9,
+             "trajval_r_early_provenance": {"cost": {"completions": completions, "generated_tokens": 3}},
+             "trajval_r_late_provenance": {"cost": {"completions": completions, "generated_tokens": 5}}}
+            for i in range(10)]
+    write_table(TrajvalLearnabilityMapper(prior="trajval").score_pool(pa.Table.from_pylist(rows)), path)
+    return path
+
+
+def verl_config(folder: Path, pool: Path | None, batch: int = 4, n: int = 2) -> None:
+    """The Hydra config verl's main_ppo saves in its run folder (the keys the verdict reads)."""
+    import yaml
+
+    data = {"train_files": str(pool) if pool else "pool.parquet", "train_batch_size": batch}
+    if pool:
+        data["custom_cls"] = {"path": "pkg://trajval_ops.samplers.verl_dataset", "name": "TrajvalVerlDataset"}
+    config = {"data": data, "actor_rollout_ref": {"rollout": {"n": n}}, "trainer": {"total_training_steps": 20}}
+    (folder / ".hydra").mkdir(parents=True, exist_ok=True)
+    (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+# ----------------------------------------------------------------------------- verl
+
+
+def test_verl_logs_written_by_verls_own_tracking_give_the_figures_by_hand(tmp_path, monkeypatch, capsys):
+    tracking = pytest.importorskip("verl.utils.tracking", reason="verl is installed by TRAJVAL_WITH_TRAINERS=1")
+    pool = scored_pool(tmp_path / "weighted.jsonl", completions=16)  # the prior: 10 rows x 16 x 2 passes
+    for arm in ("uniform", "trajval"):
+        for seed in range(3):
+            folder = tmp_path / "runs" / f"{arm}-seed{seed}"
+            folder.mkdir(parents=True)
+            verl_config(folder, pool if arm == "trajval" else None)
+            monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(folder / "metrics.jsonl"))
+            tracker = tracking.Tracking("trajval", f"{arm}-{seed}", default_backend=["file"])
+            tracker.log({VERL_KEY: accuracy(arm, seed, 0), "val-aux/math_dapo/acc/std@4": 0.1}, step=0)
+            for step in range(1, 21):  # training metrics every step, validation every 2 (test_freq)
+                metrics = {"critic/score/mean": 0.1 * step, "training/global_step": step}
+                if step % 2 == 0:
+                    metrics[VERL_KEY] = accuracy(arm, seed, step)
+                tracker.log(metrics, step=step)
+            tracker.logger["file"].finish()
+    code = verdict("--run", f"uniform={tmp_path}/runs/uniform-seed*/metrics.jsonl",
+                   "--run", f"trajval={tmp_path}/runs/trajval-seed*/metrics.jsonl", "--out", str(tmp_path / "out"))
+    assert code == 0, capsys.readouterr().err
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert result["metric"] == [VERL_KEY] and result["steps"] == STEPS
+    assert result["runs"]["trajval"][0]["format"] == "verl"
+    arm = curves_of({s: [accuracy("trajval", s, t) for t in STEPS] for s in range(3)})
+    base = curves_of({s: [accuracy("uniform", s, t) for t in STEPS] for s in range(3)})
+    difference, interval = auc_difference_by_hand(arm, base)
+    row = result["training"]["trajval"]
+    assert row["auc_minus_uniform"] == pytest.approx(difference, abs=1e-15)
+    assert row["auc_minus_uniform_ci95"] == pytest.approx(interval, abs=1e-15)
+    assert row["per_seed_auc"] == pytest.approx(arm.mean(axis=1).tolist(), abs=1e-15)
+    # the prior and its price from the verl config saved beside the runs: its pool's provenance
+    assert result["priors"]["trajval"]["name"] == "trajval" and result["priors"]["trajval"]["completions"] == 320
+    assert result["priors"]["uniform"]["completions"] == 0
+    # completions per step: train_batch_size 4 x rollout.n 2 = 8; the cost reads them
+    assert row["completions"] == 8 * 20
+    target = np.convolve(base.mean(axis=0), np.ones(5) / 5, mode="valid").max()  # uniform's Best Acc
+    reach_base = first_reach_by_hand(base.mean(axis=0), target)
+    reach_arm = first_reach_by_hand(arm.mean(axis=0), target)
+    saved = (STEPS[reach_base] - STEPS[reach_arm]) * 8
+    cost = result["cost"]["arms"]["trajval"]
+    assert saved > 0 and cost["net_saved"] == saved - 320 and cost["break_even_runs"] == pytest.approx(320 / saved)
+    assert result["verdicts"]["trajval_vs_uniform_auc"].startswith("better than uniform")
+    assert "pays_for_itself" in " ".join(result["verdicts"])
+    out = capsys.readouterr().out
+    assert "trajval_vs_uniform_auc: better than uniform" in out and "prior of trajval: trajval, 320 completions" in out
+
+
+def test_the_verl_format_by_a_hand_checked_fixture(tmp_path):
+    """verl's FileLogger writes ``{"step": s, "data": {...}}`` per Tracking.log call (orjson, no
+    spaces); a DAPO run's completions per step are its generation batches x gen_batch_size x n."""
+    from trajval_ops.analysis.run_logs import read_run
+
+    log = tmp_path / "metrics.jsonl"
+    log.write_text(f'{{"step":0,"data":{{"{VERL_KEY}":0.25,"val-aux/num_turns/min":1}}}}\n'
+                   '{"step":1,"data":{"critic/score/mean":0.5,"train/num_gen_batches":2,"timing_s/gen":1.5}}\n'
+                   f'{{"step":2,"data":{{"critic/score/mean":0.6,"train/num_gen_batches":3,"{VERL_KEY}":0.375}}}}\n')
+    run = read_run(log)
+    assert run.format == "verl" and run.metrics[VERL_KEY] == {0: 0.25, 2: 0.375} and run.last_step == 2
+    assert run.heldout_keys() == [VERL_KEY] and run.completions == {} and run.config is None
+    verl_config(tmp_path, None, batch=8, n=4)
+    assert read_run(log).completions == {1: 32.0, 2: 32.0}
+    import yaml
+
+    config = yaml.safe_load((tmp_path / ".hydra" / "config.yaml").read_text())
+    config["data"]["gen_batch_size"] = 16
+    config["algorithm"] = {"filter_groups": {"enable": True}}
+    (tmp_path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    assert read_run(log).completions == {1: 2 * 16 * 4.0, 2: 3 * 16 * 4.0}
+    assert read_run(log).planned_steps == 20
+
+
+# ----------------------------------------------------------------------------- TensorBoard
+
+
+def test_tensorboard_events_from_a_real_writer(tmp_path, capsys):
+    pytest.importorskip("tensorboard", reason="the runs extra (make install) brings tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    key = "eval/rewards/accuracy/mean"  # TRL's eval_ keys as its TensorBoard callback writes them
+    values = {}
+    for arm in ("uniform", "trajval"):
+        for seed in range(2):
+            writer = SummaryWriter(str(tmp_path / arm / f"seed{seed}"))
+            for step in STEPS:
+                writer.add_scalar(key, accuracy(arm, seed, step), step)
+                writer.add_scalar("train/loss", 1.0 / (step + 1), step)
+            writer.close()
+            values.setdefault(arm, {})[seed] = [accuracy(arm, seed, t) for t in STEPS]
+    assert verdict("--run", f"uniform={tmp_path}/uniform/seed*", "--run", f"trajval={tmp_path}/trajval/seed*",
+                   "--out", str(tmp_path / "out")) == 0, capsys.readouterr().err
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert result["metric"] == [key] and {run["format"] for run in result["runs"]["trajval"]} == {"tensorboard"}
+    arm, base = curves_of(values["trajval"]), curves_of(values["uniform"])
+    difference, interval = auc_difference_by_hand(arm, base)
+    row = result["training"]["trajval"]
+    # TensorBoard stores float32: compare at its precision
+    assert row["auc_minus_uniform"] == pytest.approx(difference, abs=1e-6)
+    assert row["auc_minus_uniform_ci95"] == pytest.approx(interval, abs=1e-6)
+    assert "no AUC at equal completions" in " ".join(result["notes"]) and "cost" not in result
+
+
+# ----------------------------------------------------------------------------- CSV / JSON lines
+
+
+def write_csv(path: Path, arm: str, seed: int, steps=STEPS, completions=True, key="heldout_acc") -> Path:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["step", key, "completions"])
+        for step in range(0, max(steps) + 1):
+            writer.writerow([step, accuracy(arm, seed, step) if step in steps else "",
+                             (24 + 8 * (step % 2)) if completions and step else ""])
+    return path
+
+
+def test_a_csv_with_completions_and_a_priced_pool_gives_the_break_even_by_hand(tmp_path, capsys):
+    for arm in ("uniform", "trajval"):
+        for seed in range(3):
+            write_csv(tmp_path / f"{arm}-{seed}.csv", arm, seed)
+    pool = scored_pool(tmp_path / "weighted.jsonl", completions=100)
+    assert verdict("--run", f"uniform={tmp_path}/uniform-*.csv", "--run", f"trajval={tmp_path}/trajval-*.csv",
+                   "--pool", f"trajval={pool}", "--out", str(tmp_path / "out")) == 0, capsys.readouterr().err
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    arm = curves_of({s: [accuracy("trajval", s, t) for t in STEPS] for s in range(3)})
+    base = curves_of({s: [accuracy("uniform", s, t) for t in STEPS] for s in range(3)})
+    difference, interval = auc_difference_by_hand(arm, base)
+    row = result["training"]["trajval"]
+    assert row["auc_minus_uniform"] == pytest.approx(difference, abs=1e-15)
+    assert row["auc_minus_uniform_ci95"] == pytest.approx(interval, abs=1e-15)
+    # cumulative completions: 32 on odd steps, 24 on even ones (step 0 is the base model)
+    cumulative = [sum(24 + 8 * (s % 2) for s in range(1, t + 1)) for t in STEPS]
+    assert row["completions"] == cumulative[-1] == 560
+    # equal completions: both arms generated the same per step, so it is the AUC difference
+    assert row["auc_completions_minus_uniform"] == pytest.approx(difference, abs=1e-12)
+    smoothed = np.convolve(base.mean(axis=0), np.ones(5) / 5, mode="valid")
+    reach_base = first_reach_by_hand(base.mean(axis=0), smoothed.max())
+    reach_arm = first_reach_by_hand(arm.mean(axis=0), smoothed.max())
+    saved = cumulative[reach_base] - cumulative[reach_arm]
+    cost = result["cost"]["arms"]["trajval"]
+    assert cost["prior_completions"] == 2000 and cost["net_saved"] == saved - 2000
+    assert cost["break_even_runs"] == pytest.approx(2000 / saved)
+    assert "completions_to_uniform_best" in cost
+    assert result["verdicts"]["trajval_pays_for_itself"].endswith(
+        f"breaks even after {2000 / saved:.3g} runs reusing it (95% CI [{cost['break_even_runs_ci95'][0]:.3g}, "
+        f"{cost['break_even_runs_ci95'][1]:.3g}])" if math.isfinite(cost["break_even_runs_ci95"][1]) else
+        "it may never break even)")
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert html.count("<img") == 2 and "trajval_vs_uniform_auc" in html
+    assert sorted(p.name for p in (tmp_path / "out" / "figures").iterdir()) == [
+        "held_out_accuracy_per_arm.png", "held_out_accuracy_per_arm_against_completions.png"]
+
+
+def test_several_metrics_are_macro_averaged_and_a_jsonl_table_is_read(tmp_path):
+    from trajval_ops.experiment.verdict import compare
+    from trajval_ops.analysis.run_logs import read_run
+
+    runs = {}
+    for arm in ("uniform", "trajval"):
+        for seed in range(2):
+            path = tmp_path / f"{arm}-{seed}.jsonl"
+            path.write_text("".join(json.dumps({"step": t, "math_acc": accuracy(arm, seed, t),
+                                                "logic_acc": accuracy(arm, seed + 5, t) / 2}) + "\n" for t in STEPS))
+            runs.setdefault(arm, []).append(read_run(path))
+    result, _ = compare(runs, metrics=["math_acc", "logic_acc"])
+    assert result["metric"] == ["math_acc", "logic_acc"] and runs["trajval"][0].format == "table"
+    macro = {arm: curves_of({s: [(accuracy(arm, s, t) + accuracy(arm, s + 5, t) / 2) / 2 for t in STEPS]
+                             for s in range(2)}) for arm in ("uniform", "trajval")}
+    assert result["training"]["trajval"]["auc"] == pytest.approx(macro["trajval"].mean(), abs=1e-15)
+    difference, interval = auc_difference_by_hand(macro["trajval"], macro["uniform"])
+    assert result["training"]["trajval"]["auc_minus_uniform_ci95"] == pytest.approx(interval, abs=1e-15)
+
+
+# ----------------------------------------------------------------------------- TRL
+
+
+def trainer_state(global_step: int, max_steps: int, evaluations: dict[int, float]) -> dict:
+    """A trainer_state.json as transformers' Trainer writes it (log_history: a training entry per
+    logging step, an eval_ entry per evaluation)."""
+    history = []
+    for step in range(1, global_step + 1):
+        history.append({"epoch": step / max_steps, "loss": 0.1, "reward": 0.2, "step": step})
+        if step in evaluations:
+            history.append({"epoch": step / max_steps, "eval_reward": evaluations[step],
+                            "eval_rewards/accuracy_reward/mean": evaluations[step], "eval_loss": 0.3,
+                            "eval_runtime": 1.0, "step": step})
+    return {"global_step": global_step, "max_steps": max_steps, "log_history": history, "logging_steps": 1}
+
+
+def test_a_trl_output_folder_reads_its_state_with_the_most_steps(tmp_path):
+    from trajval_ops.analysis.run_logs import read_run
+
+    folder = tmp_path / "run"
+    (folder / "checkpoint-2").mkdir(parents=True)
+    (folder / "checkpoint-10").mkdir()
+    (folder / "checkpoint-2" / "trainer_state.json").write_text(json.dumps(trainer_state(2, 10, {2: 0.1})))
+    (folder / "checkpoint-10" / "trainer_state.json").write_text(json.dumps(trainer_state(10, 10, {2: 0.1, 10: 0.4})))
+    run = read_run(folder)  # a run still training: only checkpoints, the last one (10 sorts after 2 as a number)
+    assert run.format == "trl" and run.path.endswith("checkpoint-10/trainer_state.json")
+    assert run.metrics["eval_rewards/accuracy_reward/mean"] == {2: 0.1, 10: 0.4}
+    assert run.heldout_keys() == ["eval_rewards/accuracy_reward/mean"] and run.planned_steps == 10
+    (folder / "trainer_state.json").write_text(json.dumps(trainer_state(10, 10, {2: 0.1, 10: 0.5})))
+    assert read_run(folder).path == str(folder / "trainer_state.json")  # the finished run's own, on a tie
+
+
+# ----------------------------------------------------------------------------- honest edges
+
+
+def test_runs_with_other_steps_are_cut_to_the_shared_ones_and_an_early_stop_is_named(tmp_path, capsys):
+    write_csv(tmp_path / "uniform-0.csv", "uniform", 0)
+    write_csv(tmp_path / "uniform-1.csv", "uniform", 1, steps=list(range(0, 21, 4)))  # evaluated every 4
+    write_csv(tmp_path / "trajval-0.csv", "trajval", 0)
+    write_csv(tmp_path / "trajval-1.csv", "trajval", 1, steps=STEPS[:-2])  # still training: stops at step 16
+    assert verdict("--run", f"uniform={tmp_path}/uniform-*.csv", "--run", f"trajval={tmp_path}/trajval-*.csv",
+                   "--out", str(tmp_path / "out")) == 0
+    out = capsys.readouterr().out
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert result["steps"] == [0, 4, 8, 12, 16]
+    assert result["cut"] == {str(tmp_path / "uniform-0.csv"): [2, 6, 10, 14, 18, 20],
+                             str(tmp_path / "uniform-1.csv"): [20],
+                             str(tmp_path / "trajval-0.csv"): [2, 6, 10, 14, 18, 20],
+                             str(tmp_path / "trajval-1.csv"): [2, 6, 10, 14]}
+    assert list(result["stopped_early"]) == [str(tmp_path / "trajval-1.csv")]
+    assert "steps kept: 5 evaluations, 0, 4, 8, 12, 16" in out
+    assert f"stopped early: {tmp_path / 'trajval-1.csv'}: last evaluated at step 16, other runs at step 20" in out
+    kept = [0, 4, 8, 12, 16]
+    arm = curves_of({s: [accuracy("trajval", s, t) for t in kept] for s in range(2)})
+    base = curves_of({s: [accuracy("uniform", s, t) for t in kept] for s in range(2)})
+    assert result["training"]["trajval"]["auc_minus_uniform"] == pytest.approx(
+        auc_difference_by_hand(arm, base)[0], abs=1e-15)
+
+
+def test_one_seed_gives_no_interval_and_the_verdict_is_not_judged(tmp_path, capsys):
+    write_csv(tmp_path / "uniform.csv", "uniform", 0)
+    write_csv(tmp_path / "trajval.csv", "trajval", 0)
+    pool = scored_pool(tmp_path / "weighted.jsonl", completions=100)
+    assert verdict("--run", f"uniform={tmp_path}/uniform.csv", "--run", f"trajval={tmp_path}/trajval.csv",
+                   "--pool", f"trajval={pool}", "--out", str(tmp_path / "out")) == 0
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert result["training"]["trajval"]["auc_minus_uniform_ci95"] == [None, None]
+    sentences = result["verdicts"]
+    assert sentences["trajval_vs_uniform_auc"].startswith("not judged against uniform: no 95% interval")
+    assert sentences["trajval_pays_for_itself"].startswith("not judged: no 95% interval")
+    assert "no interval" in capsys.readouterr().out
+
+
+def _refused(tmp_path, capsys, *argv) -> str:
+    out = tmp_path / "out"
+    assert verdict(*argv, "--out", str(out)) == 2
+    assert not out.exists()  # nothing written
+    captured = capsys.readouterr()
+    assert captured.err.startswith("verdict: error: ") and "Traceback" not in captured.err and not captured.out
+    return captured.err
+
+
+def test_bad_input_is_one_block_exit_2_before_anything_is_written(tmp_path, capsys):
+    for arm in ("uniform", "trajval"):
+        write_csv(tmp_path / f"{arm}.csv", arm, 0)
+    write_csv(tmp_path / "other_metric.csv", "trajval", 1, key="val_accuracy")
+    write_csv(tmp_path / "late.csv", "trajval", 1, steps=[1, 3, 5])
+    uniform, trajval = f"uniform={tmp_path}/uniform.csv", f"trajval={tmp_path}/trajval.csv"
+    err = _refused(tmp_path, capsys, "--run", trajval)
+    assert "no runs for the baseline arm 'uniform' (arms given: trajval)" in err
+    err = _refused(tmp_path, capsys, "--run", uniform, "--run", f"trajval={tmp_path}/other_metric.csv")
+    assert "different held-out accuracy keys" in err and "heldout_acc" in err and "val_accuracy" in err
+    err = _refused(tmp_path, capsys, "--run", uniform, "--run", f"trajval={tmp_path}/late.csv")
+    assert "share no evaluation step" in err and "steps 1..5" in err
+    err = _refused(tmp_path, capsys, "--run", uniform, "--run", trajval, "--metric", "val_accuracy")
+    assert "do not log the --metric key(s)" in err
+    err = _refused(tmp_path, capsys, "--run", uniform, "--run", f"trajval={tmp_path}/none-*.csv")
+    assert "matches no file" in err
+    err = _refused(tmp_path, capsys, "--run", uniform, "--run", "trajval", "--pool", "x=1")
+    assert "expected ARM=PATH" in err
+    # several held-out keys: the error lists them
+    both = tmp_path / "both.jsonl"
+    both.write_text("".join(json.dumps({"step": t, "eval_accuracy": 0.5, "heldout_acc": 0.4}) + "\n" for t in STEPS))
+    err = _refused(tmp_path, capsys, "--run", f"uniform={both}", "--run", f"trajval={both}")
+    assert "several held-out accuracy keys" in err and "\n  eval_accuracy\n  heldout_acc" in err
+    nan = tmp_path / "nan.csv"
+    nan.write_text("step,heldout_acc\n0,0.5\n2,nan\n")
+    err = _refused(tmp_path, capsys, "--run", f"uniform={nan}", "--run", trajval)
+    assert f"{nan}, row 3, key 'heldout_acc': value nan is not finite" in err

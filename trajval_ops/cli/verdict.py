@@ -1,0 +1,117 @@
+"""The verdict from training runs you already have: does a prior beat the baseline, and pay back its rollouts?
+
+    trajval verdict --run uniform='logs/uniform-seed*.jsonl' --run trajval='logs/trajval-seed*.jsonl' \
+        [--baseline uniform] [--metric KEY ...] [--pool trajval=pools/weighted.jsonl] [--format verl] --out DIR
+
+Each --run ARM=PATH names one run or a glob of runs (the arm's seeds); repeat it per arm. Runs
+are read in their trainer's own format (detected, or named by --format): verl's file logger
+(VERL_FILE_LOGGER_PATH), TRL's trainer_state.json or output folder, TensorBoard event files, or a
+CSV / JSON lines table with a step column. Figures are those of ``trajval validate``: Best Acc,
+AUC and S2B per arm, each arm's AUC minus the baseline's with 95% bootstrap intervals over seeds,
+and, where the logs give each step's completions and a prior's price is known (--pool, or the
+verl config saved beside the runs), the completions to the baseline's Best Acc and the runs to
+break even. Writes DIR/results.json and DIR/index.html; prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import math
+import sys
+
+
+def _parser(prog: str | None) -> argparse.ArgumentParser:
+    from trajval_ops.analysis.run_logs import FORMATS
+
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--run", action="append", required=True, metavar="ARM=PATH",
+                        help="an arm's run: a file, folder or glob (several files: its seeds); repeatable")
+    parser.add_argument("--baseline", default="uniform", help="the arm the others are measured against (default uniform)")
+    parser.add_argument("--metric", action="append", metavar="KEY",
+                        help="held-out metric key, repeatable (several are macro-averaged); default: the one "
+                             "held-out accuracy key all runs log")
+    parser.add_argument("--pool", action="append", default=[], metavar="ARM=PATH",
+                        help="the arm's weighted pool: its provenance names the prior and its price")
+    parser.add_argument("--format", choices=FORMATS, help="the runs' format (default: detected per file)")
+    parser.add_argument("--out", required=True, help="output folder (results.json, index.html, figures/)")
+    return parser
+
+
+def _pairs(values: list[str], option: str) -> list[tuple[str, str]]:
+    from trajval_ops.errors import TrajvalInputError
+
+    pairs = []
+    for value in values:
+        arm, sep, path = value.partition("=")
+        if not sep or not arm or not path:
+            raise TrajvalInputError(f"{option} {value!r}: expected ARM=PATH")
+        pairs.append((arm, path))
+    return pairs
+
+
+def read_arms(run_options: list[str], format: str | None) -> dict:
+    """arm -> its runs, each --run's glob expanded (sorted); a pattern matching nothing is an error."""
+    from trajval_ops.analysis.run_logs import read_run
+    from trajval_ops.errors import TrajvalInputError
+
+    arms: dict[str, list] = {}
+    for arm, pattern in _pairs(run_options, "--run"):
+        paths = sorted(glob.glob(pattern)) or ([pattern] if not glob.has_magic(pattern) else [])
+        if not paths:
+            raise TrajvalInputError(f"--run {arm}={pattern}: the pattern matches no file")
+        runs = arms.setdefault(arm, [])
+        for path in paths:
+            if any(run.path == path for run in runs):
+                raise TrajvalInputError(f"--run {arm}: {path} is named twice")
+            runs.append(read_run(path, format))
+    return arms
+
+
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+    """Exit 0, or 2 on bad input (nothing written then)."""
+    args = _parser(prog).parse_args(argv)
+    from pathlib import Path
+
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.experiment import verdict
+
+    try:
+        pools = dict(_pairs(args.pool, "--pool"))
+        result, series = verdict.compare(read_arms(args.run, args.format), args.baseline, args.metric, pools)
+    except (TrajvalInputError, OSError) as err:
+        print(f"verdict: error: {err}", file=sys.stderr)
+        return 2
+    verdict.write(result, series, Path(args.out))
+    _print(result)
+    print(f"written: {Path(args.out) / 'results.json'}, {Path(args.out) / 'index.html'}")
+    return 0
+
+
+def _interval(bounds, spec: str) -> str:
+    if bounds is None or any(b is None or math.isnan(b) for b in bounds):
+        return "no interval"
+    return "[" + ", ".join("never" if math.isinf(b) else format(b, spec) for b in bounds) + "]"
+
+
+def _print(result: dict) -> None:
+    baseline = result["baseline"]
+    costs = (result.get("cost") or {}).get("arms", {})
+    print(f"{'arm':24} {'seeds':>5} {'Best Acc':>9} {'AUC':>8} {'AUC - ' + baseline:>14} {'95% CI':>20} {'S2B %':>7} "
+          f"{'break-even runs':>16} {'95% CI':>16}")
+    for arm, row in result["training"].items():
+        cost = costs.get(arm, {}) if arm != baseline else {}
+        runs = cost.get("break_even_runs")
+        print(f"{arm:24} {len(row['seeds']):>5} {row['best_acc']:9.4f} {row['auc']:8.4f} "
+              f"{row[f'auc_minus_{baseline}']:+14.4f} {_interval(row[f'auc_minus_{baseline}_ci95'], '+.4f'):>20} "
+              f"{row['s2b']:7.1f} {'-' if not cost else 'never' if runs is None else format(runs, '.3g'):>16} "
+              f"{_interval(cost['break_even_runs_ci95'], '.3g') if cost else '-':>16}")
+    for line in verdict_lines(result):
+        print(line)
+
+
+def verdict_lines(result: dict) -> list[str]:
+    from trajval_ops.experiment.verdict import run_lines
+
+    return run_lines(result) + [f"{key}: {sentence}" for key, sentence in result["verdicts"].items()]
