@@ -369,11 +369,150 @@ def test_bad_input_is_one_block_exit_2_before_anything_is_written(tmp_path, caps
     err = _refused(tmp_path, capsys, "--run", uniform, "--run", "trajval", "--pool", "x=1")
     assert "expected ARM=PATH" in err
     # several held-out keys: the error lists them
-    both = tmp_path / "both.jsonl"
-    both.write_text("".join(json.dumps({"step": t, "eval_accuracy": 0.5, "heldout_acc": 0.4}) + "\n" for t in STEPS))
-    err = _refused(tmp_path, capsys, "--run", f"uniform={both}", "--run", f"trajval={both}")
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text("".join(
+            json.dumps({"step": t, "eval_accuracy": 0.5, "heldout_acc": 0.4}) + "\n" for t in STEPS))
+    err = _refused(tmp_path, capsys, "--run", f"uniform={tmp_path}/a.jsonl", "--run", f"trajval={tmp_path}/b.jsonl")
     assert "several held-out accuracy keys" in err and "\n  eval_accuracy\n  heldout_acc" in err
+    err = _refused(tmp_path, capsys, "--run", uniform, "--run", f"trajval={tmp_path}/uniform.csv")
+    assert f"{tmp_path}/uniform.csv is already a run of arm uniform" in err
     nan = tmp_path / "nan.csv"
     nan.write_text("step,heldout_acc\n0,0.5\n2,nan\n")
     err = _refused(tmp_path, capsys, "--run", f"uniform={nan}", "--run", trajval)
     assert f"{nan}, row 3, key 'heldout_acc': value nan is not finite" in err
+
+
+# ----------------------------------------------------------------------------- slow: real runs
+
+
+def validate_units_as_logs(run: Path, folder: Path) -> dict[str, list[Path]]:
+    """Each training unit of a ``trajval validate`` run as a JSON-lines log: its held-out curve
+    (the mean over held-out tasks at each evaluation, as validate reads it) and the completions
+    of each training step. Returns run name -> its seeds' logs."""
+    from trajval_ops.experiment.trajectory_callback import read_trajectories
+
+    logs: dict[str, list[Path]] = {}
+    for unit in sorted(p for p in (run / "arms").glob("*/seed-*") if p.is_dir()):
+        _, steps, acc = read_trajectories(unit / "heldout.jsonl")
+        record = json.loads((unit / "result.json").read_text())
+        rows = {int(step): {"step": int(step), "heldout_acc": float(value)}
+                for step, value in zip(steps, acc.mean(axis=0))}
+        for step, count in enumerate(record["completions_per_step"], 1):
+            rows.setdefault(step, {"step": step})["completions"] = count
+        path = folder / unit.parent.name / f"{unit.name}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(rows[step]) + "\n" for step in sorted(rows)))
+        logs.setdefault(unit.parent.name, []).append(path)
+    return logs
+
+
+TRAINING_FIGURES = ("best_acc", "auc", "best_acc_ci95", "auc_ci95", "s2b", "s2b_ci95", "auc_minus_uniform",
+                    "auc_minus_uniform_ci95", "auc_completions_minus_uniform", "auc_completions_minus_uniform_ci95",
+                    "auc_completions_budget", "per_seed_auc", "per_seed_best_acc", "completions")
+
+
+@pytest.mark.slow
+def test_a_validate_runs_unit_curves_give_its_training_figures_to_the_last_digit(tmp_path):
+    """The smoke protocol (its arms cut to three, both sampling modes) run by ``trajval validate``;
+    its units' held-out curves and completions, fed to ``trajval verdict`` as logs, give the
+    run's own ``training`` figures exactly, for each sampling mode against its own uniform."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    config = yaml.safe_load((repo / "recipes" / "validation" / "smoke.yaml").read_text())
+    config["training"]["arms"] = ["uniform", "trajval", "variance"]
+    config["probe"].pop("other_model")
+    (tmp_path / "smoke.yaml").write_text(yaml.safe_dump(config))
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, str(repo / "tools" / "validate.py"), "--config",
+                           str(tmp_path / "smoke.yaml"), "--out", str(run)], capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-4000:]
+    validated = json.loads((run / "results.json").read_text())["training"]
+    logs = validate_units_as_logs(run, tmp_path / "logs")
+    for suffix in ("", "+dynamic"):
+        baseline = "uniform" + suffix
+        argv = [arg for name in ("uniform", "trajval", "variance")
+                for arg in ("--run", f"{name + suffix}={logs[name + suffix][0].parent}/seed-*.jsonl")]
+        assert verdict(*argv, "--baseline", baseline, "--out", str(tmp_path / f"out{suffix}")) == 0
+        result = json.loads((tmp_path / f"out{suffix}" / "results.json").read_text())
+        assert result["steps"] == [0, 2, 4] and not result["cut"] and not result["stopped_early"]
+        for name in ("uniform", "trajval", "variance"):
+            mine = {key.replace(f"minus_{baseline}", "minus_uniform"): value
+                    for key, value in result["training"][name + suffix].items()}
+            assert {key: mine[key] for key in TRAINING_FIGURES} == \
+                {key: validated[name + suffix][key] for key in TRAINING_FIGURES}, name + suffix
+
+
+def trl_grpo_run(folder: Path, seed: int, weighted: bool) -> None:
+    """A few GRPO steps of TRL on the tiny-arith model, set up as the probe sets up its GRPO
+    (its dataset, policy, reward and GRPOConfig arguments), evaluated every 2 steps on held-out
+    rows, checkpointed every 2 (each checkpoint holds a trainer_state.json). ``weighted``: the
+    package's TrajvalGRPOTrainer drawing by a weight column, else TRL's own GRPOTrainer."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trajval_ops.models import resolve_model
+    from trajval_ops.pools.io import read_rows
+    from trajval_ops.probe.config import ProbeConfig, grpo_arguments
+    from trajval_ops.probe.rewards import verifier_reward
+    from trajval_ops.probe.run import load_policy, load_tokenizer, max_context_of, probe_examples, training_dataset
+    from trajval_ops.regime.tasks import VERIFIER
+    from trajval_ops.rollout.verifiers import build_verifier
+    from trajval_ops.samplers.trl import TrajvalGRPOTrainer
+
+    rows = list(read_rows(Path(__file__).resolve().parents[1] / "trajval_ops" / "data" / "demo_arith_pool.jsonl"))
+    train, heldout = rows[:64], rows[-8:]
+    config = ProbeConfig(model="tiny-arith", epochs=1, seed=seed, learning_rate=3e-4, prompts_per_batch=4,
+                         num_generations=4, micro_batch_size=16, max_completion_length=8, verifier=VERIFIER[0],
+                         verifier_options=VERIFIER[1], device="cpu")
+    base = resolve_model("tiny-arith")
+    tokenizer = load_tokenizer(base)
+    dataset = training_dataset(probe_examples(train, config), tokenizer, config, max_context_of(base))
+    evaluation = training_dataset(probe_examples(heldout, config), tokenizer, config, max_context_of(base))
+    args = grpo_arguments(config, str(folder), "cpu", show_progress=False)
+    args.update(max_steps=4, logging_steps=1, eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=16,
+                save_strategy="steps", save_steps=2)
+    options = {}
+    trainer_class = GRPOTrainer
+    if weighted:
+        trainer_class = TrajvalGRPOTrainer
+        dataset = dataset.add_column("trajval_weight", [1.0 if row["family"] == "digit_sum" else 0.05 for row in train])
+        options = {"weight_column": "trajval_weight"}
+    verifier = build_verifier(VERIFIER[0], **VERIFIER[1])
+    trainer = trainer_class(model=load_policy(base, "cpu", "fp32"), reward_funcs=[verifier_reward(verifier)],
+                            args=GRPOConfig(**args), train_dataset=dataset, eval_dataset=evaluation,
+                            processing_class=tokenizer, **options)
+    trainer.train()
+    verifier.close()
+
+
+@pytest.mark.slow
+def test_trl_output_folders_of_real_grpo_runs(tmp_path, capsys):
+    import torch
+
+    torch.set_num_threads(1)
+    for arm in ("uniform", "trajval"):
+        for seed in range(2):
+            trl_grpo_run(tmp_path / arm / f"seed{seed}", seed, weighted=arm == "trajval")
+    assert verdict("--run", f"uniform={tmp_path}/uniform/seed*", "--run", f"trajval={tmp_path}/trajval/seed*",
+                   "--out", str(tmp_path / "out")) == 0, capsys.readouterr().err
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    # the probe's reward function is named for its verifier: TRL logs eval_rewards/verifier_math/mean
+    assert result["metric"] == ["eval_rewards/verifier_math/mean"] and result["steps"] == [2, 4]
+    assert result["runs"]["trajval"][0]["path"] == str(tmp_path / "trajval" / "seed0" / "checkpoint-4" /
+                                                       "trainer_state.json")
+    curves = {}
+    for arm in ("uniform", "trajval"):  # by hand from the states TRL wrote
+        states = [json.loads((tmp_path / arm / f"seed{seed}" / "checkpoint-4" / "trainer_state.json").read_text())
+                  for seed in range(2)]
+        curves[arm] = np.array([[entry["eval_rewards/verifier_math/mean"] for entry in state["log_history"]
+                                 if "eval_rewards/verifier_math/mean" in entry] for state in states])
+    assert curves["uniform"].shape == (2, 2)
+    difference, interval = auc_difference_by_hand(curves["trajval"], curves["uniform"])
+    row = result["training"]["trajval"]
+    assert row["auc_minus_uniform"] == pytest.approx(difference, abs=1e-15)
+    assert row["auc_minus_uniform_ci95"] == pytest.approx(interval, abs=1e-15)

@@ -174,7 +174,8 @@ class VerlFileLog:
             for number, record in _json_lines(path):
                 where = f"{path}, line {number}"
                 if not isinstance(record, dict) or not isinstance(record.get("data"), dict) or "step" not in record:
-                    raise TrajvalInputError(f"{where}: not a verl file-logger record {{\"step\": .., \"data\": {{..}}}}")
+                    raise TrajvalInputError(f"{where}: not a verl file-logger record "
+                                            '{"step": .., "data": {..}}')
                 yield where, _step(record["step"], where), record["data"]
 
         run = _collect(records(), str(path), VerlFileLog.name)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import glob
 import math
+import os
 import sys
 
 
@@ -28,7 +29,8 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--run", action="append", required=True, metavar="ARM=PATH",
                         help="an arm's run: a file, folder or glob (several files: its seeds); repeatable")
-    parser.add_argument("--baseline", default="uniform", help="the arm the others are measured against (default uniform)")
+    parser.add_argument("--baseline", default="uniform",
+                        help="the arm the others are measured against (default uniform)")
     parser.add_argument("--metric", action="append", metavar="KEY",
                         help="held-out metric key, repeatable (several are macro-averaged); default: the one "
                              "held-out accuracy key all runs log")
@@ -57,15 +59,17 @@ def read_arms(run_options: list[str], format: str | None) -> dict:
     from trajval_ops.errors import TrajvalInputError
 
     arms: dict[str, list] = {}
+    named: dict[str, str] = {}  # path -> its arm: one run is one seed of one arm
     for arm, pattern in _pairs(run_options, "--run"):
         paths = sorted(glob.glob(pattern)) or ([pattern] if not glob.has_magic(pattern) else [])
         if not paths:
             raise TrajvalInputError(f"--run {arm}={pattern}: the pattern matches no file")
-        runs = arms.setdefault(arm, [])
         for path in paths:
-            if any(run.path == path for run in runs):
-                raise TrajvalInputError(f"--run {arm}: {path} is named twice")
-            runs.append(read_run(path, format))
+            resolved = os.path.realpath(path)
+            if resolved in named:
+                raise TrajvalInputError(f"--run {arm}: {path} is already a run of arm {named[resolved]}")
+            named[resolved] = arm
+            arms.setdefault(arm, []).append(read_run(path, format))
     return arms
 
 

@@ -25,7 +25,6 @@ from trajval_ops.analysis.html_table import html_table
 from trajval_ops.analysis.trajectories import trajectory_profiles
 from trajval_ops.experiment.validation_config import (ARMS, BASELINE_ARM, MODE_SUFFIX, ValidationConfig,
                                                      evaluation_count, protocol_hash)
-from trajval_ops.experiment.trajectory_callback import read_trajectories
 from trajval_ops.pools.io import read_rows
 from trajval_ops.priors import ONE_PASS_PRIORS
 
@@ -79,6 +78,8 @@ def oracle_figures(out: Path, context: str, window: int) -> dict | None:
     path = out / "oracle" / context / "trajectories.jsonl"
     if not path.is_file():
         return None
+    from trajval_ops.experiment.trajectory_callback import read_trajectories  # imports transformers
+
     ids, steps, acc = read_trajectories(path)
     profiles = trajectory_profiles(acc, window=window, x=steps)
     return {"ids": ids, "steps": steps, "acc": acc, "r_early": profiles["r_early"], "r_late": profiles["r_late"],
@@ -148,6 +149,8 @@ def probe_vs_oracle(probe_rows: list[dict], oracle: dict, stability_epochs: Sequ
 def _run_records(config: ValidationConfig, out: Path, name: str) -> tuple[np.ndarray, list, list[dict]]:
     """One trained arm's held-out curves (seeds x evaluations), evaluation steps and per-seed
     ``result.json`` records."""
+    from trajval_ops.experiment.trajectory_callback import read_trajectories
+
     per_seed, records, steps = [], [], None
     for seed in config.training_seeds():
         folder = out / "arms" / name / f"seed-{seed}"

@@ -20,10 +20,11 @@ import numpy as np
 from trajval_ops.analysis import curves
 from trajval_ops.analysis.run_logs import RunLog, config_value
 from trajval_ops.errors import TrajvalInputError
-from trajval_ops.experiment import results as figures
+from trajval_ops.experiment import results as validate_results
 
 #: Sampler and dataset classes of this package that weight a verl run's pool (with their weight key's setting).
-VERL_WEIGHTED_CLASSES = {"TrajvalVerlDataset": "data.trajval.weight_key", "TrajvalVerlSampler": "data.sampler.weight_key",
+VERL_WEIGHTED_CLASSES = {"TrajvalVerlDataset": "data.trajval.weight_key",
+                         "TrajvalVerlSampler": "data.sampler.weight_key",
                          "TrajvalVerlCurriculumSampler": "data.sampler.weight_key"}
 
 
@@ -41,7 +42,8 @@ def choose_metrics(runs: Sequence[RunLog], named: Sequence[str] | None) -> list[
     held-out accuracy key every run logs."""
     if named:
         missing = [f"{run.path}: {', '.join(k for k in named if k not in run.metrics)} (it logs held-out keys: "
-                   f"{', '.join(run.heldout_keys()) or 'none'})" for run in runs if any(k not in run.metrics for k in named)]
+                   f"{', '.join(run.heldout_keys()) or 'none'})"
+                   for run in runs if any(k not in run.metrics for k in named)]
         if missing:
             raise TrajvalInputError("runs do not log the --metric key(s):\n  " + "\n  ".join(missing))
         return list(named)
@@ -109,8 +111,9 @@ def arm_completions(runs: Sequence[RunLog], steps: Sequence[int]) -> np.ndarray 
     for run in runs:
         for s in through:
             if run.completions[s] <= 0:
-                raise TrajvalInputError(f"{run.path}: step {s} generated {run.completions[s]} completions (must be > 0)")
-    return figures.mean_cumulative_completions([[run.completions[s] for s in through] for run in runs], steps)
+                raise TrajvalInputError(f"{run.path}: step {s} generated {run.completions[s]} completions "
+                                        "(must be > 0)")
+    return validate_results.mean_cumulative_completions([[run.completions[s] for s in through] for run in runs], steps)
 
 
 def pool_prior(path: str | Path) -> Prior:
@@ -152,7 +155,8 @@ def verl_config_prior(runs: Sequence[RunLog]) -> Prior | None:
     if len(files) == 1 and isinstance(files[0], str) and Path(files[0]).is_file():
         return pool_prior(files[0])
     return Prior(f"weighted by {key or 'trajval_weight'} ({weighted})", None,
-                 f"from the verl config saved beside the runs; its pool {', '.join(map(str, files))} is not readable here")
+                 f"from the verl config saved beside the runs; its pool {', '.join(map(str, files))} "
+                 "is not readable here")
 
 
 def arm_priors(runs_by_arm: Mapping[str, Sequence[RunLog]], pools: Mapping[str, str], baseline: str) -> dict:
@@ -189,9 +193,10 @@ def compare(runs_by_arm: Mapping[str, Sequence[RunLog]], baseline: str = "unifor
     base = arm_curves[baseline]
     training = {}
     for arm, runs in runs_by_arm.items():
-        training[arm] = {"arm": arm, **figures.arm_training_figures(arm_curves[arm], base, steps, x[arm], x[baseline],
-                                                                    baseline=baseline),
-                         "seeds": [run.path for run in runs], **figures.per_seed_figures(arm_curves[arm]),
+        figures = validate_results.arm_training_figures(arm_curves[arm], base, steps, x[arm], x[baseline],
+                                                        baseline=baseline)
+        training[arm] = {"arm": arm, **figures,
+                         "seeds": [run.path for run in runs], **validate_results.per_seed_figures(arm_curves[arm]),
                          "completions": None if x[arm] is None else float(x[arm][-1])}
     notes = []
     cost = None
@@ -201,7 +206,7 @@ def compare(runs_by_arm: Mapping[str, Sequence[RunLog]], baseline: str = "unifor
             if priors[arm].completions is None:
                 notes.append(f"{arm}: no break-even: its prior's price is unknown; pass --pool {arm}=PATH")
                 continue
-            row = figures.arm_cost_figures(arm_curves[arm], base, x[arm], x[baseline], priors[arm].completions)
+            row = validate_results.arm_cost_figures(arm_curves[arm], base, x[arm], x[baseline], priors[arm].completions)
             # validate's keys, the baseline named (completions_to_<baseline>_best)
             cost["arms"][arm] = {key.replace("_uniform_", f"_{baseline}_"): value for key, value in row.items()}
     else:
@@ -211,7 +216,8 @@ def compare(runs_by_arm: Mapping[str, Sequence[RunLog]], baseline: str = "unifor
                      + " do not give the completions of every training step")
     result = {"baseline": baseline, "metric": keys, "steps": steps,
               "runs": {arm: [{"path": run.path, "format": run.format, "last_step": run.last_step,
-                              "planned_steps": run.planned_steps} for run in runs] for arm, runs in runs_by_arm.items()},
+                              "planned_steps": run.planned_steps} for run in runs]
+                       for arm, runs in runs_by_arm.items()},
               "cut": edges["cut"], "stopped_early": edges["stopped_early"],
               "priors": {arm: vars(prior) for arm, prior in priors.items()},
               "training": training, **({"cost": cost} if cost else {}), "notes": notes}
@@ -226,11 +232,12 @@ def verdict_sentences(result: Mapping) -> dict[str, str]:
     for arm, row in result["training"].items():
         if arm == baseline:
             continue
-        out[f"{arm}_vs_{baseline}_auc"] = figures.auc_verdict(row[f"auc_minus_{baseline}"],
+        out[f"{arm}_vs_{baseline}_auc"] = validate_results.auc_verdict(row[f"auc_minus_{baseline}"],
                                                               row[f"auc_minus_{baseline}_ci95"], baseline)
         cost = (result.get("cost") or {}).get("arms", {}).get(arm)
         if cost is not None:
-            out[f"{arm}_pays_for_itself"] = figures.cost_verdict(cost, result["cost"]["main_run_completions"], baseline)
+            out[f"{arm}_pays_for_itself"] = validate_results.cost_verdict(
+                cost, result["cost"]["main_run_completions"], baseline)
     return out
 
 
@@ -242,20 +249,20 @@ def write(result: dict, series: dict, out: Path) -> None:
 
     baseline = result["baseline"]
     out.mkdir(parents=True, exist_ok=True)
-    parts = [*figures.page_head("TrajVal verdict", f"against {baseline}, on {' + '.join(result['metric'])}",
+    parts = [*validate_results.page_head("TrajVal verdict", f"against {baseline}, on {' + '.join(result['metric'])}",
                                 result["verdicts"]),
              "<h2>Training (held-out accuracy)</h2>",
-             figures.rows_table(result["training"], ["best_acc", "best_acc_ci95", "auc", "auc_ci95", "s2b", "s2b_ci95",
-                                                     f"auc_minus_{baseline}", f"auc_minus_{baseline}_ci95",
-                                                     f"auc_completions_minus_{baseline}",
-                                                     f"auc_completions_minus_{baseline}_ci95"])]
+             validate_results.rows_table(result["training"], [
+                 "best_acc", "best_acc_ci95", "auc", "auc_ci95", "s2b", "s2b_ci95", f"auc_minus_{baseline}",
+                 f"auc_minus_{baseline}_ci95", f"auc_completions_minus_{baseline}",
+                 f"auc_completions_minus_{baseline}_ci95"])]
     if "cost" in result:
         parts += [f"<h2>Cost: completions to reach {html.escape(baseline)}'s Best Acc, each prior charged</h2>",
-                  figures.rows_table(result["cost"]["arms"], [
+                  validate_results.rows_table(result["cost"]["arms"], [
                       "prior_completions", f"completions_to_{baseline}_best", "s2b_completions", "net_saved",
                       "net_saved_ci95", "break_even_runs", "break_even_runs_ci95"])]
     parts += ["<h2>Runs</h2><ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in run_lines(result)) + "</ul>"]
-    parts += figures.figure_sections(figures.curve_figures(series, baseline), out)
+    parts += validate_results.figure_sections(validate_results.curve_figures(series, baseline), out)
     write_json(out / "results.json", result)
     write_text(out / "index.html", "\n".join(parts))
 
