@@ -47,6 +47,29 @@ def orz(values):  # lime-nlp/orz_math_difficulty (its column name is not publish
             for i, v in enumerate(values)]
 
 
+def openr1(pairs):  # open-r1/OpenR1-Math-220k: (correct, generations) per problem
+    return [{"problem": f"What is {i} + {i}?", "solution": "", "answer": str(2 * i), "problem_type": "Algebra",
+             "question_type": "math-word-problem", "source": "fixture", "uuid": f"r1-{i}",
+             "is_reasoning_complete": [True] * total, "generations": [f"... \\boxed{{{2 * i}}}"] * total,
+             "correctness_math_verify": [j < correct for j in range(total)], "correctness_llama": None,
+             "finish_reasons": ["stop"] * total, "correctness_count": correct,
+             "messages": [{"role": "user", "content": f"What is {i} + {i}?"}]} for i, (correct, total) in enumerate(pairs)]
+
+
+def intellect2(values):  # PrimeIntellect/INTELLECT-2-RL-Dataset
+    return [{"problem_id": f"i2-{i}", "task_type": "verifiable_math", "prompt": f"What is {i} + {i}?",
+             "verification_info": json.dumps({"ground_truth": str(2 * i)}), "solve_rate_qwen_r1_distill_7b": v}
+            for i, v in enumerate(values)]
+
+
+def intellect3(values, config="math"):  # PrimeIntellect/INTELLECT-3-RL, its math or logic config
+    if config == "math":
+        return [{"question": f"What is {i} + {i}?", "answer": str(2 * i), "avg@8_qwen3_4b_thinking_2507": v,
+                 "avg@8_qwen3_4b_instruct_2507": None if v is None else v / 2} for i, v in enumerate(values)]
+    return [{"question": f"Puzzle {i}", "info": json.dumps({"answer": str(i)}), "avg@16_qwen3_4b_instruct_2507": v}
+            for i, v in enumerate(values)]
+
+
 def reused(rows, **settings):
     op = TrajvalEndpointRewardMapper(window="early", **settings)
     op.check_pool(pa.Table.from_pylist(rows))
@@ -68,6 +91,18 @@ def reused(rows, **settings):
     (guru([0.0, 0.5, 0.75]), {"reuse_preset": "guru_qwen3_30b"}, [0.25, 0.75, 1.0], 16, "Qwen/Qwen3-30B-A3B"),
     (orz([100.0, 62.5, 0.0]), {"reuse_preset": "orz", "reuse_key": "difficulty", "id_key": "task_id"},
      [0.0, 0.375, 1.0], 128, "Qwen/Qwen2.5-Math-7B"),
+    (orz([100.0, 62.5, 0.0]), {"reuse_preset": "deepscaler", "reuse_key": "difficulty", "id_key": "task_id"},
+     [0.0, 0.375, 1.0], 128, "Qwen/Qwen2.5-Math-7B"),
+    (openr1([(1, 2), (3, 4), (2, 2)]), {"reuse_preset": "openr1_math", "id_key": "uuid"}, [0.5, 0.75, 1.0],
+     [2, 4, 2], "deepseek-ai/DeepSeek-R1"),  # n per row: len(generations)
+    (intellect2([0.0, 0.125, 0.5]), {"reuse_preset": "intellect2", "reuse_n": 8, "id_key": "problem_id"},
+     [0.0, 0.125, 0.5], 8, "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"),
+    (intellect3([0.25, 1.0]), {"reuse_preset": "intellect3_avg8_qwen3_4b_thinking"}, [0.25, 1.0], 8,
+     "Qwen/Qwen3-4B-Thinking-2507"),
+    (intellect3([0.25, 1.0]), {"reuse_preset": "intellect3_avg8_qwen3_4b_instruct"}, [0.125, 0.5], 8,
+     "Qwen/Qwen3-4B-Instruct-2507"),
+    (intellect3([0.0625, 0.5], "logic"), {"reuse_preset": "intellect3_avg16_qwen3_4b_instruct"}, [0.0625, 0.5], 16,
+     "Qwen/Qwen3-4B-Instruct-2507"),
     # the forms without a preset
     (orz([50.0, 25.0]), {"reuse_key": "difficulty", "reuse_form": "difficulty_percent", "reuse_n": 4,
                          "id_key": "task_id"}, [0.5, 0.75], 4, None),
@@ -76,8 +111,9 @@ def reused(rows, **settings):
 ])
 def test_each_preset_reads_its_pools_column_as_a_pass_rate(rows, settings, rates, n, model):
     got, counts, provenance = reused(rows, **settings)
-    assert got == pytest.approx(rates) and counts == [n] * len(rows)
-    assert provenance["model"] == model and provenance["n"] == n and provenance["cost"]["completions"] == 0
+    assert got == pytest.approx(rates) and counts == (n if isinstance(n, list) else [n] * len(rows))
+    assert provenance["model"] == model and provenance["cost"]["completions"] == 0
+    assert provenance["n"] == (None if isinstance(n, list) else n)  # a per-row n: <key>_n holds each row's
     assert provenance["preset"] == settings.get("reuse_preset")
 
 
@@ -98,6 +134,11 @@ def test_each_preset_reads_its_pools_column_as_a_pass_rate(rows, settings, rates
     (skywork([3, 2.5]), {"reuse_preset": "skywork_7b"}, r"= 2.5 is not a whole count of correct samples"),
     (orz([50.0, 120.0]), {"reuse_preset": "orz", "reuse_key": "difficulty", "id_key": "task_id"},
      r"field 'difficulty' \(100 \(1 - correct / 128\)\) = 120"),
+    (openr1([(1, 2), (3, 2)]), {"reuse_preset": "openr1_math", "id_key": "uuid"},
+     r"row 1 \(uuid='r1-1'\): field 'correctness_count' = 3 correct samples is more than the 2 rollouts its field "
+     r"'generations' gives"),
+    (intellect3([0.5, None]), {"reuse_preset": "intellect3_avg8_qwen3_4b_thinking"},
+     r"row 1: field 'avg@8_qwen3_4b_thinking_2507' \(the reused pass rate\) is missing"),
 ])
 def test_a_value_outside_its_forms_range_names_the_row_and_the_field(rows, settings, message):
     with pytest.raises(TrajvalInputError, match=message):
@@ -109,6 +150,11 @@ def test_a_preset_without_a_published_column_and_a_form_without_its_n_are_refuse
         TrajvalEndpointRewardMapper(window="early", reuse_preset="orz")
     with pytest.raises(ValueError, match="needs the rollouts behind its pass rates"):
         TrajvalEndpointRewardMapper(window="early", reuse_key="difficulty", reuse_form="count")
+    with pytest.raises(ValueError, match="reuse_preset 'intellect2': its card does not state the rollouts behind "
+                                         "'solve_rate_qwen_r1_distill_7b'; give exactly one of reuse_n"):
+        TrajvalEndpointRewardMapper(window="early", reuse_preset="intellect2")
+    with pytest.raises(ValueError, match="reuse_missing must be one of"):
+        TrajvalEndpointRewardMapper(window="early", reuse_preset="big_math", reuse_missing="skip")
     with pytest.raises(ValueError, match="reuse_preset must be one of"):
         TrajvalEndpointRewardMapper(window="early", reuse_preset="bigmath")
 
@@ -133,7 +179,8 @@ def test_the_reuse_variance_recipe_weights_a_pool_with_no_model_and_says_what_th
     report = json.loads(capsys.readouterr().out)
     assert report["completions"] == 0
     assert report["runs"][0]["reused_passes"]["trajval_r_early"] == {
-        "field": "llama8b_solve_rate", "form": "rate", "model": "meta-llama/Meta-Llama-3.1-8B-Instruct", "n": 64}
+        "field": "llama8b_solve_rate", "form": "rate", "model": "meta-llama/Meta-Llama-3.1-8B-Instruct", "n": 64,
+        "n_field": None, "rows_read": len(out), "rows_measured": 0}
     assert cost.main(["--config", str(REPO / "recipes" / "reuse_variance.yaml"), "--json"]) == 0
     stage = json.loads(capsys.readouterr().out)["stages"][0]
     assert stage["completions"] == 0 and stage["reused_from"]["model"] == "meta-llama/Meta-Llama-3.1-8B-Instruct"

@@ -614,7 +614,8 @@ def test_a_reused_early_pass_reads_the_pool_and_samples_nothing(tmp_path):
     assert out["trajval_r_early"] == [0.0, 0.375, 1.0]
     assert out["trajval_r_early_n"] == [8, 8, 8] and out["trajval_r_early_status"] == ["reused"] * 3
     provenance = out["trajval_r_early_provenance"][0]
-    assert provenance["source"] == "pool_field" and provenance["field"] == "base_pass_rate" and provenance["n"] == 8
+    assert provenance["source"] == "pool_field" and provenance["field"] == "base_pass_rate"
+    assert provenance["n"] is None and provenance["n_field"] == "base_n"  # each row's n is in trajval_r_early_n
     assert provenance["cost"] == {"completions": 0, "generated_tokens": 0}
     assert op.endpoint._session is None and op.endpoint._cache is None  # no model, no rollout cache
     op.release()
@@ -633,15 +634,16 @@ def test_a_reused_early_pass_reads_the_pool_and_samples_nothing(tmp_path):
 @pytest.mark.parametrize("change, message", [
     (lambda rows: rows[1].update(base_pass_rate=1.5), r"row 1 \(id=.*\): field 'base_pass_rate' \(the reused pass "
                                                        r"rate\) = 1.5 is outside \[0, 1\]"),
-    (lambda rows: rows[2].update(base_n=16), r"row 2 \(id=.*\): field 'base_n' = 16 differs from the first row's 8"),
+    (lambda rows: rows[2].update(base_n=[]), r"row 2 \(id=.*\): field 'base_n' is an empty list"),
     (lambda rows: rows[0].pop("base_n"), r"row 0 \(id=.*\): field 'base_n' \(the rollouts behind 'base_pass_rate'\) "
                                          r"is missing"),
     (lambda rows: rows[0].update(base_n=2.5), r"field 'base_n' = 2.5 must be a positive whole number"),
     (lambda rows: rows[0].update(base_n=float("nan")), r"row 0 \(id=.*\): field 'base_n' = nan must be a positive"),
     (lambda rows: rows[1].update(base_n=float("inf")), r"row 1 \(id=.*\): field 'base_n' = inf must be a positive"),
-    (lambda rows: rows[1].update(base_n=2 ** 70), r"row 1 \(id=.*\): field 'base_n' = 1180591620717411303424 differs"),
+    (lambda rows: rows[1].update(base_n=2 ** 70), r"row 1 \(id=.*\): field 'base_n' = 1180591620717411303424 is not "
+                                                  r"a rollout count"),
 ])
-def test_a_reused_pass_refuses_values_out_of_range_and_a_missing_or_mixed_n(tmp_path, change, message):
+def test_a_reused_pass_refuses_values_out_of_range_and_a_missing_or_empty_n(tmp_path, change, message):
     rows = _reused_rows()
     change(rows)
     op = _op(tmp_path, window="early", output_key=None, reuse_key="base_pass_rate", reuse_n_key="base_n")

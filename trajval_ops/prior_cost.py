@@ -52,13 +52,16 @@ def probe_stage(settings: Mapping[str, Any], pool_rows: int) -> dict:
             "probe_rows": size, "steps": steps}
 
 
-def pass_stage(settings: Mapping[str, Any], pool_rows: int, group_sizes: Mapping[str, list[int]] | None = None) -> dict:
+def pass_stage(settings: Mapping[str, Any], pool_rows: int, group_sizes: Mapping[str, list[int]] | None = None,
+               missing_counts: Mapping[str, int] | None = None) -> dict:
     """One endpoint pass's completions and token bound: ``n`` per measured row (one for greedy
     decoding: a single completion counted n times), none for a pass read from the pool
-    (``reuse_key``). A sampled pass (``sample_fraction`` < 1) measures per group the
-    ``ceil(fraction x size)`` rows, at least one: exact where ``group_sizes`` gives the sizes of
-    the groups of its ``sample_group_key`` (or it has none), else ``ceil(fraction x rows)``, short
-    by at most one row per group (each group rounds up), flagged ``measured_rows_exact: false``."""
+    (``reuse_key``) but its rows lacking the field where it measures them (``reuse_missing:
+    measure``): exact where ``missing_counts`` gives how many rows of the pool lack it, else every
+    row, flagged ``measured_rows_exact: false``. A sampled pass (``sample_fraction`` < 1) measures
+    per group the ``ceil(fraction x size)`` rows, at least one: exact where ``group_sizes`` gives the
+    sizes of the groups of its ``sample_group_key`` (or it has none), else ``ceil(fraction x
+    rows)``, short by at most one row per group (each group rounds up), flagged likewise."""
     from trajval_ops.priors.sampled import rows_to_measure
     from trajval_ops.rollout.endpoint_pass import ReuseSettings, group_settings
     from trajval_ops.rollout.engines import DecodingConfig
@@ -66,11 +69,15 @@ def pass_stage(settings: Mapping[str, Any], pool_rows: int, group_sizes: Mapping
     groups = group_settings(settings)  # the pass's own setting groups, as the operator builds them
     decoding, reuse = groups[DecodingConfig], groups[ReuseSettings].settings()
     reused = reuse is not None
-    per_row = 0 if reused else (1 if decoding.temperature == 0 else decoding.n)
+    measures_missing = reused and reuse["missing"] == "measure"
+    per_row = 0 if reused and not measures_missing else (1 if decoding.temperature == 0 else decoding.n)
     window = settings.get("window")
     output_key = fields.endpoint_output_key(window, settings.get("window_index"), settings.get("output_key"))
     fraction, group_key = float(settings.get("sample_fraction", 1.0)), settings.get("sample_group_key")
     measured, exact = pool_rows, True
+    if measures_missing:
+        known = (missing_counts or {}).get(reuse["key"])
+        measured, exact = (pool_rows, False) if known is None else (known, True)
     if fraction < 1:
         sizes = [pool_rows] if not group_key else (group_sizes or {}).get(group_key)
         exact = sizes is not None
@@ -79,10 +86,27 @@ def pass_stage(settings: Mapping[str, Any], pool_rows: int, group_sizes: Mapping
     stage = {"stage": window or "extra", "output_key": output_key, "completions": per_row * measured,
              "max_new_tokens_total": per_row * measured * decoding.max_new_tokens, "reused": reused}
     if reused:  # which model and n the pool's pass came from (a k/n string's n is read from the pool)
-        stage["reused_from"] = {"field": reuse["key"], "form": reuse["form"], "model": reuse["model"], "n": reuse["n"]}
+        stage["reused_from"] = {"field": reuse["key"], "form": reuse["form"], "model": reuse["model"], "n": reuse["n"],
+                                "n_field": reuse["n_key"], "missing": reuse["missing"]}
+    if measures_missing:
+        stage.update(measured_rows=measured, measured_rows_exact=exact)
     if fraction < 1:
         stage.update(sample_fraction=fraction, measured_rows=measured, measured_rows_exact=exact)
     return stage
+
+
+def measured_missing_keys(recipe: Mapping[str, Any]) -> list[str]:
+    """The pool fields the recipe's reused passes read whose missing rows they measure (how many
+    rows lack each makes the cost exact)."""
+    from trajval_ops.rollout.endpoint_pass import ReuseSettings, group_settings
+
+    keys = set()
+    for name, settings in operator_entries(recipe):
+        if name == ENDPOINT_OP:
+            reuse = group_settings(settings)[ReuseSettings].settings()
+            if reuse is not None and reuse["missing"] == "measure":
+                keys.add(reuse["key"])
+    return sorted(keys)
 
 
 def sample_group_keys(recipe: Mapping[str, Any]) -> list[str]:
@@ -92,10 +116,12 @@ def sample_group_keys(recipe: Mapping[str, Any]) -> list[str]:
                    and settings.get("sample_group_key")})
 
 
-def recipe_stages(recipe: Mapping[str, Any], pool_rows: int, group_sizes: Mapping[str, list[int]] | None = None) -> list[dict]:
+def recipe_stages(recipe: Mapping[str, Any], pool_rows: int, group_sizes: Mapping[str, list[int]] | None = None,
+                  missing_counts: Mapping[str, int] | None = None) -> list[dict]:
     """The stages a recipe's ``process`` list runs, each with its completions and token bound.
 
     :param group_sizes: per group field a sampled pass stratifies by, the sizes of its groups.
+    :param missing_counts: per field a reused pass measures where missing, the rows lacking it.
     :raises ValueError: a recipe without a ``process`` list, or settings the operators refuse.
     """
     stages = []
@@ -103,7 +129,7 @@ def recipe_stages(recipe: Mapping[str, Any], pool_rows: int, group_sizes: Mappin
         if name == PROBE_OP:
             stages.append(probe_stage(settings, pool_rows))
         elif name == ENDPOINT_OP:
-            stages.append(pass_stage(settings, pool_rows, group_sizes))
+            stages.append(pass_stage(settings, pool_rows, group_sizes, missing_counts))
     if not any(stage["stage"] == "probe" for stage in stages) and (elsewhere := probe_run_elsewhere(recipe)):
         stages.insert(0, elsewhere)
     return stages
@@ -181,12 +207,14 @@ def fields_read(priors: list[tuple[Any, list[str]]], stages: list[dict]) -> set[
 
 
 def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, main_epochs: float = 1.0,
-                group_sizes: Mapping[str, list[int]] | None = None) -> dict:
+                group_sizes: Mapping[str, list[int]] | None = None,
+                missing_counts: Mapping[str, int] | None = None) -> dict:
     """What a recipe's prior costs on a pool of ``pool_rows`` rows, before it runs.
 
     :param main_n: rollouts per prompt in the main run (the paper's 16).
     :param main_epochs: epochs of the main run, to say how many main runs the prior costs.
     :param group_sizes: the group sizes a sampled pass stratifies by (:func:`pass_stage`).
+    :param missing_counts: the rows lacking each field a reused pass measures where missing.
     :return: ``{"pool_rows", "prior" (the spec of the prior the recipe's last learnability mapper
         writes, from the registry), "priors" (every mapper's, in recipe order), "stages": [{"stage",
         "completions", "max_new_tokens_total", ...; "read_by_prior": false for a stage no prior of
@@ -199,7 +227,7 @@ def recipe_cost(recipe: Mapping[str, Any], pool_rows: int, main_n: int = 16, mai
         raise ValueError(f"the pool has {pool_rows} rows")
     if main_n < 1 or main_epochs <= 0:
         raise ValueError(f"main_n must be >= 1 and main_epochs > 0, got {main_n} and {main_epochs}")
-    stages = recipe_stages(recipe, pool_rows, group_sizes)
+    stages = recipe_stages(recipe, pool_rows, group_sizes, missing_counts)
     priors = recipe_priors(recipe)
     read = fields_read(priors, stages)
     if priors:  # a stage no prior of the recipe reads is priced all the same, and said so
@@ -247,6 +275,8 @@ def probe_cost_from_manifests(provenances: Iterable[Any], locate: Callable[[str]
 
     manifests = set()
     for provenance in provenances:
+        if isinstance(provenance, Mapping) and isinstance(provenance.get("measured_by"), Mapping):
+            provenance = provenance["measured_by"]  # a reused pass's rows lacking the field, measured
         checkpoint = provenance.get("checkpoint") if isinstance(provenance, Mapping) else None
         if isinstance(checkpoint, Mapping) and checkpoint.get("manifest"):
             manifests.add(checkpoint["manifest"])
@@ -378,19 +408,24 @@ def _run_from_record(provenance: Mapping[str, Any], members: list[Mapping[str, A
     return {"rows": len(members), "prior": provenance.get("score"), "source": "record",
             "completions": int(recorded.get("completions", 0)),
             "generated_tokens": int(recorded.get("generated_tokens", 0)), "stages": stages,
-            "reused_passes": _reused_passes(provenance, members[0])}
+            "reused_passes": _reused_passes(provenance, members)}
 
 
-def _reused_passes(provenance: Mapping[str, Any], row: Mapping[str, Any]) -> dict:
-    """The passes a run read from the pool instead of sampling: their field, form, and the model
-    and n behind them (0 completions each)."""
+def _reused_passes(provenance: Mapping[str, Any], rows: list[Mapping[str, Any]]) -> dict:
+    """The passes a run read from the pool instead of sampling: their field, form, the model and
+    n behind them (each row's own n where ``n_field`` names it), and of the pool's rows how many
+    were read (0 completions) and how many lacked the field and were measured (``reuse_missing:
+    measure``; their completions are in the run's cost)."""
     from trajval_ops.rows import get_path
 
     passes = {}
     for key in list(provenance.get("r_early_source") or []) + list(provenance.get("r_late_source") or []):
-        source = get_path(row, f"{key}_provenance", None)
-        if isinstance(source, Mapping) and source.get("source") == "pool_field":
-            passes[key] = {name: source.get(name) for name in ("field", "form", "model", "n")}
+        sources = [source for row in rows if isinstance(source := get_path(row, f"{key}_provenance", None), Mapping)
+                   and source.get("source") in ("pool_field", "measured")]
+        if sources:
+            passes[key] = {**{name: sources[0].get(name) for name in ("field", "form", "model", "n", "n_field")},
+                           "rows_read": sum(source["source"] == "pool_field" for source in sources),
+                           "rows_measured": sum(source["source"] == "measured" for source in sources)}
     return passes
 
 

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
 def _estimate(args) -> dict:
     import yaml
 
-    from trajval_ops.prior_cost import recipe_cost, sample_group_keys
+    from trajval_ops.prior_cost import measured_missing_keys, recipe_cost, sample_group_keys
     from trajval_ops.pools.io import count_rows
 
     from trajval_ops.ops.recipe_check import check_recipe
@@ -76,17 +76,21 @@ def _estimate(args) -> dict:
     if args.pool_rows is None and not pool:
         raise ValueError(f"{args.config} names no dataset_path; pass --dataset_path or --pool-rows")
     rows = args.pool_rows if args.pool_rows is not None else count_rows(pool)
-    group_sizes = None
-    if args.pool_rows is None and sample_group_keys(recipe):  # a sampled pass's exact size needs its groups
+    group_sizes = missing_counts = None
+    # a sampled pass's exact size needs its groups; a reused pass measuring where the field is missing, those rows
+    if args.pool_rows is None and (sample_group_keys(recipe) or measured_missing_keys(recipe)):
         from collections import Counter
 
         from trajval_ops.input_checks import group_values
-        from trajval_ops.pools.io import read_table
+        from trajval_ops.pools.io import read_table, table_path_values
 
         table = read_table(pool)
         group_sizes = {key: list(Counter(map(repr, group_values(table, key, f"{pool}: sample_group_key"))).values())
                        for key in sample_group_keys(recipe)}
-    return recipe_cost(recipe, rows, main_n=args.main_n, main_epochs=args.main_epochs, group_sizes=group_sizes)
+        missing_counts = {key: (table_path_values(table, key) or [None] * table.num_rows).count(None)
+                          for key in measured_missing_keys(recipe)}
+    return recipe_cost(recipe, rows, main_n=args.main_n, main_epochs=args.main_epochs, group_sizes=group_sizes,
+                       missing_counts=missing_counts)
 
 
 def _recorded(path: str) -> dict:
@@ -121,7 +125,11 @@ def _print_estimate(report: dict) -> None:
             source = stage["reused_from"]
             note = (f" (read from the pool's {source['field']}, {source['form']}"
                     + (f", {source['model']}" if source["model"] else "")
-                    + (f", n = {source['n']}" if source["n"] else "") + ")")
+                    + (f", n = {source['n']}" if source["n"] else "")
+                    + (f", each row's n from {source['n_field']}" if source.get("n_field") else "") + ")")
+            if source.get("missing") == "measure":
+                note += (f" (the {stage['measured_rows']:,} rows lacking it measured)" if stage["measured_rows_exact"]
+                         else " (at most: every row lacking it is measured, and the pool is not at hand)")
         if "sample_fraction" in stage:
             note += (f" (sampled: {stage['measured_rows']:,} rows" if stage["measured_rows_exact"] else
                      f" (sampled at {stage['sample_fraction']:g}: about {stage['measured_rows']:,} rows, plus at most "
@@ -148,8 +156,11 @@ def _print_recorded(report: dict) -> None:
             print(f"run: {run['prior'] or 'unknown'} prior, {run['rows']:,} rows")
         print(f"  from {source}")
         for key, source in (run.get("reused_passes") or {}).items():
+            n = f"each row's n from {source['n_field']}" if source.get("n_field") else f"n = {source['n']}"
             print(f"  {key}: read from the pool's {source['field']} ({source['form'] or 'rate'}"
-                  + (f", {source['model']}" if source.get("model") else "") + f", n = {source['n']}): 0 completions")
+                  + (f", {source['model']}" if source.get("model") else "") + f", {n}) on {source['rows_read']:,} "
+                  "rows: 0 completions" + (f"; {source['rows_measured']:,} rows lacking it measured (their "
+                                            "completions are in the stages below)" if source["rows_measured"] else ""))
         for name, stage in run["stages"].items():
             extra = f", {stage['wall_time_s']:.1f} s training" if "wall_time_s" in stage else ""
             unknown = (f" ({stage['rows_without_cost']} rows without a recorded cost)"

@@ -94,6 +94,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         reuse_n_key: Optional[str] = _REUSE.reuse_n_key,
         reuse_form: Optional[str] = _REUSE.reuse_form,
         reuse_preset: Optional[str] = _REUSE.reuse_preset,
+        reuse_missing: str = _REUSE.reuse_missing,
         budget: str = _BUDGET.budget,
         round_size: Optional[int] = _BUDGET.round_size,
         weight_tolerance: float = _BUDGET.weight_tolerance,

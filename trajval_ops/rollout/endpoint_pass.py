@@ -6,14 +6,15 @@
   (:mod:`trajval_ops.rollout.budget`);
 - **sampled**: a seeded sample of the pool measured, the other rows marked ``not_sampled``
   (:mod:`trajval_ops.priors.sampled`);
-- **reused**: the pass rates read from a pool field (:mod:`trajval_ops.rollout.reused_pass`).
+- **reused**: the pass rates read from a pool field (:mod:`trajval_ops.rollout.reused_pass`), the
+  rows that lack it stopped on or measured (``reuse_missing``).
 
 Its settings are declared once, in groups (each field: type, default, bounds, help):
 :class:`~trajval_ops.rollout.engines.DecodingConfig`, :class:`EngineSettings`,
 :class:`~trajval_ops.rollout.pass_rates.PromptSettings`, :class:`VerifierSettings`,
 :class:`CacheSettings`, :class:`BudgetSettings`, :class:`SampleSettings` and
-:class:`ReuseSettings`; the endpoint mapper's flat recipe keys, their checks and its docstring
-derive from them. No Data-Juicer here: the mapper is the glue.
+:class:`~trajval_ops.rollout.reused_pass.ReuseSettings`; the endpoint mapper's flat recipe keys,
+their checks and its docstring derive from them. No Data-Juicer here: the mapper is the glue.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from trajval_ops.errors import TrajvalInputError
 from trajval_ops.recipe import SAMPLE_SETTINGS, sample_difference
 from trajval_ops.rollout.budget import BUDGETS, DEFAULT_TOLERANCE
 from trajval_ops.rollout.engines import DTYPES, ENGINES, DecodingConfig
-from trajval_ops.rollout.reused_pass import REUSE_FORMS, REUSE_PRESETS
+from trajval_ops.rollout.reused_pass import STATUS_REUSED, ReuseSettings
 from trajval_ops.rollout.verifiers import Verifier
 from trajval_ops.rollout.pass_rates import (
     NO_COST, STATUS_BAD_TRUTH, STATUS_NOT_SAMPLED, STATUS_OK, STATUS_TRUNCATED, PromptSettings, build_task, pass_rate,
@@ -154,53 +155,6 @@ class SampleSettings(_Checked):
         return dict(zip(SAMPLE_SETTINGS, (float(self.sample_fraction), int(self.sample_seed), self.sample_group_key)))
 
 
-@dataclass(frozen=True)
-class ReuseSettings(_Checked):
-    """A pass the pool already has."""
-
-    reuse_key: Optional[str] = setting(
-        None, "read this pass from a field the pool already has (e.g. the base model's pass rates from a difficulty "
-        "filter) instead of sampling: no model loads, every row's status is ``reused``, its cost 0, and provenance "
-        "names the field. Values must be pass rates in [0, 1].")
-    reuse_n: Optional[int] = setting(None, "with ``reuse_key``: the rollouts behind every reused pass rate (one "
-                                     "number).", ge=1)
-    reuse_n_key: Optional[str] = setting(None, "with ``reuse_key``: the field holding each row's rollout count, which "
-                                         "must be the same for the whole pool (a missing or mixed n is refused naming "
-                                         "the row and the field).")
-    reuse_form: Optional[str] = setting(
-        None, "how a reused value reads as a pass rate: ``rate`` (default), ``fraction_string`` (``\"k/n\"``, k "
-        "correct of n), ``count`` (k correct of ``reuse_n``) or ``difficulty_percent`` (``100 (1 - k / reuse_n)``); "
-        "a value outside its form's range is refused naming the row and the field.", choices=(None, *REUSE_FORMS))
-    reuse_preset: Optional[str] = setting(
-        None, "a public pool's difficulty column by name (``big_math``, ``polaris``, ``skywork_1_5b``, "
-        "``skywork_7b``, ``skywork_32b``, ``guru_qwen2_5_7b``, ``guru_qwen3_30b``, ``orz``): its field, form and "
-        "the model and n behind it (docs/pools.md cites each pool's card); ``reuse_key``, ``reuse_form`` and "
-        "``reuse_n`` override it (``orz`` needs ``reuse_key``: its column's name is not published).",
-        choices=(None, *REUSE_PRESETS))
-
-    def __post_init__(self):
-        super().__post_init__()
-        self.settings()  # what does not go together is refused when the pass is built
-
-    def settings(self) -> dict | None:
-        """The reused pass, its preset resolved: ``{"key", "n", "n_key", "form", "preset", "model"}``
-        (None: the pass samples)."""
-        preset = REUSE_PRESETS.get(self.reuse_preset)
-        key = self.reuse_key or (preset.field if preset else None)
-        if key is None:
-            if preset is not None:
-                raise ValueError(f"reuse_preset {self.reuse_preset!r}: the column's name is not published; give "
-                                 "reuse_key")
-            return None
-        form = self.reuse_form or (preset.form if preset else "rate")
-        n = self.reuse_n if self.reuse_n is not None or self.reuse_n_key else (preset.n if preset else None)
-        if form != "fraction_string" and (n is None) == (self.reuse_n_key is None):
-            raise ValueError(f"reuse_key {key!r} needs the rollouts behind its pass rates: give exactly one of reuse_n "
-                             "(one number for the pool) and reuse_n_key (a field of each row)")
-        return {"key": key, "n": n, "n_key": self.reuse_n_key, "form": form, "preset": self.reuse_preset,
-                "model": preset.model if preset else None}
-
-
 #: Every settings group of a pass, in the order the mapper lists its keys.
 SETTING_GROUPS = (DecodingConfig, EngineSettings, PromptSettings, VerifierSettings, CacheSettings, BudgetSettings,
                   SampleSettings, ReuseSettings)
@@ -217,6 +171,11 @@ def measured_with(decoding: DecodingConfig, verifier: Verifier, prompt: PromptSe
     name, options and how this release reads answers) and prompts."""
     return {**decoding.as_dict(), "verifier": verifier.spec, "verifier_revision": verifier.revision,
             **prompt.as_dict()}
+
+
+def _pass_of(provenance: dict) -> dict:
+    """A measured row's provenance less what the row's record keeps itself (cost, version)."""
+    return {key: value for key, value in provenance.items() if key not in ("cost", "trajval_ops_version")}
 
 
 def _adaptive_budget(settings: BudgetSettings, window, window_index, decoding: DecodingConfig):
@@ -603,26 +562,52 @@ class EndpointPass:
     # ------------------------------------------------------------------ reused passes
 
     def _reused_rows(self, rows: list[dict], first_row: int | None) -> dict[str, list]:
-        """The output columns of a reused pass: read, checked, nothing sampled."""
-        from trajval_ops.rollout.reused_pass import STATUS_REUSED
+        """The output columns of a reused pass: read and checked; with ``reuse_missing: measure``
+        the rows lacking the field sampled (:meth:`_measured_rows`), every row's provenance then
+        of one shape: the reused field's, ``source`` (``pool_field`` or ``measured``), the row's
+        cost and ``measured_by``: the pass that samples the rows lacking it (a measured row's own
+        engine and dtype, a read row's the settings')."""
+        from trajval_ops.rollout.reused_pass import missing_rows
 
-        rates, n = self._read_reused(rows, first_row)
-        provenance = {"source": "pool_field", "field": self.reuse["key"], "n": n, "n_field": self.reuse["n_key"],
-                      "form": self.reuse["form"], "preset": self.reuse["preset"], "model": self.reuse["model"],
-                      "cost": NO_COST, "trajval_ops_version": __version__}
-        return {
-            self.output_key: rates.tolist(),
-            f"{self.output_key}_n": [n] * len(rows),
-            f"{self.output_key}_status": [STATUS_REUSED] * len(rows),
-            f"{self.output_key}_provenance": [provenance] * len(rows),
-        }
+        measuring = self.reuse["missing"] == "measure"
+        rates, counts = self._read_reused(rows, first_row, skip_missing=measuring)
+        present = counts > 0
+        # the pool's one n (a k/n string's is read from its rows, but for a pass measuring missing rows, whose
+        # batch may hold none: a column's type must not change between batches); each row's own is in <key>_n
+        read_n = self.reuse["n"] is None and not measuring and present.any()
+        pool_n = int(counts[present][0]) if read_n else self.reuse["n"]
+        record = {"source": "pool_field", "field": self.reuse["key"], "n": None if self.reuse["n_key"] else pool_n,
+                  "n_field": self.reuse["n_key"], "form": self.reuse["form"], "preset": self.reuse["preset"],
+                  "model": self.reuse["model"], "cost": NO_COST, "trajval_ops_version": __version__}
+        provenance = f"{self.output_key}_provenance"
+        out = {self.output_key: rates.tolist(), f"{self.output_key}_n": counts.tolist(),
+               f"{self.output_key}_status": [STATUS_REUSED] * len(rows), provenance: [record] * len(rows)}
+        if not measuring:
+            return out
+        missing = missing_rows(rows, self.reuse["key"])
+        # not contiguous in the pool: named by their ids (as a sampled pass's rows are)
+        measured = self._measured_rows([rows[i] for i in missing], None) if missing else {}
+        self._prepare()
+        # a read row names the engine and dtype the pass is set to (null where others name theirs would change the
+        # column's type between batches)
+        not_run = self._provenance_of(engine=self.engine.engine, dtype=self.engine.dtype, fallback_hits=0,
+                                      cost=NO_COST)
+        out[provenance] = [{**record, "reuse_missing": "measure", "measured_by": _pass_of(not_run)}] * len(rows)
+        for j, i in enumerate(missing):
+            for name in (self.output_key, f"{self.output_key}_n", f"{self.output_key}_status"):
+                out[name][i] = measured[name][j]
+            own = measured[provenance][j]
+            out[provenance][i] = {**record, "source": "measured", "cost": own["cost"], "reuse_missing": "measure",
+                                  "measured_by": _pass_of(own)}
+        return out
 
-    def _read_reused(self, rows: list[dict], first_row: int | None = 0):
-        """The reused pass rates of ``rows`` and the n behind them (checked, named by row)."""
+    def _read_reused(self, rows: list[dict], first_row: int | None = 0, skip_missing: bool = False):
+        """The reused pass rates of ``rows`` and the n behind each (checked, named by row)."""
         from trajval_ops.rollout.reused_pass import reused_pass_rates
 
         return reused_pass_rates(rows, self.reuse["key"], n=self.reuse["n"], n_key=self.reuse["n_key"],
-                                 form=self.reuse["form"], id_key=self.id_key, first_row=first_row, what=self.what)
+                                 form=self.reuse["form"], id_key=self.id_key, first_row=first_row, what=self.what,
+                                 skip_missing=skip_missing)
 
     # ------------------------------------------------------------------ the whole pool
 
@@ -642,11 +627,18 @@ class EndpointPass:
         if self.reuse is not None:
             from trajval_ops.pools.io import table_rows
 
-            rates, n = self._read_reused(table_rows(table))
+            measuring = self.reuse["missing"] == "measure"
+            rates, counts = self._read_reused(table_rows(table), skip_missing=measuring)
+            read = counts > 0
             source = f"{self.reuse['model']}, " if self.reuse["model"] else ""
+            spread = (f"n = {int(counts[read].min())}" if not read.any() or counts[read].min() == counts[read].max()
+                      else f"n {int(counts[read].min())} to {int(counts[read].max())}")
             logger.info(f"{self.what} [{self.output_key}]: reusing the pool's field '{self.reuse['key']}' "
-                        f"({source}{self.reuse['form']}; {table.num_rows} rows, n = {n}, mean pass rate "
-                        f"{rates.mean():.3f}); nothing is sampled")
+                        f"({source}{self.reuse['form']}; {int(read.sum())} of {table.num_rows} rows, {spread}, mean "
+                        f"pass rate {rates[read].mean() if read.any() else float('nan'):.3f}); "
+                        + (f"the {int((~read).sum())} rows lacking it are measured: model={self.model}, "
+                           f"n={self.decoding.n}, T={self.decoding.temperature}" if measuring and not read.all()
+                           else "nothing is sampled"))
             return drawn
         logger.info(f"{self.what} [{self.output_key}]: start on {table.num_rows} rows: model={self.model}, "
                     f"engine={self.engine.engine}, n={self.decoding.n}, T={self.decoding.temperature}, "
@@ -660,13 +652,16 @@ class EndpointPass:
         the transformers engine samples a call as a whole, so their pass rate can follow the
         workers' order (one worker samples a task in its own batch's company)."""
         from trajval_ops.pools.io import table_rows
+        from trajval_ops.rows import get_path
 
-        if self.reuse is not None:
+        if self.reuse is not None and self.reuse["missing"] != "measure":
             return
         hashes = []
         for i, row in enumerate(table_rows(table)):
             if self._sampled_ids is not None and not self._in_sample(row):
                 continue  # a sampled pass never rolls out the rows it leaves out
+            if self.reuse is not None and get_path(row, self.reuse["key"], None) is not None:
+                continue  # read, not rolled out
             try:
                 hashes.append(build_task(row, i, self.prompt, self.id_key, self.what).hash)
             except TrajvalInputError:
@@ -688,10 +683,9 @@ class EndpointPass:
         mean = sum(rates) / len(rates) if rates else float("nan")
         between = sum(1 for r in rates if 0 < r < 1)
         counts = {status: statuses.count(status) for status in (STATUS_BAD_TRUTH, STATUS_TRUNCATED)}
-        # each row's own rollouts (an adaptive pass stops rows early); a reused pass samples none
-        completions = 0 if self.reuse is not None else sum(
-            n for n in table_path_values(table, f"{self.output_key}_n") or []
-            if isinstance(n, (int, float)) and not isinstance(n, bool))
+        # each row's own rollouts (an adaptive pass stops rows early); a reused row samples none
+        completions = sum(n for n, status in zip(table_path_values(table, f"{self.output_key}_n") or [], statuses)
+                          if isinstance(n, (int, float)) and not isinstance(n, bool) and status != STATUS_REUSED)
         logger.info(
             f"{self.what} [{self.output_key}]: done, {len(rates)} rows, {completions} rollouts in {elapsed_s:.1f} s "
             f"({completions / max(elapsed_s, 1e-9):.1f} completions/s overall, cached rows "
