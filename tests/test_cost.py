@@ -474,3 +474,60 @@ def test_a_pass_without_provenance_counts_only_its_measured_rows_as_unpriced():
     columns = {"trajval_r_early": [0.5, None, 0.25], "trajval_r_late": [0.75, None, 0.5]}
     cost = recorded_cost(columns.get, ["trajval_r_early"], ["trajval_r_late"], [])
     assert [cost["stages"][stage]["rows_without_cost"] for stage in ("early", "late")] == [2, 2]
+
+
+def _spread_recipe(tmp_path, executor: str | None = None) -> str:
+    """The demo recipe with its stages spread over GPUs: the probe on 2 processes, the early
+    pass one vLLM engine of 2 GPUs, the late pass 4 transformers workers over the node's GPUs."""
+    recipe = yaml.safe_load(DEMO.read_text())
+    probe, early, late = (next(iter(entry.values())) for entry in recipe["process"][:3])
+    probe.update(num_processes=2, micro_batch_size=32)
+    early.update(engine="vllm", tensor_parallel_size=2)
+    late.update(engine="transformers", accelerator="cuda", num_proc=4)
+    if executor:
+        recipe["executor_type"] = executor
+        early.update(num_proc=3, num_gpus=2)  # 3 actors of 2 GPUs each
+    path = tmp_path / f"spread_{executor}.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return str(path)
+
+
+def test_gpu_hours_and_the_wall_time_on_n_gpus_by_hand(tmp_path, capsys):
+    """Issue 54, item 5: `trajval cost --rate R --gpus N`: GPU-hours = completions / R, the wall
+    time the stages one after another, each split over the GPUs its settings give it (at most N)."""
+    probe, early, late = 75 * 8 * 8, 600 * 16, 600 * 16  # the demo recipe on 600 rows
+    recipe = _spread_recipe(tmp_path)
+    report = run_json(capsys, "--config", recipe, "--pool-rows", "600", "--rate", "20", "--gpus", "8")
+    assert [stage["gpus"] for stage in report["stages"]] == [2, 2, 4]
+    assert report["plan"]["gpu_hours"] == pytest.approx((probe + early + late) / 20 / 3600)
+    assert report["plan"]["generation_wall_time_s"] == pytest.approx((probe / 2 + early / 2 + late / 4) / 20)
+    on_three = run_json(capsys, "--config", recipe, "--pool-rows", "600", "--rate", "20", "--gpus", "3")
+    assert [stage["gpus_used"] for stage in on_three["stages"]] == [2, 2, 3]
+    assert on_three["plan"]["generation_wall_time_s"] == pytest.approx((probe / 2 + early / 2 + late / 3) / 20)
+    one = run_json(capsys, "--config", recipe, "--pool-rows", "600", "--rate", "20")  # --gpus defaults to 1
+    assert one["plan"]["generation_wall_time_s"] == pytest.approx((probe + early + late) / 20)
+    assert one["plan"]["gpu_hours"] == report["plan"]["gpu_hours"]
+    ray = run_json(capsys, "--config", _spread_recipe(tmp_path, "ray"), "--pool-rows", "600", "--rate", "20",
+                   "--gpus", "8")
+    assert [stage["gpus"] for stage in ray["stages"]] == [2, 6, 4]
+    assert cost_cli.main(["--config", recipe, "--pool-rows", "600", "--rate", "20", "--gpus", "8"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{(probe + early + late) / 20 / 3600:,.2f} GPU-hours" in printed
+    assert "(probe 2, trajval_r_early 2, trajval_r_late 4)" in printed
+
+
+def test_the_rates_and_gpus_rules_are_the_dry_runs(tmp_path, capsys):
+    """One check for both commands: a rate that is not a positive number, fewer than one GPU, and
+    GPUs without a rate are refused in the same words; --pool takes a rate alone."""
+    from trajval_ops.experiment import protocol
+
+    smoke = str(REPO / "recipes" / "validation" / "smoke.yaml")
+    for options in (["--gpus", "8"], ["--rate", "nan"], ["--rate", "0"], ["--rate", "5", "--gpus", "0"]):
+        assert cost_cli.main(["--config", str(DEMO), "--pool-rows", "600", *options]) == 2
+        said = capsys.readouterr().err.split("error: ", 1)[1]
+        assert protocol.main(["--config", smoke, "--dry-run", *options]) == 2
+        assert capsys.readouterr().err.split("error: ", 1)[1] == said
+    pool = _scored_pool(tmp_path, "v", "variance", 16)
+    report = run_json(capsys, "--pool", str(pool), "--rate", "4")
+    assert report["plan"]["gpu_hours"] == pytest.approx(160 / 4 / 3600)
+    assert cost_cli.main(["--pool", str(pool), "--rate", "4", "--gpus", "2"]) == 2

@@ -730,6 +730,8 @@ def test_a_dry_run_prices_every_unit_by_hand_and_writes_nothing(tmp_path, capsys
     assert protocol.main(["--config", str(SMOKE), "--dry-run", "--rate", "100", "--gpus", "8", "--json"]) == 0
     planned = json.loads(capsys.readouterr().out)
     assert planned["gpus"] == 8 and planned["workers"] == 8
+    # GPU-hours by the rules trajval cost --rate prices a recipe with (trajval_ops.generation_time)
+    assert planned["gpu_hours"] == pytest.approx(planned["completions"] / 100 / 3600)
     assert planned["generation_wall_time_s"] < report["generation_wall_time_s"]
     assert protocol.main(["--config", str(SMOKE), "--dry-run", "--rate", "nan"]) == 2
     # another machine's GPUs need that machine's rate; --gpus without --dry-run is refused by the parser
@@ -760,7 +762,7 @@ def test_the_dry_run_schedules_units_as_the_protocol_runs_them():
     """The wall time is the schedule's: ``workers`` side by side in the protocol's order, an arm
     that reads a prior after the probe, and after oracle A too when a ceiling arm needs its gain;
     uniform and GRESO from the start."""
-    from trajval_ops.experiment.dry_run import schedule
+    from trajval_ops.generation_time import schedule
 
     def units(after, first_arm_after=None):
         return [{"unit": "oracle/context-a"}, {"unit": "probe"}] + [

@@ -125,14 +125,58 @@ def recipe_stages(recipe: Mapping[str, Any], pool_rows: int, group_sizes: Mappin
     :raises ValueError: a recipe without a ``process`` list, or settings the operators refuse.
     """
     stages = []
+    ray = recipe.get("executor_type") == "ray"
     for name, settings in operator_entries(recipe):
         if name == PROBE_OP:
-            stages.append(probe_stage(settings, pool_rows))
+            stages.append({**probe_stage(settings, pool_rows), "gpus": stage_gpus(name, settings, ray)})
         elif name == ENDPOINT_OP:
-            stages.append(pass_stage(settings, pool_rows, group_sizes, missing_counts))
+            stages.append({**pass_stage(settings, pool_rows, group_sizes, missing_counts),
+                           "gpus": stage_gpus(name, settings, ray)})
     if not any(stage["stage"] == "probe" for stage in stages) and (elsewhere := probe_run_elsewhere(recipe)):
         stages.insert(0, elsewhere)
     return stages
+
+
+def stage_gpus(name: str, settings: Mapping[str, Any], ray: bool) -> int:
+    """The GPUs a stage's settings spread its generation over: the probe's training processes
+    (``num_processes``, each generating on its own GPU); an endpoint pass's engines: under Ray
+    ``num_proc`` actors of ``num_gpus`` GPUs each (at least ``tensor_parallel_size``), else one
+    vLLM engine of ``tensor_parallel_size`` GPUs (the default executor keeps vLLM in one process)
+    or ``num_proc`` transformers workers over the node's GPUs (``accelerator: cuda``)."""
+    import math
+
+    if name == PROBE_OP:
+        return max(1, int(settings.get("num_processes") or 1))
+    workers = max(1, int(settings.get("num_proc") or 1))
+    engine = settings.get("engine", "auto")
+    per_engine = 1 if engine == "transformers" else max(1, int(settings.get("tensor_parallel_size") or 1))
+    if ray:
+        return workers * max(per_engine, math.ceil(float(settings.get("num_gpus") or 0)))
+    if engine == "transformers":
+        return workers if settings.get("accelerator") == "cuda" else 1
+    return per_engine
+
+
+def gpu_plan(stages: list[dict], rate: float, gpus: int) -> dict:
+    """The recipe's generation on ``gpus`` GPUs at ``rate`` completions per second per GPU, by the
+    rules ``trajval validate --dry-run`` plans with (:func:`trajval_ops.generation_time.generation_time`):
+    each stage's completions split evenly over the GPUs its settings spread it over (its ``gpus``,
+    at most ``gpus``; one for a probe trained elsewhere, whose spread is not recorded), the stages
+    one after another (under Ray the passes stream into each other: the wall time is then at most
+    this). Each stage gets ``gpus_used`` and ``generation_s``."""
+    from trajval_ops.generation_time import generation_time
+
+    units, previous = [], ()
+    for index, stage in enumerate(stages):
+        stage["gpus_used"] = min(gpus, stage.get("gpus", 1))
+        names = tuple(f"{index}/{share}" for share in range(stage["gpus_used"]))
+        units += [{"unit": name, "completions": stage["completions"] / len(names), "after": previous}
+                  for name in names]
+        previous = names
+    plan = generation_time(units, rate, gpus, gpus)
+    for index, stage in enumerate(stages):
+        stage["generation_s"] = next(unit["generation_s"] for unit in units if unit["unit"] == f"{index}/0")
+    return plan
 
 
 #: The references to a probe's manifest that name its base model (the early window starts there).

@@ -3,6 +3,7 @@
     trajval cost --config recipes/dapo_trajval.yaml [--dataset_path POOL | --pool-rows N] \
         [--main-n 16] [--main-epochs 1] [--json]
     trajval cost --pool outputs/demo/weighted.jsonl [--json]     # what a finished run recorded
+    trajval cost --config recipes/dapo_trajval.yaml --pool-rows 17398 --gpus 8 --rate 40   # GPU-hours
 
 With ``--config``: per stage (the probe, each endpoint pass) the completions the recipe will
 generate on its pool (exact for a fixed n) and their upper bound of generated tokens (every
@@ -10,6 +11,10 @@ completion at its length limit), and the total as a multiple of one main-run epo
 pool (``pool rows x --main-n`` completions). With ``--pool``: the completions and tokens the
 weighted pool's provenance records: each run's ``prior_cost`` (a resampled or concatenated pool
 counts each run once), per-row sums of the passes' costs only where no run record exists.
+With ``--rate R`` (completions per second per GPU, measured on the GPUs the run will use) the
+GPU-hours of that generation, by the rules ``trajval validate --dry-run`` plans with, and with
+``--config`` the wall time on ``--gpus N`` (default 1): each stage over the GPUs its settings
+spread it over, at most N, the stages one after another.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--main-n", type=int, default=16, help="rollouts per prompt in the main run (default 16)")
     parser.add_argument("--main-epochs", type=float, default=1.0,
                         help="epochs of the main run over the pool (default 1)")
+    parser.add_argument("--rate", type=float, metavar="COMPLETIONS_PER_S",
+                        help="completions per second per GPU, measured where the run will go: add the GPU-hours")
+    parser.add_argument("--gpus", type=int, metavar="N", help="with --rate and --config: plan the wall time on N "
+                        "GPUs (default 1)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -42,17 +51,49 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     from trajval_ops.errors import TrajvalInputError
 
     try:
+        from trajval_ops.generation_time import check_rate_and_gpus
+
+        check_rate_and_gpus(args.rate, args.gpus)  # validate --dry-run's rules
+        if args.gpus is not None and args.pool:
+            raise ValueError("--gpus plans a recipe's stages: it goes with --config (with --pool, --rate alone "
+                             "gives the GPU-hours)")
         report = _recorded(args.pool) if args.pool else _estimate(args)
+        if args.rate is not None:
+            report["plan"] = _plan(report, args)
     except (TrajvalInputError, ValueError, FileNotFoundError, OSError) as err:
         print(f"cost: error: {err}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report))
-    elif args.pool:
+        return 0
+    if args.pool:
         _print_recorded(report)
     else:
         _print_estimate(report)
+    if "plan" in report:
+        _print_plan(report, None if args.pool else report["stages"])
     return 0
+
+
+def _plan(report: dict, args) -> dict:
+    """The generation's GPU-hours at ``--rate`` (and with ``--config`` its wall time on ``--gpus``)."""
+    from trajval_ops.generation_time import generation_time
+    from trajval_ops.prior_cost import gpu_plan
+
+    if args.pool:  # what was generated; how the run spread it is not recorded
+        return generation_time([{"unit": "recorded", "completions": report["completions"]}], args.rate, 1, 1)
+    return gpu_plan(report["stages"], args.rate, args.gpus or 1)
+
+
+def _print_plan(report: dict, stages: list[dict] | None) -> None:
+    plan = report["plan"]
+    line = (f"at {plan['rate_completions_per_s']:,g} completions/s per GPU: {plan['gpu_hours']:,.2f} GPU-hours of "
+            "generation (training's backward passes and start-ups come on top)")
+    if stages is not None:
+        spread = ", ".join(f"{stage.get('output_key', stage['stage'])} {stage['gpus_used']}" for stage in stages)
+        line += (f"; on {plan['gpus']} GPU(s) about {plan['generation_wall_time_s'] / 3600:,.2f} h, the stages one "
+                 f"after another, each over the GPUs its settings give it ({spread})")
+    print(line)
 
 
 def _estimate(args) -> dict:

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from trajval_ops.experiment.priors import SAMPLED_SHORT_N, units_the_priors_wait_for
+from trajval_ops.generation_time import generation_time
 from trajval_ops.experiment.validation_config import ValidationConfig, arm_reads_priors, evaluation_count
 
 
@@ -91,56 +92,30 @@ def measured_rate(config: ValidationConfig, prompts: int = 64, seconds: float = 
         return done / (time.perf_counter() - start)
 
 
-def schedule(units: list[dict[str, Any]], seconds: list[float], workers: int) -> float:
-    """The wall time of ``units`` (``seconds`` each) run as the protocol runs them: in order,
-    ``workers`` at a time, each once the units it waits for (its ``after``) have finished."""
-    import heapq
-
-    waits = {unit["unit"]: unit.get("after", ()) for unit in units}
-    waiting = list(zip((unit["unit"] for unit in units), seconds))
-    present = {name for name, _ in waiting}
-    running: list[tuple[float, str]] = []
-    finished: set[str] = set()
-    now = 0.0
-    while waiting or running:
-        for name, duration in list(waiting):
-            if len(running) >= workers:
-                break
-            needs = [dep for dep in waits[name] if dep in present]
-            if all(dep in finished for dep in needs):
-                waiting.remove((name, duration))
-                heapq.heappush(running, (now + duration, name))
-        now, name = heapq.heappop(running)
-        finished.add(name)
-    return now
-
-
 def dry_run(config: ValidationConfig, rate: float | None = None, gpus: int | None = None) -> dict[str, Any]:
-    """The units, their totals, and the wall time at ``rate`` completions/s per worker (measured
-    when None), with as many units side by side as the run would start here (:mod:`.devices`),
-    or on a machine with ``gpus`` GPUs."""
+    """The units, their totals, and the generation time at ``rate`` completions/s per worker
+    (measured when None; :func:`trajval_ops.generation_time.generation_time`, the rules ``trajval
+    cost`` prices a recipe by), with as many units side by side as the run would start here
+    (:mod:`.devices`), or on a machine with ``gpus`` GPUs."""
     from trajval_ops.experiment.devices import unit_workers, visible_gpus
     from trajval_ops.experiment.validation_config import ConfigError
 
     units = unit_costs(config)
+    here = None
     if gpus is not None:
         workers = config.workers or gpus
     else:
         try:
-            workers = unit_workers(config, visible_gpus(config.device))
+            here = visible_gpus(config.device)
+            workers = unit_workers(config, here)
         except ConfigError:  # device: cuda on a machine without a GPU: the config's workers, else one
             workers = config.workers or 1
     measured = rate is None
     rate = measured_rate(config) if measured else float(rate)
-    seconds = [unit["completions"] / rate for unit in units]
-    for unit, unit_seconds in zip(units, seconds):
-        unit["generation_s"] = unit_seconds
-    completions = sum(unit["completions"] for unit in units)
-    return {"units": units, "completions": completions,
+    plan = generation_time(units, rate, workers, gpus if gpus is not None else (len(here) if here else None))
+    return {"units": units, "completions": sum(unit["completions"] for unit in units),
             "max_new_tokens": sum(unit["max_new_tokens"] for unit in units),
-            "rate_completions_per_s": rate, "rate_source": "measured on this machine" if measured else "given",
-            "workers": workers, "gpus": gpus, "longest_unit_generation_s": max(seconds),
-            "generation_wall_time_s": schedule(units, seconds, workers)}
+            "rate_source": "measured on this machine" if measured else "given", **plan, "gpus": gpus}
 
 
 def print_dry_run(report: dict[str, Any]) -> None:
@@ -151,8 +126,10 @@ def print_dry_run(report: dict[str, Any]) -> None:
               f"{unit['max_new_tokens']:>16,}{flag}")
     print(f"{'total':36} {report['completions']:>25,} completions {report['max_new_tokens']:>16,}")
     where = f" on {report['gpus']} GPU(s)" if report.get("gpus") else ""
+    hours = (f"{report['gpu_hours']:,.2f} GPU-hours" if report.get("gpu_hours") is not None
+             else f"{report['worker_hours']:,.2f} worker-hours")
     print(f"{len(report['units'])} units; at {report['rate_completions_per_s']:,.0f} completions/s per worker "
           f"({report['rate_source']}) and {report['workers']} worker(s){where}: about "
-          f"{report['generation_wall_time_s'] / 60:,.1f} min of generation, the arms after the units they wait for "
-          f"(training's backward passes and the units' start-ups come on top); the longest unit "
+          f"{report['generation_wall_time_s'] / 60:,.1f} min of generation ({hours}), the arms after the units they "
+          f"wait for (training's backward passes and the units' start-ups come on top); the longest unit "
           f"{report['longest_unit_generation_s'] / 60:,.1f} min")

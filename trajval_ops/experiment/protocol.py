@@ -633,16 +633,12 @@ def main(argv: list[str] | None = None, *, prog: str = "trajval validate") -> in
 
 def _dry_run(config: ValidationConfig, args) -> int:
     from trajval_ops.experiment.dry_run import dry_run, print_dry_run
+    from trajval_ops.generation_time import check_rate_and_gpus
 
-    if args.rate is not None and not (math.isfinite(args.rate) and args.rate > 0):
-        raise ConfigError(f"--rate {args.rate} must be a positive number of completions per second")
-    if args.gpus is not None:
-        if args.gpus < 1:
-            raise ConfigError(f"--gpus {args.gpus} must be at least 1")
-        if args.rate is None:
-            raise ConfigError("--gpus plans a run on other machines: give --rate, a worker's completions per second "
-                              "measured there (trajval validate --dry-run on one of them prints it), since this "
-                              "machine's rate says nothing of theirs")
+    try:
+        check_rate_and_gpus(args.rate, args.gpus)  # the rules trajval cost --gpus --rate follows
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     report = dry_run(config, args.rate, gpus=args.gpus)
     if args.json:
         print(json.dumps(report))
