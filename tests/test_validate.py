@@ -620,7 +620,7 @@ def test_a_users_pool_with_its_id_under_another_name(tmp_path):
     raw = yaml.safe_load((SMOKE.parent / "real_smollm2_smoke.yaml").read_text())
     files = {}
     for name in ("pool", "heldout"):
-        rows = list(read_rows(REPO / raw["data"][name]))
+        rows = list(read_rows(SMOKE.parent / raw["data"][name]))  # relative: the config's folder
         files[name] = tmp_path / f"{name}.jsonl"
         files[name].write_text("".join(json.dumps({"task_id": row.pop("id"), **row}) + "\n" for row in rows))
     raw["data"] = {name: str(path) for name, path in files.items()}

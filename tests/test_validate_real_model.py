@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from trajval_ops.experiment.validation_config import load_config
+from trajval_ops.experiment.validation_config import ConfigError, data_file, load_config
 
 FULL = REPO / "recipes" / "validation" / "real_smollm2.yaml"
 SMOKE = REPO / "recipes" / "validation" / "real_smollm2_smoke.yaml"
@@ -26,11 +26,33 @@ def test_configs_name_the_real_model_and_the_generated_splits():
         assert config.model == "smollm2-135m-instruct" and config.tasks is None
         assert (config.verifier, config.verifier_options) == ("math", {"fallback_last_number": True})
         assert config.device == "auto" and config.workers is None
-    assert (full.data.pool, full.data.heldout) == (str(DATA.relative_to(REPO) / "pool.jsonl"),
-                                                   str(DATA.relative_to(REPO) / "heldout.jsonl"))
+    assert [data_file(full, name).resolve() for name in ("pool", "heldout")] == [DATA / "pool.jsonl",
+                                                                                DATA / "heldout.jsonl"]
     assert set(full.training.arms) == {"uniform", "variance", "trajval"}
     assert full.grpo.max_completion_length == 128  # what the tuning study measured at
     assert (smoke.training.steps, smoke.training.seeds, smoke.training.arms) == (2, (0,), ("uniform", "variance"))
+
+
+def test_a_config_runs_from_another_directory_its_data_read_from_its_own_folder(tmp_path, monkeypatch, capsys):
+    """Issue 54, item 5: relative `data:` paths are the config's folder's, so real_smollm2.yaml
+    loads, prices and prepares its data from any working directory (it stopped with exit 2, the
+    files not found, outside the repository's root)."""
+    from trajval_ops.experiment import protocol
+
+    monkeypatch.chdir(tmp_path)
+    assert protocol.main(["--config", str(FULL), "--dry-run", "--rate", "37", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["completions"] == 88_064  # the config's own sizing comment
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # a relative path to the config: its folder, from here
+    config = load_config(os.path.relpath(SMOKE, tmp_path / "elsewhere"))
+    summary = protocol.prepare_data(config, tmp_path / "out")
+    assert (summary["context-a"], summary["heldout"]) == (8, 4)
+    raw = yaml.safe_load(FULL.read_text())
+    raw["data"] |= {"pool": str(DATA / "pool.jsonl"), "heldout": "heldout.jsonl"}  # absolute; next to the config
+    (tmp_path / "moved.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"data.heldout: file not found: .*heldout.jsonl \(a relative path is read "
+                                          r"from the config's folder\)"):
+        load_config(tmp_path / "moved.yaml")
 
 
 def test_smoke_data_are_the_first_lines_of_the_full_data():

@@ -21,7 +21,9 @@ from typing import Any
 
 from trajval_ops.experiment.priors import SAMPLED_SHORT_N, units_the_priors_wait_for
 from trajval_ops.generation_time import generation_time
-from trajval_ops.experiment.validation_config import ValidationConfig, arm_reads_priors, evaluation_count
+from trajval_ops.experiment.validation_config import (
+    ValidationConfig, arm_reads_priors, data_file, evaluation_count,
+)
 
 
 def data_sizes(config: ValidationConfig) -> dict[str, int]:
@@ -31,9 +33,9 @@ def data_sizes(config: ValidationConfig) -> dict[str, int]:
         return {"context-a": t.pool_size, "context-b": t.pool_size, "heldout": t.heldout_size}
     from trajval_ops.pools.io import count_rows
 
-    sizes = {"context-a": count_rows(config.data.pool), "heldout": count_rows(config.data.heldout)}
+    sizes = {"context-a": count_rows(data_file(config, "pool")), "heldout": count_rows(data_file(config, "heldout"))}
     if config.data.context_b:
-        sizes["context-b"] = count_rows(config.data.context_b)
+        sizes["context-b"] = count_rows(data_file(config, "context_b"))
     return sizes
 
 

@@ -41,7 +41,7 @@ from loguru import logger
 from trajval_ops.atomic import write_json
 from trajval_ops.pools.io import write_rows
 from trajval_ops.experiment.validation_config import (ARMS, ConfigError, ValidationConfig, arm_reads_priors,
-                                                     load_config, model_identity, protocol_hash,
+                                                     data_file, load_config, model_identity, protocol_hash,
                                                      recorded_settings, regime_verifier)
 from trajval_ops.experiment.devices import UNITS_RECORD, record_unit
 from trajval_ops.experiment.grpo_run import RESULT_FILE, finished_results, unit_file
@@ -76,10 +76,10 @@ def prepare_data(config: ValidationConfig, out: Path) -> dict:
     if config.tasks is not None:
         splits = _generated_splits(config)
     else:
-        splits = {"context-a": list(read_rows(config.data.pool)), "heldout": list(read_rows(config.data.heldout)),
-                  "tuning": []}
+        splits = {"context-a": list(read_rows(data_file(config, "pool"))),
+                  "heldout": list(read_rows(data_file(config, "heldout"))), "tuning": []}
         if config.data.context_b:
-            splits["context-b"] = list(read_rows(config.data.context_b))
+            splits["context-b"] = list(read_rows(data_file(config, "context_b")))
         if config.data.id_key != ID_KEY:
             splits = {name: ids_from(rows, config.data.id_key, name) for name, rows in splits.items()}
             logger.info(f"validate: the working copies of the data carry data.id_key '{config.data.id_key}' as "

@@ -255,6 +255,16 @@ def load_config(path: str | Path, seed: int | None = None, split_seed: int | Non
     return config
 
 
+def data_file(config: ValidationConfig, name: str) -> Path | None:
+    """``data.<name>`` as a file to read: a relative path from the config's folder (so a config runs
+    from any working directory); None where the config names none."""
+    value = getattr(config.data, name) if config.data is not None else None
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    return path if path.is_absolute() or not config.source else Path(config.source).parent / path
+
+
 def check_config(config: ValidationConfig) -> None:
     """Errors a run would otherwise meet late: unknown arms, sizes, missing files.
 
@@ -326,10 +336,7 @@ def check_config(config: ValidationConfig) -> None:
         if t.shared_size < 2:
             raise ConfigError(f"{where}: tasks.shared_size must be >= 2 (reproducibility is measured on them)")
     else:
-        for name in ("pool", "heldout", "context_b"):
-            value = getattr(config.data, name)
-            if value is not None and not Path(value).is_file():
-                raise ConfigError(f"{where}: data.{name}: file not found: {value}")
+        _check_data_files(config, where)
     if config.oracle.window * 2 > evaluation_count(config.oracle.steps, config.oracle.every_steps):
         raise ConfigError(f"{where}: oracle.window {config.oracle.window} needs at least "
                           f"{2 * config.oracle.window} evaluations; raise oracle.steps or lower every_steps")
@@ -357,6 +364,15 @@ def _check_other_model(config: ValidationConfig, where: str) -> None:
         alias = "" if config.probe.other_model == config.model else f", whose folder {trained} it names"
         raise ConfigError(f"{where}: probe.other_model is the trained model ({config.model!r}{alias}); name "
                           "another one")
+
+
+def _check_data_files(config: ValidationConfig, where: str) -> None:
+    for name in ("pool", "heldout", "context_b"):
+        path = data_file(config, name)
+        if path is not None and not path.is_file():
+            raise ConfigError(f"{where}: data.{name}: file not found: {path}" + (
+                " (a relative path is read from the config's folder)" if path != Path(getattr(config.data, name))
+                else ""))
 
 
 def _check_verifier(config: ValidationConfig, where: str) -> None:
