@@ -54,6 +54,29 @@ def unit_workers(config: ValidationConfig, gpus: list[str]) -> int:
     return len(gpus) or CPU_WORKERS
 
 
+class ProcessUnits:
+    """The default executor: every unit a child process of this one, ``workers`` at a time, each
+    pinned to one GPU of this machine (or none). A context, as :class:`.ray_units.RayUnits` is."""
+
+    launch = None  # run_units starts the processes itself
+
+    def __init__(self, config: ValidationConfig):
+        self.gpus = visible_gpus(config.device)  # device: cuda without a GPU stops here, before any folder
+        self.numerics = numerics_here(config, self.gpus)  # so does generation: vllm where there is none
+        self.workers = unit_workers(config, self.gpus)
+
+    def __enter__(self) -> ProcessUnits:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def describe(self) -> str:
+        return f"{self.workers} unit(s) side by side on " + (
+            f"GPU(s) {', '.join(self.gpus)}, one per unit, each a fresh process" if self.gpus else
+            "CPU; training units fork from one process that imports torch, transformers and TRL once")
+
+
 class GpuSlots:
     """Pins each started unit to one GPU: the one running the fewest units, the lowest first
     (``workers`` above the GPU count shares cards evenly)."""

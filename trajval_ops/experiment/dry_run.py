@@ -39,6 +39,14 @@ def data_sizes(config: ValidationConfig) -> dict[str, int]:
     return sizes
 
 
+def unit_cost(training: int, evaluation: int, tokens: int, bound: bool = False) -> dict[str, Any]:
+    """A unit's (or a trainer run's) completions: training and evaluation, and the bound of the
+    tokens they generate, every completion at its length limit ``tokens``."""
+    completions = training + evaluation
+    return {"training_completions": training, "evaluation_completions": evaluation, "completions": completions,
+            "max_new_tokens": completions * tokens, "completions_are_a_bound": bound}
+
+
 def unit_costs(config: ValidationConfig) -> list[dict[str, Any]]:
     """Every unit with its training and evaluation completions (dynamic sampling: the bound)."""
     from trajval_ops.probe.probe_set import probe_size_for
@@ -48,10 +56,7 @@ def unit_costs(config: ValidationConfig) -> list[dict[str, Any]]:
     units = []
 
     def add(name: str, training: int, evaluation: int, bound: bool = False, after: tuple[str, ...] = ()) -> None:
-        completions = training + evaluation
-        units.append({"unit": name, "training_completions": training, "evaluation_completions": evaluation,
-                      "completions": completions, "max_new_tokens": completions * tokens,
-                      "completions_are_a_bound": bound, "after": after})
+        units.append({"unit": name, **unit_cost(training, evaluation, tokens, bound), "after": after})
 
     oracle = config.oracle
     for context in ("context-a", "context-b"):

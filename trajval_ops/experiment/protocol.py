@@ -38,7 +38,9 @@ from typing import Any, Callable
 import numpy as np
 from loguru import logger
 
+from trajval_ops import fields
 from trajval_ops.atomic import write_json
+from trajval_ops.errors import TrajvalInputError
 from trajval_ops.pools.io import write_rows
 from trajval_ops.experiment.validation_config import (ARMS, ConfigError, ValidationConfig, arm_reads_priors,
                                                      data_file, load_config, model_identity, protocol_hash,
@@ -338,7 +340,7 @@ def arm_units(config: ValidationConfig, out: Path) -> list[Unit]:
 
 def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict[str, Callable[[], None]],
               gpus: list[str] | None = None, records: Path | None = None,
-              no_start_after: float | None = None) -> list[str]:
+              no_start_after: float | None = None, launch: Callable[[Unit, dict], Any] | None = None) -> list[str]:
     """Run every unfinished unit, ``workers`` at a time, in dependency order. On CPU a unit with
     an ``entry`` starts as a fork of the preloaded training process (:mod:`.unit_process`).
 
@@ -349,6 +351,8 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
     :param records: a JSON file that gets each finished unit's GPU and wall time (``units.json``).
     :param no_start_after: a ``time.monotonic()`` instant after which no unit starts; the units
         running then finish (a job's time limit: a unit is restarted from its beginning).
+    :param launch: starts a prepared unit with an environment and returns its handle (``poll``,
+        ``kill``, ``returncode``): :meth:`.ray_units.RayUnits.launch`; None: a child process here.
     :return: the units left unstarted at that instant (empty when every unit finished).
     """
     from trajval_ops.lifetime import guard_descendants
@@ -363,7 +367,8 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
     pending = [u for u in units if u.name not in finished]
     running: dict[str, tuple[Unit, Any, float, str | None]] = {}
     try:
-        return _run_pending(pending, running, workers, finished, on_done, gpus or [], records, no_start_after)
+        return _run_pending(pending, running, workers, finished, on_done, gpus or [], records, no_start_after,
+                            launch)
     finally:
         for _, process, _, _ in running.values():  # stopped by an error: no unit outlives the run
             process.kill()
@@ -371,7 +376,7 @@ def run_units(units: list[Unit], workers: int, finished: set[str], on_done: dict
 
 def _run_pending(pending: list[Unit], running: dict, workers: int, finished: set[str],
                  on_done: dict[str, Callable[[], None]], gpus: list[str], records: Path | None,
-                 no_start_after: float | None) -> list[str]:
+                 no_start_after: float | None, launch: Callable[[Unit, dict], Any] | None) -> list[str]:
     from trajval_ops.experiment.devices import GpuSlots
 
     slots = GpuSlots(gpus)
@@ -393,7 +398,7 @@ def _run_pending(pending: list[Unit], running: dict, workers: int, finished: set
                     on_done[unit.name]()
                 continue
             gpu = slots.take()
-            running[unit.name] = (unit, _start_unit(unit, env | slots.environment(gpu), fork=not gpus),
+            running[unit.name] = (unit, _start_unit(unit, env | slots.environment(gpu), fork=not gpus, launch=launch),
                                   time.monotonic(), gpu)
             logger.info(f"validate: {unit.name}: started{'' if gpu is None else f' on GPU {gpu}'} "
                         f"({total - len(pending) - len(running) + 1}/{total} queued so far; log {unit.log})")
@@ -423,15 +428,17 @@ def _run_pending(pending: list[Unit], running: dict, workers: int, finished: set
     return []
 
 
-def _start_unit(unit: Unit, env: dict[str, str], fork: bool):
-    """A unit's child process, its output in the unit's log; an unfinished earlier attempt of a
-    restartable unit is removed first."""
+def _start_unit(unit: Unit, env: dict[str, str], fork: bool, launch: Callable[[Unit, dict], Any] | None = None):
+    """A unit's child process (or ``launch``'s handle), its output in the unit's log; an
+    unfinished earlier attempt of a restartable unit is removed first."""
     if unit.restart and unit.folder.exists():
         logger.info(f"validate: {unit.name}: unfinished in an earlier run, restarting it")
         shutil.rmtree(unit.folder)
     if unit.prepare:
         unit.prepare()
     unit.log.parent.mkdir(parents=True, exist_ok=True)
+    if launch is not None:
+        return launch(unit, env)
     return unit_process.start(unit.command, unit.entry, env, unit.log, Path(__file__).resolve().parents[2], fork)
 
 
@@ -461,14 +468,31 @@ def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = 
         units finish, and the run pauses (returns None, no results) when units are left: run it
         again on the same ``out`` to go on.
     """
-    from trajval_ops.experiment.results import compute_results, write_index
     from trajval_ops.lifetime import guard_descendants
 
-    from trajval_ops.experiment.devices import check_same_numerics, numerics_here, unit_workers, visible_gpus
-
     guard_descendants()
-    gpus = visible_gpus(config.device)  # device: cuda without a GPU stops here, before any folder
-    here = numerics_here(config, gpus)  # so does generation: vllm where there is none
+    with unit_executor(config) as executor:  # a local Ray (executor: ray) stops when the run does
+        return _run_protocol_on(executor, config, out, reuse_from, no_start_after_s)
+
+
+def unit_executor(config: ValidationConfig):
+    """What runs the units: :class:`.devices.ProcessUnits`, or with ``executor: ray`` a
+    :class:`~trajval_ops.experiment.ray_units.RayUnits` (connected when entered)."""
+    if config.executor == "ray":
+        from trajval_ops.experiment.ray_units import RayUnits
+
+        return RayUnits(config)
+    from trajval_ops.experiment.devices import ProcessUnits
+
+    return ProcessUnits(config)
+
+
+def _run_protocol_on(executor, config: ValidationConfig, out: Path, reuse_from: Path | None,
+                     no_start_after_s: float | None) -> dict | None:
+    from trajval_ops.experiment.devices import check_same_numerics
+    from trajval_ops.experiment.results import compute_results, write_index
+
+    here = executor.numerics
     out = Path(out).resolve()  # the units run in other folders: every path they get is absolute
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -488,13 +512,10 @@ def run_protocol(config: ValidationConfig, out: Path, reuse_from: Path | None = 
         reuse()
     if (out / "priors" / "train_pool.jsonl").is_file():
         finished.add("priors")
-    workers = unit_workers(config, gpus)
-    logger.info(f"validate: {workers} unit(s) side by side on "
-                + (f"GPU(s) {', '.join(gpus)}, one per unit, each a fresh process" if gpus else
-                   "CPU; training units fork from one process that imports torch, transformers and TRL once"))
+    logger.info(f"validate: {executor.describe()}")
     deadline = None if no_start_after_s is None else started + no_start_after_s
-    left = run_units(units, workers, finished, _priors_when_ready(config, out, finished, reuse), gpus=gpus,
-                     records=out / UNITS_RECORD, no_start_after=deadline)
+    left = run_units(units, executor.workers, finished, _priors_when_ready(config, out, finished, reuse),
+                     gpus=executor.gpus, records=out / UNITS_RECORD, no_start_after=deadline, launch=executor.launch)
     if left:
         _accumulated_wall_time(out, time.monotonic() - started)
         logger.info(f"validate: paused: no unit starts after {no_start_after_s:g} s; {len(left)} of {len(units)} "
@@ -580,12 +601,13 @@ def check_same_protocol(config: ValidationConfig, out: Path) -> None:
                         "verifier_revision": verifier_revision(regime_verifier(config)[0])})
 
 
-def main(argv: list[str] | None = None, *, prog: str = "trajval validate") -> int:
+def _parser(prog: str):
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog=prog, description="Measure TrajVal's claims end to end in one regime (docs/validation.md).")
-    parser.add_argument("--config", required=True, help="validation config (e.g. recipes/validation/full.yaml)")
+        prog=prog, description="Measure TrajVal's claims end to end in one regime (docs/validation.md), or launch "
+                               "the arms as your own trainer's runs (--trainer, docs/your_trainer.md).")
+    parser.add_argument("--config", help="validation config (e.g. recipes/validation/full.yaml); required unless --status")
     parser.add_argument("--out", type=Path, help="output folder (resumable; required unless --dry-run)")
     parser.add_argument("--seed", type=int, default=None, help="override the config's base seed")
     parser.add_argument("--split-seed", type=int, default=None,
@@ -602,19 +624,44 @@ def main(argv: list[str] | None = None, *, prog: str = "trajval validate") -> in
                              "command again goes on")
     parser.add_argument("--dry-run", action="store_true",
                         help="list the units, their completions and token bounds and the generation time at a "
-                             "rate, and stop (nothing is written)")
+                             "rate, and stop (nothing is written); with --trainer, every run's command and cost")
     parser.add_argument("--rate", type=float, default=None, metavar="COMPLETIONS_PER_S",
-                        help="with --dry-run: a worker's generation rate (default: measured on this machine)")
+                        help="with --dry-run: a worker's generation rate (default: measured on this machine); with "
+                             "--trainer: one run's completions per second on its GPUs")
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
                         help="with --dry-run: plan the run for a machine with N GPUs (one unit each unless "
-                             "--workers says otherwise), with --rate measured there")
-    parser.add_argument("--json", action="store_true", help="with --dry-run: print one JSON object")
+                             "--workers says otherwise), with --rate measured there; with --trainer: the GPUs each "
+                             "run holds (checked against the recipe's)")
+    parser.add_argument("--json", action="store_true", help="with --dry-run or --trainer: print one JSON object")
+    trainer = parser.add_argument_group("your own trainer's runs (docs/your_trainer.md)")
+    trainer.add_argument("--trainer", choices=("verl", "trl"), help="write the arms as runs of this trainer")
+    trainer.add_argument("--recipe", help="your base recipe: verl Hydra overrides or command; the command of your "
+                                          "TRL script with its arguments")
+    trainer.add_argument("--pool", action="append", metavar="ARM=PATH",
+                         help="a prior arm's weighted pool (repeatable; default: written by the arm's shipped recipe)")
+    trainer.add_argument("--weight-key", action="append", metavar="ARM=KEY",
+                         help=f"the weight column of an arm's pool (default {fields.WEIGHT})")
+    trainer.add_argument("--price", type=float, default=None, metavar="PER_GPU_HOUR",
+                         help="with --trainer and --rate: the price of a GPU-hour, to price every run")
+    trainer.add_argument("--submit", choices=("ray",), help="submit each run as a Ray job to RAY_ADDRESS's cluster")
+    trainer.add_argument("--status", action="store_true", help="each run's job state and last logged step (--out)")
+    return parser
+
+
+def main(argv: list[str] | None = None, *, prog: str = "trajval validate") -> int:
+    parser = _parser(prog)
     args = parser.parse_args(argv)
-    if not args.dry_run and args.out is None:
-        parser.error("--out is required (unless --dry-run)")
-    if args.gpus is not None and not args.dry_run:
-        parser.error("--gpus plans a run elsewhere: it goes with --dry-run (a run uses the GPUs it sees)")
     try:
+        if args.status or args.trainer:
+            return _trainer_main(parser, args)
+        if args.config is None:
+            parser.error("--config is required (unless --status)")
+        if not args.dry_run and args.out is None:
+            parser.error("--out is required (unless --dry-run)")
+        if args.gpus is not None and not args.dry_run:
+            parser.error("--gpus plans a run elsewhere: it goes with --dry-run (a run uses the GPUs it sees)")
+        if args.recipe or args.pool or args.weight_key or args.price is not None or args.submit:
+            parser.error("--recipe, --pool, --weight-key, --price and --submit go with --trainer")
         config = load_config(args.config, seed=args.seed, split_seed=args.split_seed)
         if args.workers is not None:
             if args.workers < 1:
@@ -625,10 +672,37 @@ def main(argv: list[str] | None = None, *, prog: str = "trajval validate") -> in
         if args.dry_run:
             return _dry_run(config, args)
         results = run_protocol(config, args.out, reuse_from=args.reuse_from, no_start_after_s=args.no_start_after)
-    except ConfigError as exc:
+    except (ConfigError, TrajvalInputError) as exc:
         print(f"validate: error: {exc}", file=sys.stderr)
         return 2
     return 0 if results is not None else PAUSED_EXIT
+
+
+def _trainer_main(parser, args) -> int:
+    """``--trainer`` (write, print, submit the runs) and ``--status``."""
+    if args.out is None:
+        parser.error("--trainer and --status need --out: the folder of the runs")
+    if args.status:
+        from trajval_ops.experiment.ray_jobs import print_status, status
+
+        print_status(status(args.out))
+        return 0
+    if args.config is None or args.recipe is None:
+        parser.error("--trainer needs --config (the arms, seeds and pool files) and --recipe (your base recipe)")
+    if args.submit and args.dry_run:
+        parser.error("--dry-run submits nothing: leave out --submit")
+    if args.reuse_from or args.workers or args.no_start_after is not None or args.split_seed is not None:
+        parser.error("--reuse-from, --workers, --no-start-after and --split-seed are the harness's own: not with --trainer")
+    from trajval_ops.experiment.trainer_runs import MANIFEST, run_trainer_command
+
+    out = run_trainer_command(load_config(args.config, seed=args.seed), args)
+    if out is not None and args.submit == "ray":
+        from trajval_ops.experiment.ray_jobs import submit
+
+        submitted = submit(out)
+        print(f"submitted {len(submitted)} job(s) to Ray; their ids are in {out / MANIFEST} "
+              f"(trajval validate --status --out {out})")
+    return 0
 
 
 def _dry_run(config: ValidationConfig, args) -> int:

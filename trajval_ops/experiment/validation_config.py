@@ -17,7 +17,7 @@ import yaml
 
 from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.rollout.budget import DEFAULT_TOLERANCE
-from trajval_ops.settings import declared_as, settings_subset, type_hints, value_problem
+from trajval_ops.settings import declared_as, setting, settings_subset, type_hints, value_problem
 
 #: arm -> (static prior, online scheduler); a prior of None samples uniformly.
 ARMS: dict[str, tuple[str | None, str | None]] = {
@@ -57,6 +57,11 @@ BASELINE_ARM = "uniform"
 SAMPLING_MODES = ("standard", "dynamic")
 #: how a run of a mode is named beside its arm: arms/uniform/..., arms/uniform+dynamic/...
 MODE_SUFFIX = {"standard": "", "dynamic": "+dynamic"}
+#: what starts the units: this machine's process pool, or Ray tasks on a cluster (:mod:`.ray_units`)
+EXECUTORS = ("process", "ray")
+#: settings of where the units run, not of what they compute: a run resumes under any of them
+#: (left out of :func:`protocol_hash`)
+PLACEMENT_SETTINGS = ("workers", "executor", "gpus_per_unit", "ray_address")
 
 
 def evaluation_count(steps: int, every_steps: int) -> int:
@@ -187,6 +192,14 @@ class ValidationConfig:
     #: units run side by side; None: one per visible GPU on a GPU (each pinned to its own), 2 on CPU
     workers: int | None = None
     threads_per_worker: int = 1            #: torch threads per process
+    executor: str = setting("process", "What starts the units: 'process', this machine's process pool; 'ray', a Ray "
+                            "task per unit on the cluster at ray_address (same units, same results).",
+                            choices=EXECUTORS)
+    gpus_per_unit: float = setting(1.0, "GPUs Ray reserves for each unit (executor: ray, on a cluster with GPUs); "
+                                   "below 1, units share a GPU.", gt=0, le=64)
+    ray_address: str | None = setting(None, "The Ray cluster of executor: ray, as ray.init takes it; null: "
+                                      "RAY_ADDRESS where set, else a local Ray started for the run and shut "
+                                      "down with it.")
     source: str = ""                       #: the config file
 
     def to_dict(self) -> dict[str, Any]:
@@ -306,6 +319,7 @@ def check_config(config: ValidationConfig) -> None:
     }
     if config.workers is not None:
         positive["workers"] = config.workers
+    _check_placement(config, where)
     for name, value in positive.items():
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{where}: {name} must be a positive integer, got {value!r}")
@@ -375,6 +389,12 @@ def _check_data_files(config: ValidationConfig, where: str) -> None:
                 else ""))
 
 
+def _check_placement(config: ValidationConfig, where: str) -> None:
+    """Ray's placement settings where the units run on Ray only (a setting must not be silently unused)."""
+    if config.executor != "ray" and (config.ray_address is not None or config.gpus_per_unit != 1.0):
+        raise ConfigError(f"{where}: ray_address and gpus_per_unit place units on Ray: they need executor: ray")
+
+
 def _check_verifier(config: ValidationConfig, where: str) -> None:
     """The verifier the config names, built once with its options: an unknown name or option
     would otherwise stop the run with a traceback after its protocol.json, data and oracle were
@@ -414,7 +434,7 @@ def protocol_hash(config: ValidationConfig, settings: dict | None = None, *, by_
 
     settings = config.to_dict() if settings is None else settings
     # the model is its content, not the name or folder that finds it
-    left_out = ("source", "workers") if by_location else ("source", "workers", "model")
+    left_out = ("source", *PLACEMENT_SETTINGS) + (() if by_location else ("model",))
     settings = {k: v for k, v in settings.items() if k not in left_out}
     if by_location:
         model = model_fingerprint(resolve_model(config.model))

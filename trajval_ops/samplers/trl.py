@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sized
 
 import numpy as np
@@ -171,7 +172,8 @@ def concat_outputs(parts: list[dict], pad_token_id: int) -> dict:
 class TrajvalSamplerMixin:
     """Mixin for a ``GRPOTrainer`` or ``RLOOTrainer`` (sub)class: put it first in the bases.
 
-    Extra constructor keywords: ``weight_column`` (default ``trajval_weight``) and
+    Extra constructor keywords: ``weight_column`` (default ``trajval_weight``; None: no prior,
+    TRL's own sampler unless an online scheduler is given) and
     ``online_scheduler`` (a :class:`~trajval_ops.samplers.online.GresoScheduler` /
     :class:`~trajval_ops.samplers.online.BotsScheduler`, or None). The built
     :class:`ComposedSampler` is ``self.trajval_source``.
@@ -182,7 +184,7 @@ class TrajvalSamplerMixin:
     every process applies the same feedback and the streams stay aligned.
     """
 
-    def __init__(self, *args, weight_column: str = WEIGHT, online_scheduler=None, dynamic_sampling: bool = False,
+    def __init__(self, *args, weight_column: str | None = WEIGHT, online_scheduler=None, dynamic_sampling: bool = False,
                  max_generation_rounds: int = 8, **kwargs):
         if any(cls.__module__.startswith(ASYNC_GRPO_MODULE) for cls in type(self).__mro__):
             raise TypeError(ASYNC_GRPO_ROUTE)
@@ -272,7 +274,12 @@ class TrajvalSamplerMixin:
     def _get_train_sampler(self, dataset=None):
         if dataset is None:
             dataset = self.train_dataset
-        weights = weights_from_dataset(dataset, self.trajval_weight_column)
+        if self.trajval_weight_column is None and self.trajval_online_scheduler is None:
+            return super()._get_train_sampler(dataset)  # no prior, no scheduler: TRL's own sampler
+        if self.trajval_weight_column is None:  # an online scheduler over a uniform prior
+            weights = np.ones(len(dataset))
+        else:
+            weights = weights_from_dataset(dataset, self.trajval_weight_column)
         if self.trajval_source is None:  # built once: keeps online state across re-creations
             self.trajval_source = ComposedSampler(weights, online=self.trajval_online_scheduler, seed=self.args.seed)
         self.trajval_sampler = WeightedRepeatSampler(
@@ -307,6 +314,42 @@ class TrajvalSamplerMixin:
                 f"afresh and serve other prompts. Resume from a checkpoint that has the file, or train from the start")
         with open(path, encoding="utf-8") as handle:
             self.trajval_sampler.load_state_dict(json.load(handle))
+
+
+@dataclass
+class TrajvalScriptArguments:
+    """What ``trajval validate --trainer trl`` gives each run of a TRL script: its pool, its
+    held-out set and the weight column of its prior. Add the class to the script's ``TrlParser``
+    and train with :class:`TrajvalGRPOTrainer`::
+
+        parser = TrlParser((ScriptArguments, GRPOConfig, ModelConfig, TrajvalScriptArguments))
+        script_args, training_args, model_args, trajval_args = parser.parse_args_and_config()
+        train, held_out = trajval_args.datasets(default_train, default_eval)
+        trainer = TrajvalGRPOTrainer(..., train_dataset=train, eval_dataset=held_out,
+                                     weight_column=trajval_args.trajval_weight_column)
+
+    Unset (the script run by hand), the script's own datasets and TRL's own sampler serve.
+    """
+
+    trajval_train_file: str | None = field(default=None, metadata={
+        "help": "The run's pool (JSON lines or parquet), in place of the script's training set."})
+    trajval_eval_file: str | None = field(default=None, metadata={
+        "help": "The held-out set the run is evaluated on (JSON lines or parquet)."})
+    trajval_weight_column: str | None = field(default=None, metadata={
+        "help": "The pool's weight column prompts are drawn by; unset: TRL's own uniform sampler (the uniform arm)."})
+
+    def datasets(self, train=None, eval_set=None) -> tuple:
+        """``(train, eval)``: the files given, read with ``datasets``, else ``train`` / ``eval_set``."""
+        return _file_dataset(self.trajval_train_file, train), _file_dataset(self.trajval_eval_file, eval_set)
+
+
+def _file_dataset(path: str | None, default):
+    if path is None:
+        return default
+    from datasets import load_dataset
+
+    kind = "parquet" if path.endswith(".parquet") else "json"
+    return load_dataset(kind, data_files=path, split="train")
 
 
 class TrajvalGRPOTrainer(TrajvalSamplerMixin, GRPOTrainer):
