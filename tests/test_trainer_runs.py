@@ -162,6 +162,10 @@ def test_the_written_folder_holds_a_script_per_run_and_the_manifest(regime, caps
     assert record["pools"]["uniform"] == {"path": str(regime["pool"]), "weight_key": None, "written_by": None}
     assert record["pools"]["trajval"]["path"] == str(regime["weighted"])
     assert "recipes/dapo_variance.yaml" in record["pools"]["variance"]["written_by"]  # not written yet
+    assert record["verdict_command"] == (
+        "trajval verdict --run 'uniform=logs/uniform-seed*.jsonl' --run 'trajval=logs/trajval-seed*.jsonl' "
+        f"--run 'variance=logs/variance-seed*.jsonl' --baseline uniform --format verl --pool trajval={regime['weighted']} "
+        f"--pool variance={out / 'pools' / 'variance.jsonl'} --out verdict")
     run = record["runs"][0]
     assert (run["log"], run["log_format"], run["job_id"], run["pool"]) == (
         "logs/uniform-seed0.jsonl", "verl", None, str(regime["pool"]))
@@ -293,3 +297,42 @@ def test_a_recipe_of_overrides_alone_gets_verls_launcher(tmp_path):
     read = read_recipe(recipe, "verl")
     assert (read.env, read.launcher, read.args) == ({}, VERL_LAUNCHER,
                                                     ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "+data.x=1"])
+
+
+def test_a_heldout_task_in_the_pool_is_an_error(regime, capsys):
+    write_jsonl(regime["heldout"], [_row(100 + i, "h") for i in range(HELDOUT_ROWS - 1)] + [_row(3, "p")])
+    assert _trainer(regime) == 2
+    assert "heldout row 11 (id 'p3') is also a training task" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two short TRL runs on the tiny model: ~60 s here
+def test_the_written_trl_runs_train_with_the_shipped_script(tmp_path, capsys, tiny_model_path):
+    """The runs of both arms, as their scripts run them (recipes/trl/grpo_trajval.py, TRL's own
+    GRPO on CPU), leave their held-out evaluations where the manifest says the verdict reads them."""
+    from tests.conftest import arithmetic_rows
+
+    rows = arithmetic_rows(24)
+    pool = write_jsonl(tmp_path / "pool.jsonl", rows[:16])
+    weighted = write_jsonl(tmp_path / "weighted.jsonl",
+                           [row | {"trajval_weight": 1.0 if i < 4 else 0.05} for i, row in enumerate(rows[:16])])
+    heldout = write_jsonl(tmp_path / "heldout.jsonl", rows[16:])
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"name": "tiny", "verifier": "math", "data": {"pool": str(pool), "heldout": str(heldout)},
+                                      "evaluation": {"min_heldout": 8},
+                                      "training": {"seeds": [0], "arms": ["uniform", "trajval"]}}))
+    recipe = tmp_path / "recipe.sh"
+    recipe.write_text(f"OMP_NUM_THREADS=1 {sys.executable} {REPO / 'recipes' / 'trl' / 'grpo_trajval.py'} "
+                      f"--model_name_or_path {tiny_model_path} --max_steps 2 --per_device_train_batch_size 4 "
+                      "--num_generations 2 --max_completion_length 8 --eval_strategy steps --eval_steps 2 "
+                      "--per_device_eval_batch_size 4 --save_steps 2 --logging_steps 1 --report_to none --use_cpu\n")
+    out = tmp_path / "out"
+    assert main(["--config", str(config), "--trainer", "trl", "--recipe", str(recipe), "--out", str(out),
+                 "--pool", f"trajval={weighted}"]) == 0
+    record = json.loads((out / "runs.json").read_text())
+    for run in record["runs"]:
+        result = subprocess.run(["bash", str(out / run["script"])], capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, result.stderr[-3000:]
+        state = json.loads((out / run["log"] / "trainer_state.json").read_text())
+        evaluations = [entry for entry in state["log_history"] if "eval_reward" in entry]
+        assert [entry["step"] for entry in evaluations] == [2]
+        assert (out / run["log"] / "checkpoint-2" / "trainer_state.json").is_file()

@@ -54,6 +54,10 @@ def test_shipped_configs_load(path):
     ({"training__steps": True}, "training: steps must be an integer, got bool True"),
     ({"workers": 2.5}, "workers must be an integer or null, got float 2.5"),
     ({"evaluation__n": "4"}, "evaluation: n must be an integer, got str '4'"),
+    # issue 53, item 3: where the units run
+    ({"executor": "slurm"}, "executor must be one of 'process', 'ray', got 'slurm'"),
+    ({"executor": "ray", "gpus_per_unit": 0}, r"gpus_per_unit must be in \(0, 64\]"),
+    ({"ray_address": "auto"}, "ray_address and gpus_per_unit place units on Ray: they need executor: ray"),
     # found only once the probe unit had run, a bare ValueError
     ({"training__arms": ["uniform", "trajval_posterior"], "probe__n": 1},
      r"probe.n 1 with arm\(s\) \['trajval_posterior'\]: the noise-aware estimators .* measure n >= 2"),
@@ -875,3 +879,15 @@ def test_one_training_seed_gives_no_interval_and_no_firm_verdict():
     read_back = json.loads(json.dumps(jsonable(training, nan_as_null=True)))
     assert verdicts({"reproducibility": {"skipped": "one context"}, "probe_vs_oracle": {"spearman_score_vs_gain": 0.1},
                      "training": read_back}) == out and headroom(read_back)["verdict"] == headroom(training)["verdict"]
+
+
+def test_where_the_units_run_is_not_part_of_the_protocol():
+    """issue 53, item 3: a run started on the process pool resumes on Ray, and back."""
+    import dataclasses
+
+    from trajval_ops.experiment.validation_config import protocol_hash
+
+    config = load_config(SMOKE)
+    placed = dataclasses.replace(config, executor="ray", gpus_per_unit=0.5, ray_address="ray://head:10001", workers=3)
+    assert protocol_hash(placed) == protocol_hash(config)
+    assert protocol_hash(dataclasses.replace(config, threads_per_worker=2)) != protocol_hash(config)

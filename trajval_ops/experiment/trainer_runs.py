@@ -152,13 +152,24 @@ def pool_columns(path: Path) -> set[str]:
 
 def trainer_runs(config: ValidationConfig, recipe: Recipe, out: Path, pools: dict[str, ArmPool]) -> list[TrainerRun]:
     """One run per arm and training seed, in the config's order."""
-    from trajval_ops.pools.io import count_rows
-
     heldout = str(Path(config.data.heldout).resolve())
-    heldout_rows, pool_rows = count_rows(heldout), count_rows(config.data.pool)
+    pool_rows, heldout_rows = check_heldout(config)
     build = _verl_run if recipe.trainer == "verl" else _trl_run
     return [build(config, recipe, out.resolve(), arm, seed, pools[arm], heldout, pool_rows, heldout_rows)
             for arm in config.training.arms for seed in config.training_seeds()]
+
+
+def check_heldout(config: ValidationConfig) -> tuple[int, int]:
+    """The pool's and the held-out set's rows, checked as the harness checks its own (ids present
+    and unique, held-out tasks disjoint from the pool by id and prompt, ``min_heldout`` of them)."""
+    from trajval_ops.experiment.protocol import ID_KEY, check_splits, ids_from
+    from trajval_ops.pools.io import read_rows
+
+    splits = {"context-a": list(read_rows(config.data.pool)), "heldout": list(read_rows(config.data.heldout))}
+    if config.data.id_key != ID_KEY:
+        splits = {name: ids_from(rows, config.data.id_key, name) for name, rows in splits.items()}
+    check_splits(splits, config)
+    return len(splits["context-a"]), len(splits["heldout"])
 
 
 def _verl_run(config, recipe, out, arm, seed, pool, heldout, pool_rows, heldout_rows) -> TrainerRun:
@@ -212,7 +223,22 @@ def manifest(config: ValidationConfig, recipe: Recipe, pools: dict[str, ArmPool]
             "recipe": str(Path(recipe.source).resolve()), "baseline": BASELINE_ARM,
             "heldout": str(Path(config.data.heldout).resolve()), "ray_address": None,
             "pools": {arm: asdict(pool) for arm, pool in pools.items()},
-            "runs": [asdict(run) | {"command": run.command()} for run in runs]}
+            "runs": [asdict(run) | {"command": run.command()} for run in runs],
+            "verdict_command": verdict_command(recipe.trainer, pools, runs)}
+
+
+def verdict_command(trainer: str, pools: dict[str, ArmPool], runs: list[TrainerRun]) -> str:
+    """The ``trajval verdict`` command over these runs once they have run: each arm's logs (a glob
+    relative to the output folder), the baseline, the format, and each prior's pool (its price)."""
+    words = ["trajval", "verdict"]
+    for arm in dict.fromkeys(run.arm for run in runs):
+        pattern = "logs/{arm}-seed*.jsonl" if trainer == "verl" else "runs/{arm}-seed*"
+        words += ["--run", f"{arm}={pattern.format(arm=arm)}"]
+    words += ["--baseline", BASELINE_ARM, "--format", LOG_FORMATS[trainer]]
+    for arm, pool in pools.items():
+        if pool.weight_key is not None:
+            words += ["--pool", f"{arm}={pool.path}"]
+    return shlex.join(words + ["--out", "verdict"])
 
 
 def read_manifest(out: Path) -> dict:
@@ -341,7 +367,8 @@ def run_trainer_command(config: ValidationConfig, args) -> Path | None:
         return None
     write_runs(out, record)
     if not args.json:
-        print(f"written to {out}: runs/*.sh (one per run), run_all.sh, {MANIFEST} (trajval verdict {out} reads it)")
+        print(f"written to {out}: runs/*.sh (one per run), run_all.sh, {MANIFEST}; once the runs have run, "
+              f"in {out}: {record['verdict_command']}")
     return out
 
 
