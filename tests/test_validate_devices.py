@@ -187,3 +187,17 @@ def test_resuming_units_that_trained_with_other_numerics_exits_2_before_anything
         check_same_numerics(trained_numerics(out), here)
     manifest.write_text(json.dumps({"status": "complete", "precision": "fp32", "generation_engine": "vllm"}))
     check_same_numerics(trained_numerics(out), here)
+
+
+def test_executor_ray_refuses_a_dashboard_address_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """issue 53, item 3: RAY_ADDRESS set for job submission (the dashboard's http address) is not
+    an address the units' driver connects to: a config error naming it, exit 2."""
+    from trajval_ops.experiment.protocol import main
+
+    raw = yaml.safe_load((REPO / "recipes" / "validation" / "smoke.yaml").read_text()) | {"executor": "ray"}
+    config = tmp_path / "ray.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("RAY_ADDRESS", "http://127.0.0.1:8265")
+    assert main(["--config", str(config), "--out", str(tmp_path / "out")]) == 2
+    assert "a dashboard (job submission) address" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

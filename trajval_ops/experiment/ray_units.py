@@ -19,6 +19,7 @@ started it, and Ray ends a job's workers when its driver goes.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
@@ -78,10 +79,9 @@ class RayUnitTask:
 class RayUnits:
     """The units' executor on Ray (a context: connected, or a local Ray started, inside ``with``)."""
 
-    gpus: list[str] = []  # no GPU pinning here: Ray places each task on the GPUs it reserves
-
     def __init__(self, config: ValidationConfig):
         self.config = config
+        self.gpus: list[str] = []  # no GPU pinning here: Ray places each task on the GPUs it reserves
         self.started_here = False
         self.numerics: dict[str, str] = {}
         self.workers = 1
@@ -99,7 +99,13 @@ class RayUnits:
                      log_to_driver=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES)
             self.started_here = True
         else:
-            ray.init(address=address, log_to_driver=False)
+            if address.startswith(("http://", "https://")):
+                raise ConfigError(f"executor: ray connects to {address}, a dashboard (job submission) address; the "
+                                  "units' driver connects as ray.init does: set ray_address (auto, host:6379, ray://...)")
+            try:
+                ray.init(address=address, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as error:
+                raise ConfigError(f"executor: ray: no Ray cluster answers at {address}: {error}") from None
         try:
             self._resources(address)
         except BaseException:
@@ -134,21 +140,20 @@ class RayUnits:
     def describe(self) -> str:
         placement = (f"{self.config.gpus_per_unit:g} GPU(s) each" if self.uses_gpus
                      else "on CPU, forked from each Ray worker's preloaded training process")
-        return (f"{self.workers} unit(s) at a time as Ray tasks ({'a local Ray' if self.started_here else 'cluster'}"
+        return (f"{self.workers} unit(s) at a time as Ray tasks ({'a local Ray' if self.started_here else 'a cluster'}"
                 f"), {self.config.threads_per_worker} CPU(s) and {placement}")
 
     def launch(self, unit, env: dict[str, str]) -> RayUnitTask:
         """Submit ``unit`` (prepared already) as a Ray task; ``env`` is this machine's and stays here."""
-        import ray
-
-        global _REMOTE
-        if _REMOTE is None:
-            _REMOTE = ray.remote(run_unit_in_task)
-        ref = _REMOTE.options(num_cpus=self.config.threads_per_worker,
-                              num_gpus=self.config.gpus_per_unit if self.uses_gpus else 0,
-                              max_retries=0, name=unit.name).remote(
-            unit.command, unit.entry, str(unit.log), not self.uses_gpus)
+        task = _remote_unit().options(num_cpus=self.config.threads_per_worker, max_retries=0, name=unit.name,
+                                      num_gpus=self.config.gpus_per_unit if self.uses_gpus else 0)
+        ref = task.remote(unit.command, unit.entry, str(unit.log), not self.uses_gpus)
         return RayUnitTask(ref, unit.name)
 
 
-_REMOTE = None
+@functools.cache
+def _remote_unit():
+    """:func:`run_unit_in_task` as a Ray remote function (made once, when the first unit starts)."""
+    import ray
+
+    return ray.remote(run_unit_in_task)

@@ -162,7 +162,7 @@ def trainer_runs(config: ValidationConfig, recipe: Recipe, out: Path, pools: dic
 def check_heldout(config: ValidationConfig) -> tuple[int, int]:
     """The pool's and the held-out set's rows, checked as the harness checks its own (ids present
     and unique, held-out tasks disjoint from the pool by id and prompt, ``min_heldout`` of them)."""
-    from trajval_ops.experiment.protocol import ID_KEY, check_splits, ids_from
+    from trajval_ops.experiment.splits import ID_KEY, check_splits, ids_from
     from trajval_ops.pools.io import read_rows
 
     splits = {"context-a": list(read_rows(config.data.pool)), "heldout": list(read_rows(config.data.heldout))}
@@ -377,7 +377,7 @@ def print_runs(record: dict, costs: list[dict], commands: bool) -> None:
     print(f"{'run':40} {'steps':>7} {'completions':>14} {'GPUs':>5} {'GPU-hours':>10} {'price':>10}")
     for run, cost in zip(record["runs"], costs):
         hours = f"{cost['gpu_hours']:,.1f}" if "gpu_hours" in cost else "-"
-        price = f"{cost['price']:,.0f}" if "price" in cost else "-"
+        price = f"{cost['price']:,.2f}" if "price" in cost else "-"
         print(f"{run['name']:40} {cost['steps']:>7,} {cost['completions']:>14,} {cost['gpus']:>5} {hours:>10} {price:>10}")
         if commands:
             print(f"  {run['command']}")
@@ -390,7 +390,7 @@ def print_runs(record: dict, costs: list[dict], commands: bool) -> None:
     if "gpu_hours" in costs[0]:
         line += f", {sum(c['gpu_hours'] for c in costs):,.1f} GPU-hours of generation"
         if "price" in costs[0]:
-            line += f", {sum(c['price'] for c in costs):,.0f} at the given price"
+            line += f", {sum(c['price'] for c in costs):,.2f} at the given price"
         line += " (training's backward passes come on top)"
     else:
         line += "; give --rate (a run's completions per second) to price them"

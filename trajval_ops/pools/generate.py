@@ -230,7 +230,7 @@ def generate_pool(mix: dict[tuple[str, str], float], size: int, seed: int,
 #: A split's name: a file name stem (``pool``, ``heldout``, ``tuning``, ``context_b``, ...).
 SPLIT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 #: The field every split row also carries its task id in: ``trajval validate`` joins on it
-#: (``trajval_ops.experiment.protocol.ID_KEY``).
+#: (``trajval_ops.experiment.splits.ID_KEY``).
 SPLIT_ID_KEY = "id"
 
 
