@@ -67,7 +67,7 @@ def start_head(tag: str, log: Path) -> tuple[subprocess.Popen, str]:
 
 def _regime(tmp_path: Path) -> tuple[Path, Path, Path]:
     rows = lambda split, n, **extra: [  # noqa: E731
-        {"id": f"{split}{i}", "data_source": "math_dapo", "prompt": [{"role": "user", "content": f"{i} + 1"}],
+        {"id": f"{split}{i}", "data_source": "math_dapo", "prompt": [{"role": "user", "content": f"{split}: {i} + 1"}],
          "reward_model": {"ground_truth": str(i + 1)}, **{k: v[i] for k, v in extra.items()}} for i in range(n)]
     pool = write_jsonl(tmp_path / "pool.jsonl", rows("p", len(WEIGHTS)))
     weighted = write_jsonl(tmp_path / "weighted.jsonl", rows("p", len(WEIGHTS), trajval_weight=WEIGHTS))

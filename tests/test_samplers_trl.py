@@ -58,7 +58,8 @@ N_TASKS = 8
 HEAVY = {0, 1}
 
 
-def _grpo_run(tmp_path, reward, online_scheduler=None, weights=None, config=None, resume=None, **trainer_options):
+def _grpo_run(tmp_path, reward, online_scheduler=None, weights=None, config=None, resume=None, train=True,
+              **trainer_options):
     os.environ["HF_HUB_OFFLINE"] = "1"
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -81,8 +82,20 @@ def _grpo_run(tmp_path, reward, online_scheduler=None, weights=None, config=None
                                  args=args, train_dataset=dataset,
                                  processing_class=AutoTokenizer.from_pretrained(model_dir),
                                  online_scheduler=online_scheduler, **trainer_options)
-    trainer.train(resume_from_checkpoint=resume)
+    if train:
+        trainer.train(resume_from_checkpoint=resume)
     return trainer
+
+
+def test_without_a_weight_column_the_trainer_samples_as_trl_does(tmp_path):
+    """``trajval validate --trainer trl``'s uniform arm: ``weight_column=None`` leaves TRL's own
+    ``RepeatSampler`` (its shuffle, its seed), and no weighted sampler state is kept."""
+    trainer = _grpo_run(tmp_path, lambda completions, **_: [0.0] * len(completions), train=False, weight_column=None)
+    sampler = trainer._get_train_sampler()
+    assert type(sampler) is RepeatSampler and trainer.trajval_sampler is None
+    reference = RepeatSampler(trainer.train_dataset, mini_repeat_count=2, batch_size=8 // 2, repeat_count=1,
+                              shuffle=True, seed=11)
+    assert list(sampler) == list(reference)
 
 
 @pytest.mark.slow

@@ -279,6 +279,11 @@ def test_bad_recipes_and_pools_are_errors_naming_them(regime, capsys):
     stray.write_text("python3 -m verl.trainer.main_ppo data.train_batch_size=8 oops\n")
     assert _trainer(regime, recipe=stray) == 2
     assert "['oops'] among the Hydra overrides" in capsys.readouterr().err
+    variables = regime["tmp"] / "variables.sh"
+    variables.write_text("python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=$MODEL "
+                         "'trainer.default_local_dir=${trainer.project_name}/x'\n")
+    assert _trainer(regime, recipe=variables) == 2
+    assert "['actor_rollout_ref.model.path=$MODEL'] hold shell variables" in capsys.readouterr().err
     no_script = regime["tmp"] / "no_script.sh"
     no_script.write_text("accelerate launch --max_steps 3\n")
     assert _trainer(regime, trainer="trl", recipe=no_script) == 2
@@ -295,8 +300,8 @@ def test_a_recipe_of_overrides_alone_gets_verls_launcher(tmp_path):
     recipe = tmp_path / "overrides.txt"
     recipe.write_text("# one or more a line\ndata.train_batch_size=8 actor_rollout_ref.rollout.n=4\n+data.x=1\n")
     read = read_recipe(recipe, "verl")
-    assert (read.env, read.launcher, read.args) == ({}, VERL_LAUNCHER,
-                                                    ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "+data.x=1"])
+    assert (read.env, read.launcher) == ({}, VERL_LAUNCHER)
+    assert read.args == ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "+data.x=1"]
 
 
 def test_a_heldout_task_in_the_pool_is_an_error(regime, capsys):
@@ -317,7 +322,8 @@ def test_the_written_trl_runs_train_with_the_shipped_script(tmp_path, capsys, ti
                            [row | {"trajval_weight": 1.0 if i < 4 else 0.05} for i, row in enumerate(rows[:16])])
     heldout = write_jsonl(tmp_path / "heldout.jsonl", rows[16:])
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"name": "tiny", "verifier": "math", "data": {"pool": str(pool), "heldout": str(heldout)},
+    config.write_text(yaml.safe_dump({"name": "tiny", "verifier": "math",
+                                      "data": {"pool": str(pool), "heldout": str(heldout)},
                                       "evaluation": {"min_heldout": 8},
                                       "training": {"seeds": [0], "arms": ["uniform", "trajval"]}}))
     recipe = tmp_path / "recipe.sh"

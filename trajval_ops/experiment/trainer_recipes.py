@@ -48,6 +48,8 @@ VERL_DATASET = {"data.custom_cls.path": "pkg://trajval_ops.samplers.verl_dataset
 #: the environment variable verl's file logger writes to (verl/utils/tracking.py, FileLogger)
 VERL_LOG_ENV = "VERL_FILE_LOGGER_PATH"
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+#: ``$NAME``, ``${NAME}``, ``$(...)``: the shell's; Hydra's own interpolations (``${a.b}``, ``${oc.env:X}``) pass
+_SHELL_EXPANSION = re.compile(r"\$(\(|[A-Za-z_]|\{[A-Za-z_][A-Za-z0-9_]*\})")
 _OVERRIDE = re.compile(r"^(\+\+|\+|~)?([A-Za-z_][\w\-@]*(?:\.[\w\-@]+)*)=")
 
 
@@ -74,8 +76,13 @@ def read_recipe(path: str | Path, trainer: str) -> Recipe:
         tokens = shlex.split(text.replace("\\\n", " "), comments=True)
     except ValueError as error:
         raise ConfigError(f"--recipe {path}: not a command line: {error}") from None
+    shell = [token for token in tokens if _SHELL_EXPANSION.search(token)]
+    if shell:
+        raise ConfigError(f"--recipe {path}: {shell[:3]} hold shell variables or commands, which a run written for "
+                          "another shell or a Ray job would not expand as your script does: write their values "
+                          "(`bash -x` on your script prints the command it runs)")
     env = {}
-    while tokens and _ENV_ASSIGNMENT.match(tokens[0]) and "." not in tokens[0].split("=", 1)[0]:
+    while tokens and _ENV_ASSIGNMENT.match(tokens[0]):
         name, value = tokens.pop(0).split("=", 1)
         env[name] = value
     recipe = Recipe(trainer, str(path), env)

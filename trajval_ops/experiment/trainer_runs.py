@@ -94,13 +94,15 @@ def check_trainer_config(config: ValidationConfig) -> None:
                           "dynamic sampling): set training.sampling: [standard]")
 
 
-def arm_pools(config: ValidationConfig, out: Path, given: dict[str, str], weight_keys: dict[str, str]) -> dict[str, ArmPool]:
+def arm_pools(config: ValidationConfig, out: Path, given: dict[str, str],
+              weight_keys: dict[str, str]) -> dict[str, ArmPool]:
     """Every arm's pool: ``data.pool`` for uniform; for a prior, ``given[arm]`` (checked: it exists,
     carries its weight column and holds as many rows as ``data.pool``), else the export of its
     :data:`POOL_RECIPES` recipe, written first."""
     unknown = sorted((set(given) | set(weight_keys)) - set(config.training.arms))
     if unknown:
-        raise ConfigError(f"--pool/--weight-key name arm(s) {unknown} the config does not train: {list(config.training.arms)}")
+        raise ConfigError(f"--pool/--weight-key name arm(s) {unknown} the config does not train: "
+                          f"{list(config.training.arms)}")
     if BASELINE_ARM in given or BASELINE_ARM in weight_keys:
         raise ConfigError(f"the {BASELINE_ARM} arm trains on data.pool as it is: give no --pool or --weight-key for it")
     pool = str(Path(config.data.pool).resolve())
