@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -114,6 +115,7 @@ def test_submit_ray_runs_the_arms_as_jobs_that_status_and_the_verdict_read(tmp_p
     finally:
         head.send_signal(signal.SIGTERM)  # ray start --block stops what it started
         head.wait(timeout=120)
+        shutil.rmtree(f"/tmp/trj{tag[:8]}", ignore_errors=True)  # the head's own temp folder (sessions, logs)
     left = tagged_processes_after(tag, 30)
     for pid in left:  # do not leave them running for the next tests
         os.kill(pid, signal.SIGKILL)
