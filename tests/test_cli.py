@@ -15,7 +15,7 @@ from trajval_ops import cli
 REPO = Path(__file__).resolve().parents[1]
 TRAJVAL = Path(sys.executable).with_name("trajval")
 SUBCOMMANDS = ["import-pool", "make-pool", "report", "transfer-prior", "curve-metrics", "within-bin",
-               "prepare-model", "validate", "cost", "verdict"]
+               "prepare-model", "validate", "verdict", "cost"]
 
 
 def trajval(*args: str, cwd: Path) -> subprocess.CompletedProcess:
