@@ -342,3 +342,40 @@ def test_the_written_trl_runs_train_with_the_shipped_script(tmp_path, capsys, ti
         evaluations = [entry for entry in state["log_history"] if "eval_reward" in entry]
         assert [entry["step"] for entry in evaluations] == [2]
         assert (out / run["log"] / "checkpoint-2" / "trainer_state.json").is_file()
+
+
+# ----------------------------------------------------------------------------- the verdict of the folder
+
+
+def test_the_verdict_reads_the_folder_the_runs_were_written_to(regime, capsys):
+    """``trajval verdict <folder>`` needs no other argument: its runs.json names every run's arm,
+    log and format, the baseline and the pools; its figures are those of the same logs given by
+    --run, and a run without its log yet is named, with where to see the runs."""
+    from trajval_ops.cli import verdict
+
+    out = regime["tmp"] / "out"
+    variance = write_jsonl(regime["tmp"] / "variance.jsonl", [_row(i, "p", trajval_weight=1.0)
+                                                              for i in range(POOL_ROWS)])
+    assert _trainer(regime, "--pool", f"variance={variance}") == 0
+    record = json.loads((out / "runs.json").read_text())
+    lift = {"uniform": 0.0, "trajval": 0.02, "variance": 0.01}
+    for run in record["runs"][:-1]:
+        write_jsonl(out / run["log"], [{"step": s, "data": {"val-core/math_dapo/acc/mean@1": round(
+            0.2 + (0.01 + lift[run["arm"]]) * s + 0.003 * run["seed"], 6)}} for s in (0, 4, 8, 12)])
+    capsys.readouterr()
+    assert verdict.main([str(out)]) == 2
+    error = capsys.readouterr().err
+    assert f"1 of {len(record['runs'])} runs have no log yet ({record['runs'][-1]['name']})" in error
+    assert f"--status --out {out}" in error and not (out / "verdict").exists()
+    last = record["runs"][-1]
+    write_jsonl(out / last["log"], [{"step": s, "data": {"val-core/math_dapo/acc/mean@1": round(
+        0.2 + (0.01 + lift[last["arm"]]) * s + 0.003 * last["seed"], 6)}} for s in (0, 4, 8, 12)])
+    assert verdict.main([str(out)]) == 0
+    assert f"prior of trajval: unknown, price unknown" not in capsys.readouterr().out  # its pool is read
+    from_folder = json.loads((out / "verdict" / "results.json").read_text())["training"]
+    arms = [f"{arm}={out}/logs/{arm}-seed*.jsonl" for arm in ("uniform", "trajval", "variance")]
+    assert verdict.main([w for arm in arms for w in ("--run", arm)] + ["--out", str(regime["tmp"] / "by_hand")]) == 0
+    by_hand = json.loads((regime["tmp"] / "by_hand" / "results.json").read_text())["training"]
+    assert from_folder == by_hand and len(from_folder["trajval"]["seeds"]) == 2
+    assert verdict.main([str(out), "--run", f"uniform={out}/logs/uniform-seed0.jsonl"]) == 2
+    assert "leave out --run" in capsys.readouterr().err

@@ -2,6 +2,10 @@
 
     trajval verdict --run uniform='logs/uniform-seed*.jsonl' --run trajval='logs/trajval-seed*.jsonl' \
         [--baseline uniform] [--metric KEY ...] [--pool trajval=pools/weighted.jsonl] [--format verl] --out DIR
+    trajval verdict RUNS_DIR [--metric KEY ...]
+
+RUNS_DIR is a folder ``trajval validate --trainer ...`` wrote: its runs.json names every run's arm,
+seed, log and format, the baseline and each prior's pool, and the verdict goes to RUNS_DIR/verdict.
 
 Each --run ARM=PATH names one run or a glob of runs (the arm's seeds); repeat it per arm. Runs
 are read in their trainer's own format (detected, or named by --format): verl's file logger
@@ -27,17 +31,20 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--run", action="append", required=True, metavar="ARM=PATH",
+    parser.add_argument("runs_dir", nargs="?", metavar="RUNS_DIR",
+                        help="a folder trajval validate --trainer wrote (its runs.json): every run, arm and pool "
+                             "read from there")
+    parser.add_argument("--run", action="append", metavar="ARM=PATH",
                         help="an arm's run: a file, folder or glob (several files: its seeds); repeatable")
-    parser.add_argument("--baseline", default="uniform",
-                        help="the arm the others are measured against (default uniform)")
+    parser.add_argument("--baseline", help="the arm the others are measured against (default uniform, or the "
+                                           "baseline runs.json names)")
     parser.add_argument("--metric", action="append", metavar="KEY",
                         help="held-out metric key, repeatable (several are macro-averaged); default: the one "
                              "held-out accuracy key all runs log")
     parser.add_argument("--pool", action="append", default=[], metavar="ARM=PATH",
                         help="the arm's weighted pool: its provenance names the prior and its price")
     parser.add_argument("--format", choices=FORMATS, help="the runs' format (default: detected per file)")
-    parser.add_argument("--out", required=True, help="output folder (results.json, index.html, figures/)")
+    parser.add_argument("--out", help="output folder (results.json, index.html, figures/); default RUNS_DIR/verdict")
     return parser
 
 
@@ -73,6 +80,37 @@ def read_arms(run_options: list[str], format: str | None) -> dict:
     return arms
 
 
+def runs_dir_arms(args) -> tuple[dict, dict, str, "Path"]:
+    """(arm -> its runs, arm -> its weighted pool, the baseline, the output folder) from the
+    runs.json of a folder ``trajval validate --trainer`` wrote; a run whose log is not there yet
+    (not run, or still starting) is named with how to see where the runs are."""
+    from pathlib import Path
+
+    from trajval_ops.analysis.run_logs import read_run
+    from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.experiment.trainer_runs import read_manifest
+    from trajval_ops.experiment.validation_config import ConfigError
+
+    if args.run or args.pool or args.format:
+        raise TrajvalInputError("RUNS_DIR names every run, format and pool itself: leave out --run, --pool and "
+                                "--format")
+    folder = Path(args.runs_dir)
+    try:
+        record = read_manifest(folder)
+    except ConfigError as err:
+        raise TrajvalInputError(str(err)) from None
+    missing = [run["name"] for run in record["runs"] if not (folder / run["log"]).exists()]
+    if missing:
+        raise TrajvalInputError(f"{folder}: {len(missing)} of {len(record['runs'])} runs have no log yet "
+                                f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}): run them first "
+                                f"(trajval validate --status --out {folder} shows where they are)")
+    arms: dict[str, list] = {}
+    for run in record["runs"]:
+        arms.setdefault(run["arm"], []).append(read_run(folder / run["log"], run["log_format"]))
+    pools = {arm: pool["path"] for arm, pool in record["pools"].items() if pool.get("weight_key") is not None}
+    return arms, pools, args.baseline or record["baseline"], Path(args.out) if args.out else folder / "verdict"
+
+
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit 0, or 2 on bad input (nothing written then)."""
     args = _parser(prog).parse_args(argv)
@@ -82,12 +120,20 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     from trajval_ops.experiment import verdict
 
     try:
-        pools = dict(_pairs(args.pool, "--pool"))
-        result, series = verdict.compare(read_arms(args.run, args.format), args.baseline, args.metric, pools)
+        if args.runs_dir is not None:
+            arms, pools, baseline, out = runs_dir_arms(args)
+        elif not args.run or not args.out:
+            raise TrajvalInputError("give RUNS_DIR (a folder trajval validate --trainer wrote), or --run ARM=PATH "
+                                    "for each arm and --out")
+        else:
+            arms, pools = read_arms(args.run, args.format), dict(_pairs(args.pool, "--pool"))
+            baseline, out = args.baseline or "uniform", Path(args.out)
+        result, series = verdict.compare(arms, baseline, args.metric, pools)
     except (TrajvalInputError, OSError) as err:
         print(f"verdict: error: {err}", file=sys.stderr)
         return 2
-    verdict.write(result, series, Path(args.out))
+    args.out = str(out)
+    verdict.write(result, series, out)
     _print(result)
     print(f"written: {Path(args.out) / 'results.json'}, {Path(args.out) / 'index.html'}")
     return 0

@@ -369,8 +369,8 @@ def run_trainer_command(config: ValidationConfig, args) -> Path | None:
         return None
     write_runs(out, record)
     if not args.json:
-        print(f"written to {out}: runs/*.sh (one per run), run_all.sh, {MANIFEST}; once the runs have run, "
-              f"in {out}: {record['verdict_command']}")
+        print(f"written to {out}: runs/*.sh (one per run), run_all.sh, {MANIFEST}; once the runs have run: "
+              f"trajval verdict {out}")
     return out
 
 
