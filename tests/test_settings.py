@@ -59,12 +59,18 @@ def _numeric_settings() -> list[tuple[type, str]]:
 
 
 def _valid_required(cls) -> dict:
-    """A value within its bounds for each setting the class declares without a default."""
+    """A value within its bounds for each setting the class declares without a default (a name for
+    a plain field without one, such as a validation config's)."""
     required = {}
-    for field in settings.declared(cls):
-        if settings.default_of(field) is dataclasses.MISSING:
-            low = field.metadata.get("ge", field.metadata.get("gt", 0))
-            required[field.name] = low if "ge" in field.metadata else low + 1
+    declared = {field.name for field in settings.declared(cls)}
+    for field in dataclasses.fields(cls):
+        if settings.default_of(field) is not dataclasses.MISSING:
+            continue
+        if field.name not in declared:
+            required[field.name] = "name"
+            continue
+        low = field.metadata.get("ge", field.metadata.get("gt", 0))
+        required[field.name] = low if "ge" in field.metadata else low + 1
     return required
 
 

@@ -17,7 +17,7 @@ import yaml
 
 from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.rollout.budget import DEFAULT_TOLERANCE
-from trajval_ops.settings import declared_as, setting, settings_subset, type_hints, value_problem
+from trajval_ops.settings import check_settings, declared_as, setting, settings_subset, type_hints, value_problem
 
 #: arm -> (static prior, online scheduler); a prior of None samples uniformly.
 ARMS: dict[str, tuple[str | None, str | None]] = {
@@ -201,6 +201,9 @@ class ValidationConfig:
                                       "RAY_ADDRESS where set, else a local Ray started for the run and shut "
                                       "down with it.")
     source: str = ""                       #: the config file
+
+    def __post_init__(self):
+        check_settings(self)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
