@@ -15,6 +15,7 @@ import yaml
 from tests.conftest import REPO
 from tests.test_validate import config_file
 from trajval_ops.experiment.validation_config import ConfigError, ValidationConfig, load_config
+from trajval_ops.hardware import CPU_KERNEL_SETTINGS, cpu_kernels
 from trajval_ops.probe.config import ProbeConfig
 
 SMOKE = REPO / "recipes" / "validation" / "smoke.yaml"
@@ -100,8 +101,28 @@ def test_units_run_side_by_side_each_seeing_one_gpu_and_are_recorded(tmp_path):
     recorded = json.loads(records.read_text())
     assert {name: recorded[name]["gpu"] for name in "abc"} == seen
     assert all(recorded[name]["wall_time_s"] >= 0 for name in "abc")
-    run_units([unit("d", 0.0)], 1, set(), {})
+    assert not any("cpu_kernels" in recorded[name] for name in "abc")  # GPU units: the CPU's kernels decide little
+    run_units([unit("d", 0.0)], 1, set(), {}, records=records)
     assert (tmp_path / "d" / "seen").read_text() == ""
+    # a CPU unit's figures are bit-reproducible only on the same kernels (docs/validation.md)
+    assert json.loads(records.read_text())["d"]["cpu_kernels"] == cpu_kernels()
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, None),
+    ({"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+     {"cpu_capability": "DEFAULT", "ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX2"})])
+def test_the_cpu_kernels_record_reads_what_torch_dispatches_on(env, expected):
+    """The record names the instruction set torch's kernels use, lowered by the environment where it
+    is, and the settings that lowered it (each changes the float roundings, measured)."""
+    import os
+
+    import torch
+
+    code = "import json; from trajval_ops.hardware import cpu_kernels; print(json.dumps(cpu_kernels()))"
+    clean = {k: v for k, v in os.environ.items() if k not in CPU_KERNEL_SETTINGS}
+    out = subprocess.run([sys.executable, "-c", code], env=clean | env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == (expected or {"cpu_capability": torch.backends.cpu.get_cpu_capability()})
 
 
 def test_no_unit_starts_after_the_instant_and_the_running_ones_finish(tmp_path):

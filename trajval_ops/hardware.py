@@ -87,6 +87,22 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+#: Environment settings that choose the CPU kernels torch runs: ATen's vectorised kernels, MKL's
+#: matrix products. Each changes a CPU unit's float roundings (docs/validation.md, "What
+#: reproduces where").
+CPU_KERNEL_SETTINGS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+
+
+def cpu_kernels() -> dict[str, str]:
+    """For records: the instruction set torch's CPU kernels dispatch on (``cpu_capability``:
+    ``AVX512``, ``AVX2``, ``DEFAULT``...; the CPU's best unless ``ATEN_CPU_CAPABILITY`` lowers it)
+    and each of :data:`CPU_KERNEL_SETTINGS` the environment sets."""
+    import torch
+
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            **{key: os.environ[key] for key in CPU_KERNEL_SETTINGS if key in os.environ}}
+
+
 def device_name(device: str) -> str:
     """The device a process ran on, for records: ``cpu``, or ``cuda:<i> (<GPU name>)``."""
     if not device.startswith("cuda"):

@@ -322,10 +322,12 @@ def _run_pending(pending: list[Unit], running: dict, workers: int, finished: set
                  on_done: dict[str, Callable[[], None]], gpus: list[str], records: Path | None,
                  no_start_after: float | None, launch: Callable[[Unit, dict], Any] | None) -> list[str]:
     from trajval_ops.experiment.devices import GpuSlots
+    from trajval_ops.hardware import cpu_kernels
 
     slots = GpuSlots(gpus)
     total = len(pending)
     env = unit_process.environment()
+    kernels = cpu_kernels()  # a CPU unit inherits this environment, so runs these kernels
     while pending or running:
         copied_meanwhile = False
         starting = no_start_after is None or time.monotonic() < no_start_after
@@ -366,7 +368,8 @@ def _run_pending(pending: list[Unit], running: dict, workers: int, finished: set
             seconds = time.monotonic() - started
             logger.info(f"validate: {name}: done in {seconds:.0f} s")
             if records is not None:
-                record_unit(records, name, {"gpu": gpu, "wall_time_s": round(seconds, 1)})
+                record_unit(records, name, {"gpu": gpu, "wall_time_s": round(seconds, 1),
+                                            **({} if gpu else {"cpu_kernels": kernels})})
             if name in on_done:
                 on_done[name]()
     return []
