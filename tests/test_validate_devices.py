@@ -110,19 +110,25 @@ def test_units_run_side_by_side_each_seeing_one_gpu_and_are_recorded(tmp_path):
 
 @pytest.mark.parametrize("env, expected", [
     ({}, None),
-    ({"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
-     {"cpu_capability": "DEFAULT", "ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX2"})])
+    ({"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "DNNL_MAX_CPU_ISA": "AVX512_CORE"},
+     {"cpu_capability": "DEFAULT", "ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+      "DNNL_MAX_CPU_ISA": "AVX512_CORE"})])
 def test_the_cpu_kernels_record_reads_what_torch_dispatches_on(env, expected):
     """The record names the instruction set torch's kernels use, lowered by the environment where it
-    is, and the settings that lowered it (each changes the float roundings, measured)."""
+    is, the settings that lowered it (each changes the float roundings, measured) and the CPU's bf16
+    instructions (oneDNN's bf16 products use them)."""
     import os
 
     import torch
 
+    from trajval_ops.hardware import cpu_supports_bf16
+
     code = "import json; from trajval_ops.hardware import cpu_kernels; print(json.dumps(cpu_kernels()))"
     clean = {k: v for k, v in os.environ.items() if k not in CPU_KERNEL_SETTINGS}
     out = subprocess.run([sys.executable, "-c", code], env=clean | env, capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == (expected or {"cpu_capability": torch.backends.cpu.get_cpu_capability()})
+    record = json.loads(out.stdout)
+    assert bool(record.pop("bf16_instructions")) == cpu_supports_bf16()
+    assert record == (expected or {"cpu_capability": torch.backends.cpu.get_cpu_capability()})
 
 
 def test_no_unit_starts_after_the_instant_and_the_running_ones_finish(tmp_path):

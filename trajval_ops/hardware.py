@@ -9,14 +9,26 @@ from __future__ import annotations
 import os
 
 
-def cpu_supports_bf16() -> bool:
-    """True when the CPU has bf16 instructions (AVX512-BF16 or AMX-BF16)."""
+#: The CPU's bf16 instructions: torch computes bf16 with them (oneDNN's matrix products), and where
+#: there is one the endpoint passes' dtype ``auto`` is bf16 on CPU.
+BF16_INSTRUCTIONS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's instruction-set flags as Linux lists them (empty where it does not)."""
     try:
         with open("/proc/cpuinfo") as handle:
-            flags = handle.read()
+            for line in handle:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
     except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+        pass
+    return set()
+
+
+def cpu_supports_bf16() -> bool:
+    """True when the CPU has bf16 instructions (AVX512-BF16 or AMX-BF16)."""
+    return bool(cpu_flags() & set(BF16_INSTRUCTIONS))
 
 
 #: Native bf16 arithmetic on NVIDIA GPUs starts at compute capability 8.0 (Ampere). On older GPUs
@@ -88,18 +100,19 @@ def usable_cpus() -> int:
 
 
 #: Environment settings that choose the CPU kernels torch runs: ATen's vectorised kernels, MKL's
-#: matrix products. Each changes a CPU unit's float roundings (docs/validation.md, "What
-#: reproduces where").
-CPU_KERNEL_SETTINGS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+#: float32 and oneDNN's bf16 matrix products. Each changes a CPU unit's float roundings
+#: (docs/validation.md, "What reproduces where").
+CPU_KERNEL_SETTINGS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "DNNL_MAX_CPU_ISA")
 
 
-def cpu_kernels() -> dict[str, str]:
+def cpu_kernels() -> dict:
     """For records: the instruction set torch's CPU kernels dispatch on (``cpu_capability``:
-    ``AVX512``, ``AVX2``, ``DEFAULT``...; the CPU's best unless ``ATEN_CPU_CAPABILITY`` lowers it)
-    and each of :data:`CPU_KERNEL_SETTINGS` the environment sets."""
+    ``AVX512``, ``AVX2``, ``DEFAULT``...; the CPU's best unless ``ATEN_CPU_CAPABILITY`` lowers it),
+    the CPU's bf16 instructions and each of :data:`CPU_KERNEL_SETTINGS` the environment sets."""
     import torch
 
     return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "bf16_instructions": sorted(cpu_flags() & set(BF16_INSTRUCTIONS)),
             **{key: os.environ[key] for key in CPU_KERNEL_SETTINGS if key in os.environ}}
 
 
