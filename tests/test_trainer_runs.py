@@ -304,6 +304,21 @@ def test_a_recipe_of_overrides_alone_gets_verls_launcher(tmp_path):
     assert read.args == ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "+data.x=1"]
 
 
+def test_a_recipe_beginning_with_a_byte_order_mark_reads_as_without(tmp_path):
+    """A recipe saved by a Windows editor begins with UTF-8's byte-order mark: it was the start of
+    the first token, so the first override became verl's launcher ('\\ufeffdata.train_batch_size=8'),
+    or a first comment line a launcher of its own ('\\ufeff'), in every run written."""
+    text = "# the base run\ndata.train_batch_size=8 actor_rollout_ref.rollout.n=4\n"
+    for body in (text, text.partition("\n")[2]):
+        plain, marked = tmp_path / "plain.txt", tmp_path / "marked.txt"
+        plain.write_text(body)
+        marked.write_bytes(b"\xef\xbb\xbf" + body.encode())
+        read = read_recipe(marked, "verl")
+        assert (read.launcher, read.args) == (VERL_LAUNCHER, ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4"])
+        expected = read_recipe(plain, "verl")
+        assert (read.env, read.launcher, read.args) == (expected.env, expected.launcher, expected.args)
+
+
 def test_a_heldout_task_in_the_pool_is_an_error(regime, capsys):
     write_jsonl(regime["heldout"], [_row(100 + i, "h") for i in range(HELDOUT_ROWS - 1)] + [_row(3, "p")])
     assert _trainer(regime) == 2

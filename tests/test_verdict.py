@@ -268,6 +268,27 @@ def test_several_metrics_are_macro_averaged_and_a_jsonl_table_is_read(tmp_path):
     assert result["training"]["trajval"]["auc_minus_uniform_ci95"] == pytest.approx(interval, abs=1e-15)
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_table_log_beginning_with_a_byte_order_mark_reads_as_without(tmp_path, suffix):
+    """A CSV or JSON-lines log saved by Excel or a Windows tool begins with UTF-8's byte-order
+    mark: its CSV header read '\\ufeffstep' (no 'step' column), its first JSON line 'Unexpected
+    UTF-8 BOM', and the JSON-lines log was not even recognised as a table."""
+    from trajval_ops.analysis.run_logs import read_run
+
+    plain = tmp_path / f"plain{suffix}"
+    if suffix == ".csv":
+        write_csv(plain, "trajval", 0)
+    else:
+        plain.write_text("".join(json.dumps({"step": t, "heldout_acc": accuracy("trajval", 0, t)}) + "\n"
+                                 for t in STEPS))
+    marked = tmp_path / f"marked{suffix}"
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    expected = read_run(plain)
+    run = read_run(marked)
+    assert (run.format, run.metrics, run.last_step) == (expected.format, expected.metrics, expected.last_step)
+    assert run.metrics["heldout_acc"][STEPS[-1]] == accuracy("trajval", 0, STEPS[-1])
+
+
 # ----------------------------------------------------------------------------- TRL
 
 

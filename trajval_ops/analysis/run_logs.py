@@ -102,7 +102,7 @@ def _collect(records: Iterable[tuple[str, int, Mapping[str, Any]]], path: str, f
 
 
 def _json_lines(path: Path) -> Iterable[tuple[int, Any]]:
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:  # -sig: a byte-order mark (a Windows tool's) is read past
         for number, line in enumerate(handle, 1):
             if line.strip():
                 try:
@@ -319,7 +319,7 @@ class PlainTable:
     @staticmethod
     def read(path: Path) -> RunLog:
         if path.suffix.lower() == ".csv":
-            with open(path, encoding="utf-8", newline="") as handle:
+            with open(path, encoding="utf-8-sig", newline="") as handle:  # Excel's CSV begins with a byte-order mark
                 rows = [(f"{path}, row {number}", row) for number, row in enumerate(csv.DictReader(handle), 2)]
             if rows and "step" not in rows[0][1]:
                 raise TrajvalInputError(f"{path}: no 'step' column (columns: {', '.join(rows[0][1])})")

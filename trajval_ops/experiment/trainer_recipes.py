@@ -69,7 +69,7 @@ def read_recipe(path: str | Path, trainer: str) -> Recipe:
     :class:`ConfigError` naming the file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark would start the first token
     except OSError as error:
         raise ConfigError(f"--recipe {path}: {error.strerror or error}") from None
     try:
