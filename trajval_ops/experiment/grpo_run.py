@@ -60,7 +60,7 @@ def run(spec: dict[str, Any]) -> dict:
     from trajval_ops.hardware import device_name, peak_memory_gib
     from trajval_ops.probe.config import (ProbeConfig, check_autocast, grpo_arguments, resolve_device,
                                           resolve_generation, resolve_precision)
-    from trajval_ops.probe.progress import NonFiniteGuard, training_memory
+    from trajval_ops.probe.progress import NonFiniteGuard, SamplingCheck, training_memory
     from trajval_ops.probe.rewards import verifier_reward
     from trajval_ops.probe.run import load_policy, load_tokenizer, max_context_of, probe_examples, training_dataset
     from trajval_ops.rollout.verifiers import build_verifier
@@ -87,7 +87,10 @@ def run(spec: dict[str, Any]) -> dict:
         weights = [float(row[weight_column]) for row in rows]
     dataset = dataset.add_column(weight_column, weights)
     online = _online_scheduler(spec, rows)
-    guard = NonFiniteGuard(f"grpo_run {spec.get('name', out.name)}", precision, config.learning_rate)
+    # the probe's guard, sampling check included: weights finite but too large to sample from
+    # (a learning rate too high) stop the step that made them, not the next step's generation
+    guard = NonFiniteGuard(f"grpo_run {spec.get('name', out.name)}", precision, config.learning_rate,
+                           SamplingCheck(tokenizer, dataset["prompt"], config.temperature))
     evaluations = _evaluation_callbacks(spec)
     callbacks = [guard, *evaluations]
     args = grpo_arguments(config, str(out / "trainer"), device, show_progress=False)
