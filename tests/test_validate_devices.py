@@ -108,6 +108,21 @@ def test_units_run_side_by_side_each_seeing_one_gpu_and_are_recorded(tmp_path):
     assert json.loads(records.read_text())["d"]["cpu_kernels"] == cpu_kernels()
 
 
+def test_a_unit_started_elsewhere_records_no_kernels_of_this_machine(tmp_path):
+    """A unit ``launch`` starts (executor: ray) runs where Ray places it, on another node's CPU or
+    on a GPU Ray reserves (no slot here: its ``gpu`` is None): this machine's CPU kernels were
+    recorded for it as if it had run here."""
+    from trajval_ops.experiment.protocol import Unit, run_units
+
+    folder = tmp_path / "a"
+    unit = Unit("a", folder, [sys.executable, "-c", f"import pathlib; pathlib.Path({str(folder)!r}).mkdir()"],
+                done=folder.is_dir)
+    records = tmp_path / "units.json"
+    run_units([unit], 1, set(), {}, records=records, launch=lambda unit, env: subprocess.Popen(unit.command, env=env))
+    recorded = json.loads(records.read_text())["a"]
+    assert recorded["wall_time_s"] >= 0 and "cpu_kernels" not in recorded
+
+
 @pytest.mark.parametrize("env, expected", [
     ({}, None),
     ({"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "DNNL_MAX_CPU_ISA": "AVX512_CORE"},

@@ -327,7 +327,9 @@ def _run_pending(pending: list[Unit], running: dict, workers: int, finished: set
     slots = GpuSlots(gpus)
     total = len(pending)
     env = unit_process.environment()
-    kernels = cpu_kernels()  # a CPU unit inherits this environment, so runs these kernels
+    # a CPU unit started here inherits this environment, so runs these kernels; one ``launch``
+    # starts (a Ray task) runs where it is placed, whose kernels this machine cannot tell
+    kernels = cpu_kernels() if launch is None else None
     while pending or running:
         copied_meanwhile = False
         starting = no_start_after is None or time.monotonic() < no_start_after
@@ -369,7 +371,7 @@ def _run_pending(pending: list[Unit], running: dict, workers: int, finished: set
             logger.info(f"validate: {name}: done in {seconds:.0f} s")
             if records is not None:
                 record_unit(records, name, {"gpu": gpu, "wall_time_s": round(seconds, 1),
-                                            **({} if gpu else {"cpu_kernels": kernels})})
+                                            **({} if gpu or kernels is None else {"cpu_kernels": kernels})})
             if name in on_done:
                 on_done[name]()
     return []
