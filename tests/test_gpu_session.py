@@ -73,3 +73,18 @@ def test_the_protocol_names_it_repeats_are_the_protocols(session):
 
     assert (session.PAUSED_EXIT, session.PROBE_OUTPUT, session.RESULT_FILE) == (
         protocol.PAUSED_EXIT, protocol.PROBE_OUTPUT, grpo_run.RESULT_FILE)
+
+
+@pytest.mark.parametrize("flag", ["--budget", "--unit-s"])
+@pytest.mark.parametrize("value", ["nan", "inf", "0"])
+def test_a_budget_or_unit_time_that_is_no_finite_positive_number_is_refused(session, monkeypatch, capsys, flag, value):
+    """``--budget nan`` left every stage without a time limit (``left < 60`` is False for NaN, and
+    subprocess takes a NaN timeout as none), the device session's own limit then cutting it."""
+    def ran(*args):
+        raise AssertionError("the stages ran")
+
+    monkeypatch.setattr(session, "run_stages", ran)
+    with pytest.raises(SystemExit) as exit_info:
+        session.main(["run", "validate", flag, value])
+    assert exit_info.value.code == 2
+    assert f"argument {flag}: must be a finite number of seconds > 0, got '{value}'" in capsys.readouterr().err

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -340,6 +341,18 @@ def run_stages(args) -> int:
     return 1 if failed else 0
 
 
+def _seconds(text: str) -> float:
+    """A number of seconds > 0 (``float('nan')`` parses, and a NaN budget would time nothing out);
+    written here since this process imports no trajval_ops (``settings.finite_float``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The GPU checks of a lent device session, in two calls.")
     parser.add_argument("--rehearsal", action="store_true", help="the same steps on this machine's CPU, small")
@@ -350,9 +363,9 @@ def main(argv: list[str] | None = None) -> int:
                          "scripts on PATH) instead of the interpreter's environment; taken anyway when that fails")
     running = sub.add_parser("run", help="the last call: join the GGUF and run the stages")
     running.add_argument("stages", nargs="+", choices=sorted(STAGES))
-    running.add_argument("--budget", type=float, default=540, help="seconds this call may take (the tool allows "
+    running.add_argument("--budget", type=_seconds, default=540, help="seconds this call may take (the tool allows "
                          "600 a command; default 540)")
-    running.add_argument("--unit-s", type=float, default=560, help="the longest validation unit, in seconds "
+    running.add_argument("--unit-s", type=_seconds, default=560, help="the longest validation unit, in seconds "
                          "(real_smollm2.yaml's sizing: the oracle, 9.2 min)")
     running.add_argument("--workers", type=int, default=None, help="validation units side by side on the GPU")
     running.add_argument("--config", default=None, help="validate: the validation config (default "
