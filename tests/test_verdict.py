@@ -289,6 +289,22 @@ def test_a_table_log_beginning_with_a_byte_order_mark_reads_as_without(tmp_path,
     assert run.metrics["heldout_acc"][STEPS[-1]] == accuracy("trajval", 0, STEPS[-1])
 
 
+@pytest.mark.parametrize("name, text, shown", [
+    ("log.csv", "step,heldout_acc\n0,0.5\nnan,0.6\n", "nan"),
+    ("log.jsonl", '{"step": 0, "heldout_acc": 0.5}\n{"step": Infinity, "heldout_acc": 0.6}\n', "inf"),
+    ("log.jsonl", '{"step": 0, "heldout_acc": 0.5}\n{"step": -Infinity, "heldout_acc": 0.6}\n', "-inf")])
+def test_a_step_that_is_nan_or_infinite_is_an_error_naming_its_line(tmp_path, name, text, shown, capsys):
+    """A step NaN or infinite (a CSV cell 'nan', JSON's NaN / Infinity) ended trajval verdict with
+    int()'s bare ValueError / OverflowError, exit 1."""
+    log = tmp_path / name
+    log.write_text(text)
+    assert verdict("--run", f"uniform={log}", "--run", f"trajval={log}", "--out", str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    where = "row 3" if name.endswith(".csv") else "line 2"  # a CSV's first row is its header
+    assert f"{log}, {where}: step {shown} is not a whole number >= 0" in err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
 # ----------------------------------------------------------------------------- TRL
 
 

@@ -80,7 +80,8 @@ def _number(value: Any, where: str) -> float | None:
 
 
 def _step(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 0:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value != int(value) or value < 0):  # int() of NaN or infinity is no answer but its own error
         raise TrajvalInputError(f"{where}: step {value!r} is not a whole number >= 0")
     return int(value)
 
