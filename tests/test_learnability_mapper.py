@@ -232,7 +232,9 @@ def test_a_pool_all_at_zero_or_one_gets_uniform_one_pass_weights():
 
 
 def test_unknown_prior_and_bad_band_are_refused():
-    with pytest.raises(ValueError, match="prior must be one of trajval, variance, bandpass, got 'magic'"):
+    from trajval_ops.priors import PRIORS
+
+    with pytest.raises(ValueError, match=f"prior must be one of {', '.join(PRIORS)}, got 'magic'"):
         TrajvalLearnabilityMapper(prior="magic")
     with pytest.raises(ValueError, match="band must satisfy"):
         TrajvalLearnabilityMapper(prior="bandpass", band_low=0.8, band_high=0.2)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trajval_ops.experiment.priors import SAMPLED_SHORT_N, units_the_priors_wait_for
+from trajval_ops.experiment.priors import SAMPLED_SHORT_N, SHORT_PASS_READERS, units_the_priors_wait_for
 from trajval_ops.generation_time import generation_time
 from trajval_ops.experiment.validation_config import (
     ValidationConfig, arm_reads_priors, data_file, evaluation_count,
@@ -67,7 +67,7 @@ def unit_costs(config: ValidationConfig) -> list[dict[str, Any]]:
     probe_rows = probe_size_for(pool, None, probe.probe_fraction)
     passes = (2 * probe.window_k + len(probe.stability_epochs) + int(probe.adaptive_late)
               + int(probe.other_model is not None))
-    short = SAMPLED_SHORT_N * pool if "trajval_sampled" in config.training.arms else 0
+    short = SAMPLED_SHORT_N * pool if set(config.training.arms) & SHORT_PASS_READERS else 0
     add("probe", probe.epochs * (probe_rows // g.prompts_per_batch) * batch, passes * probe.n * pool + short,
         bound=probe.adaptive_late)
     evaluation = evaluation_count(config.training.steps, config.evaluation.every_steps) * config.evaluation.n

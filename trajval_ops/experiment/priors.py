@@ -2,17 +2,24 @@
 pool (``priors/train_pool.jsonl``).
 
 - ``trajval``: the weight the learnability mapper wrote in the probe unit's pipeline;
-- ``variance`` / ``bandpass``: the one-pass priors from that pipeline's early pass (their
-  registry entries, :mod:`trajval_ops.priors`, which the learnability mapper writes, with its eps);
+- every other registered prior (:mod:`trajval_ops.priors`: ``variance``, ``bandpass``, ``limr``,
+  a prior an installed package registers) and its variants (``trajval_posterior`` /
+  ``trajval_pooled``: TrajVal's score under the beta-binomial posterior of each end's pass rate,
+  the prior fitted on the pool or on each task's group; ``limr_cut``: LIMR's hard cut), each
+  through the registry from what that pipeline measured: its windows' passes, its checkpoints'
+  passes (``probe.stability_epochs``) for a prior that reads the whole trajectory, with the
+  settings its learnability mapper wrote TrajVal's weight with (eps) and the config's ``priors:``;
 - ``trajval_floor`` / ``trajval_mix``: TrajVal's score mapped to keep more breadth: the floor
   raised to :data:`BREADTH_FLOOR`, or half of the draws uniform (:data:`UNIFORM_SHARE`,
   :func:`trajval_ops.core.uniform_mixture`);
-- ``trajval_posterior`` / ``trajval_pooled``: TrajVal's score under the beta-binomial
-  posterior of each end's pass rate (:func:`trajval_ops.core.noise_aware_score`), the prior
-  fitted on the pool or on each task's group;
 - ``variance_other_model`` / ``bandpass_other_model``: the same one-pass priors from the pass
   of another model than the one trained (``probe.other_model``), the stand-in for a difficulty
   column a public pool ships (Big-Math's Llama-8B rates for a Qwen policy); charged nothing;
+- ``variance_short``: the variance prior from the short early pass (:data:`SAMPLED_SHORT_N`
+  rollouts per task); charged that pass;
+- ``limr_full_run`` / ``limr_full_run_cut``: LIMR (soft weight, hard cut) from oracle A's
+  trajectory, a full GRPO run on the pool with dense evaluations, as LIMR's paper reads one
+  (there: each epoch's training rewards); charged oracle A's run, as the ceilings are;
 - ``trajval_sampled``: the sampled prior of ``recipes/demo_sampled.yaml``: TrajVal's score kept
   on a seeded :data:`SAMPLED_FRACTION` of the pool stratified by the config's group, every other
   row's predicted (:func:`trajval_ops.priors.sampled.predict_scores`) from a short early pass at
@@ -33,24 +40,13 @@ static prior could help in the regime at all.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 
 from trajval_ops import core, fields
+from trajval_ops.priors import DEFAULT_PRIOR, PRIORS, arm_priors
 
-#: prior -> the weight column of the training pool
-PRIOR_COLUMNS = {
-    "trajval": fields.WEIGHT, "variance": "trajval_variance_weight", "bandpass": "trajval_bandpass_weight",
-    "oracle": "trajval_oracle_weight", "oracle_subset": "trajval_oracle_subset_weight",
-    "oracle_group": "trajval_oracle_group_weight", "trajval_group": "trajval_group_weight",
-    "oracle_subset_group": "trajval_oracle_subset_group_weight",
-    "trajval_posterior": "trajval_posterior_weight", "trajval_pooled": "trajval_pooled_weight",
-    "trajval_adaptive": "trajval_adaptive_weight",
-    "trajval_floor": "trajval_floor_weight", "trajval_mix": "trajval_mix_weight",
-    "trajval_sampled": "trajval_sampled_weight",
-    "variance_other_model": "trajval_variance_other_model_weight",
-    "bandpass_other_model": "trajval_bandpass_other_model_weight",
-}
 #: the breadth-keeping mappings of TrajVal's score (fixed before any run that compares them):
 #: the floor of ``trajval_floor`` (the paper's eps is 0.05; at alpha 0.3, s below 0.005 maps under 0.2) ...
 BREADTH_FLOOR = 0.2
@@ -68,37 +64,84 @@ ADAPTIVE_LATE = "trajval_r_late_adaptive"
 #: built from it (each the registry's prior of that name, read from this pass instead of the early one)
 OTHER_MODEL_PASS = "trajval_r_early_other_model"
 OTHER_MODEL_PRIORS = {"variance_other_model": "variance", "bandpass_other_model": "bandpass"}
-#: priors that read oracle A's trajectories (its unit must finish before the pool is written)
+#: one-pass priors read from the short early pass (SAMPLED_SHORT_N rollouts per task of the base
+#: model, every row): the registry's arm of that name from a cheaper pass
+SHORT_PASS_PRIORS = {"variance_short": "variance"}
+#: the arms whose prior reads the short early pass (the probe unit runs it for them)
+SHORT_PASS_READERS = frozenset({"trajval_sampled", *SHORT_PASS_PRIORS})
+#: priors that read oracle A's trajectories as the registry's arm of that name reads a probe's
+#: checkpoint passes: a full run's trajectory, as LIMR's paper reads one
+FULL_RUN_PRIORS = {"limr_full_run": "limr", "limr_full_run_cut": "limr_cut"}
+#: the ceilings: oracle A's own learnability
 ORACLE_PRIORS = frozenset({"oracle", "oracle_subset", "oracle_group", "oracle_subset_group"})
-#: priors that are TrajVal's score from the same probe and passes (they cost what TrajVal costs)
-TRAJVAL_PRIORS = frozenset({"trajval", "trajval_group", "trajval_posterior", "trajval_pooled", "trajval_floor",
-                            "trajval_mix"})
+#: priors that read oracle A's run (its unit must finish before the pool is written; charged its run)
+ORACLE_READERS = ORACLE_PRIORS | frozenset(FULL_RUN_PRIORS)
+#: the composite priors that are TrajVal's score from the probe's passes (they cost what TrajVal costs)
+TRAJVAL_COMPOSITES = frozenset({"trajval_group", "trajval_floor", "trajval_mix"})
 #: the ceiling priors, whose best arm is the regime's headroom
 CEILING_PRIORS = ORACLE_PRIORS
 
+#: arm -> (static prior, online scheduler); a prior of None samples uniformly. Every arm that is
+#: one prior comes from the registry (:func:`trajval_ops.priors.arm_priors`: each prior and its
+#: variants); the composite arms (a prior from another pass or another run, a mapping of
+#: TrajVal's score, an online scheduler) are listed here.
+ARMS: dict[str, tuple[str | None, str | None]] = {
+    "uniform": (None, None),
+    **{arm: (arm, None) for arm in arm_priors()},
+    "greso": (None, "greso"),
+    "greso_trajval": (DEFAULT_PRIOR, "greso"),
+    "bots": (None, "bots"),
+    "bots_trajval": (DEFAULT_PRIOR, "bots"),
+    # ceilings: oracle A's own learnability, a full run's knowledge
+    **{name: (name, None) for name in ("oracle", "oracle_subset", "oracle_group", "oracle_subset_group")},
+    "trajval_group": ("trajval_group", None),
+    # TrajVal with the adaptive budget's late pass (probe.adaptive_late)
+    "trajval_adaptive": ("trajval_adaptive", None),
+    # TrajVal's score mapped to keep breadth (a higher floor; a mixture with uniform)
+    "trajval_floor": ("trajval_floor", None),
+    "trajval_mix": ("trajval_mix", None),
+    # TrajVal measured on a stratified sample, the other rows predicted (recipes/demo_sampled.yaml)
+    "trajval_sampled": ("trajval_sampled", None),
+    # a one-pass prior from another model's pass (probe.other_model): a public difficulty column's stand-in
+    **{arm: (arm, None) for arm in OTHER_MODEL_PRIORS},
+    # a one-pass prior from the short early pass (SAMPLED_SHORT_N rollouts)
+    **{arm: (arm, None) for arm in SHORT_PASS_PRIORS},
+    # LIMR from a full run's trajectory (oracle A), as its paper reads it
+    **{arm: (arm, None) for arm in FULL_RUN_PRIORS},
+}
+
+
+def weight_column(prior: str) -> str:
+    """The training pool's weight column of an arm's prior: ``trajval_<prior>_weight``
+    (``trajval_weight`` for TrajVal, which the probe unit's learnability mapper writes)."""
+    return f"{prior if prior.startswith(DEFAULT_PRIOR) else f'{DEFAULT_PRIOR}_{prior}'}_weight"
+
+
+#: prior -> the weight column of the training pool
+PRIOR_COLUMNS = {prior: weight_column(prior) for prior, _ in ARMS.values() if prior is not None}
 
 #: the training-pool columns BOTS reads as its two reference models: the probe's endpoint passes
 #: (the base model's and the probe-trained model's pass rates)
 BOTS_REFERENCE_COLUMNS = (fields.R_EARLY, fields.R_LATE)
 
 
+def epoch_pass_key(epoch: int) -> str:
+    """The probe unit's pass at probe epoch ``epoch`` (``probe.stability_epochs``)."""
+    return f"trajval_acc_epoch_{int(epoch)}"
+
+
 def arm_columns(arm: str) -> tuple[str | None, tuple[str, ...]]:
     """What an arm reads of the training pool: its prior's weight column (None: uniform draws)
     and its online scheduler's reference columns (BOTS's; empty for the others). The arm's spec
     is built from it, and its charge in results.json is what these columns cost."""
-    from trajval_ops.experiment.validation_config import ARMS
-
     prior, online = ARMS[arm]
     return (PRIOR_COLUMNS[prior] if prior else None), (BOTS_REFERENCE_COLUMNS if online == "bots" else ())
 
 
 def units_the_priors_wait_for(arms) -> tuple[str, ...]:
     """The units whose results the training pool's priors are computed from: the probe, and
-    oracle A when a ceiling arm is among ``arms``."""
-    from trajval_ops.experiment.validation_config import ARMS
-
-    ceilings = {ARMS[arm][0] for arm in arms} & ORACLE_PRIORS
-    return ("probe",) + (("oracle/context-a",) if ceilings else ())
+    oracle A when an arm reads its run (a ceiling, LIMR from a full run)."""
+    return ("probe",) + (("oracle/context-a",) if {ARMS[arm][0] for arm in arms} & ORACLE_READERS else ())
 
 
 def sampled_rows(rows: list[dict], group_key: str | None) -> np.ndarray:
@@ -133,36 +176,77 @@ def _rollouts(rows: list[dict], window: str) -> np.ndarray:
     return np.array([sum(row[f"{key}_n"] for key in keys) for row in rows], dtype=np.float64)
 
 
-def prior_weights(rows: list[dict], priors: set[str], oracle: dict | None = None,
-                  group_key: str | None = None) -> dict[str, np.ndarray]:
+def registry_prior(arm: str, trajval, prior_settings: Mapping[str, Mapping[str, Any]] | None = None):
+    """The registry's prior of a registry arm (:func:`trajval_ops.priors.arm_priors`): TrajVal with
+    the settings the probe unit's learnability mapper wrote its weight with, another prior with
+    that mapper's eps; then the config's settings of it (``priors:``), then the arm's own."""
+    from trajval_ops.priors import build_prior
+
+    name, variant = arm_priors()[arm]
+    base = trajval.settings() if name == DEFAULT_PRIOR else {"eps": trajval.eps}
+    return build_prior(name, {**base, **(prior_settings or {}).get(name, {}), **variant})
+
+
+def pass_rates(rows: list[dict], prior, groups: list | None, checkpoint_keys=()):
+    """What ``prior`` reads of the probe unit's pool (:class:`~trajval_ops.priors.base.PassRates`):
+    the windows' means, and where the prior reads them every checkpoint's pass (the windows'
+    passes its learnability mapper recorded, ``checkpoint_keys`` between them), the rollouts
+    behind each window, the groups."""
+    from trajval_ops.priors.base import PassRates
+
+    def column(key):
+        return np.array([row[key] for row in rows], dtype=np.float64)
+
+    provenance = rows[0].get(fields.SCORE_PROVENANCE) or {}
+    checkpoints = None
+    if prior.reads_checkpoints:
+        keys = [*(provenance.get("r_early_source") or [fields.R_EARLY]), *checkpoint_keys,
+                *(provenance.get("r_late_source") or [fields.R_LATE])]
+        checkpoints = np.stack([column(key) for key in keys], axis=1)
+    return PassRates(column(fields.R_EARLY), None if prior.one_pass else column(fields.R_LATE), checkpoints,
+                     tuple(_rollouts(rows, window) for window in fields.WINDOWS) if prior.rollouts_read_by else None,
+                     groups if prior.groups_read_by else None)
+
+
+def prior_weights(rows: list[dict], priors: set[str], oracle: dict | None = None, group_key: str | None = None,
+                  prior_settings: Mapping[str, Mapping[str, Any]] | None = None,
+                  checkpoint_keys=()) -> dict[str, np.ndarray]:
     """Weight arrays (pool order) of the requested priors.
 
     :param rows: the probe unit's weighted pool (TrajVal's columns, the early pass).
-    :param oracle: oracle A's per-task figures (``ids``, ``score``, ``profile``), for ceilings.
+    :param oracle: oracle A's per-task figures (``ids``, ``score``, ``profile``, ``acc``), for
+        the priors that read its run.
     :param group_key: dotted path of a row's group, for the group-mean priors.
+    :param prior_settings: per registered prior, the config's settings of it (``priors:``).
+    :param checkpoint_keys: the probe unit's passes between its windows, in training order.
     """
     import dataclasses
 
-    from trajval_ops.priors import ONE_PASS_PRIORS, build_prior
     from trajval_ops.rows import get_path
 
     r_early = np.array([row[fields.R_EARLY] for row in rows], dtype=np.float64)
     groups = [get_path(row, group_key, None) for row in rows] if group_key else None
     # the settings the probe unit's learnability mapper wrote TrajVal's weight with
-    trajval = build_prior("trajval", rows[0].get(fields.SCORE_PROVENANCE) or {})
+    trajval = _written_prior(rows)
+    registry = arm_priors()
+
+    def weights(arm: str, rates_of=None) -> np.ndarray:
+        prior = registry_prior(arm, trajval, prior_settings)
+        return prior.scores(rates_of(prior) if rates_of else pass_rates(rows, prior, groups, checkpoint_keys)).weight
+
+    def one_pass(arm: str) -> bool:
+        return PRIORS[registry[arm][0]].passes == ("early",)
+
     out: dict[str, np.ndarray] = {}
-    for name in sorted(priors & ONE_PASS_PRIORS):
-        out[name] = build_prior(name, {"eps": trajval.eps}).weights(r_early)
-    for name in sorted(priors & set(OTHER_MODEL_PRIORS)):
-        r_other = np.array([row[OTHER_MODEL_PASS] for row in rows], dtype=np.float64)
-        out[name] = build_prior(OTHER_MODEL_PRIORS[name], {"eps": trajval.eps}).weights(r_other)
-    for estimator in ("posterior", "pooled"):
-        if f"trajval_{estimator}" in priors:
-            counts = [_rollouts(rows, window) for window in fields.WINDOWS]
-            r_late = np.array([row[fields.R_LATE] for row in rows], dtype=np.float64)
-            mean, *_ = dataclasses.replace(trajval, estimator=estimator).estimate(
-                r_early, counts[0], r_late, counts[1], groups if estimator == "pooled" else None)
-            out[f"trajval_{estimator}"] = trajval.weight(mean)
+    for arm in sorted(a for a in priors & set(registry) if one_pass(a)):
+        out[arm] = weights(arm)
+    for arm, base in sorted({**OTHER_MODEL_PRIORS, **SHORT_PASS_PRIORS}.items()):
+        if arm in priors:  # the registry's one-pass prior read from another pass
+            source = OTHER_MODEL_PASS if arm in OTHER_MODEL_PRIORS else SAMPLED_SHORT
+            out[arm] = weights(base, lambda prior: _one_pass_rates(rows, source))
+    for arm in registry:  # the registry's others; TrajVal's own weight is the probe unit's
+        if arm in priors and arm != DEFAULT_PRIOR and not one_pass(arm):
+            out[arm] = weights(arm)
     if "trajval_adaptive" in priors:
         out["trajval_adaptive"] = trajval.weights(r_early, [row[ADAPTIVE_LATE] for row in rows])
     if priors & {"trajval_group", "trajval_floor"}:
@@ -184,7 +268,32 @@ def prior_weights(rows: list[dict], priors: set[str], oracle: dict | None = None
         out["trajval_sampled"] = trajval.weight(predicted.score)
     if priors & ORACLE_PRIORS:
         out.update(_ceilings(priors, oracle, rows, groups, trajval))
+    for arm, base in FULL_RUN_PRIORS.items():
+        if arm in priors:
+            out[arm] = weights(base, lambda prior: _full_run_rates(rows, oracle))
     return out
+
+
+def _written_prior(rows: list[dict]):
+    """TrajVal with the settings the probe unit's learnability mapper recorded."""
+    from trajval_ops.priors import build_prior
+
+    return build_prior(DEFAULT_PRIOR, rows[0].get(fields.SCORE_PROVENANCE) or {})
+
+
+def _one_pass_rates(rows: list[dict], key: str):
+    from trajval_ops.priors.base import PassRates
+
+    return PassRates(np.array([row[key] for row in rows], dtype=np.float64))
+
+
+def _full_run_rates(rows: list[dict], oracle: dict):
+    """Oracle A's trajectory of each row's task (its dense evaluations, in step order)."""
+    from trajval_ops.priors.base import PassRates
+
+    at = {task: i for i, task in enumerate(oracle["ids"])}
+    acc = np.asarray(oracle["acc"], dtype=np.float64)[np.array([at[row["id"]] for row in rows])]
+    return PassRates(acc[:, 0], acc[:, -1], acc)
 
 
 def _ceilings(priors: set[str], oracle: dict, rows: list[dict], groups, trajval) -> dict[str, np.ndarray]:
@@ -205,16 +314,17 @@ def _ceilings(priors: set[str], oracle: dict, rows: list[dict], groups, trajval)
     return out
 
 
-def write_priors(out: Path, priors: set[str], oracle: dict | None = None, group_key: str | None = None) -> Path:
+def write_priors(out: Path, priors: set[str], oracle: dict | None = None, group_key: str | None = None,
+                 prior_settings: Mapping[str, Mapping[str, Any]] | None = None, checkpoint_keys=()) -> Path:
     """The training pool (``priors/train_pool.jsonl``): the probe unit's rows plus one weight
-    column per prior (TrajVal's is already there)."""
+    column per prior (TrajVal's is already there; :func:`prior_weights` says what the others read)."""
     from trajval_ops.pools.io import read_rows, write_rows
 
     target = out / "priors" / "train_pool.jsonl"
     if target.is_file():
         return target
     rows = list(read_rows(out / "probe" / "weighted.jsonl"))
-    for prior, weights in prior_weights(rows, priors, oracle, group_key).items():
+    for prior, weights in prior_weights(rows, priors, oracle, group_key, prior_settings, checkpoint_keys).items():
         for row, weight in zip(rows, weights):
             row[PRIOR_COLUMNS[prior]] = float(weight)
     write_rows(target, rows)

@@ -50,8 +50,8 @@ from trajval_ops.experiment.splits import ID_KEY, check_splits, ids_from
 from trajval_ops.experiment.grpo_run import RESULT_FILE, finished_results, unit_file
 from trajval_ops.experiment import unit_process
 from trajval_ops.experiment.priors import (
-    ADAPTIVE_LATE, ORACLE_PRIORS, OTHER_MODEL_PASS, SAMPLED_SHORT, SAMPLED_SHORT_N, arm_columns,
-    units_the_priors_wait_for, write_priors,
+    ADAPTIVE_LATE, ORACLE_READERS, OTHER_MODEL_PASS, SAMPLED_SHORT, SAMPLED_SHORT_N, SHORT_PASS_READERS, arm_columns,
+    epoch_pass_key, units_the_priors_wait_for, write_priors,
 )
 from trajval_ops.pools.io import read_rows
 from trajval_ops.priors import ONE_PASS_PRIORS
@@ -215,15 +215,15 @@ def probe_recipe(config: ValidationConfig, out: Path) -> dict:
     if config.probe.other_model:  # another model's pass: the *_other_model arms' prior
         process.append({"trajval_endpoint_reward_mapper": endpoint | {
             "model": config.probe.other_model, "output_key": OTHER_MODEL_PASS, "seed": config.seed + 50}})
-    if "trajval_sampled" in config.training.arms:  # the sampled prior's short pass, every row
+    if set(config.training.arms) & SHORT_PASS_READERS:  # the short early pass, every row
         process.append({"trajval_endpoint_reward_mapper": endpoint | {
             "model": f"manifest:{probe_dir}#early[0]", "output_key": SAMPLED_SHORT, "n": SAMPLED_SHORT_N,
             "seed": config.seed + 40}})
     for epoch in stability_epochs:
         process.append({"trajval_endpoint_reward_mapper": endpoint | {
-            "model": f"manifest:{probe_dir}#epoch-{epoch}", "output_key": f"trajval_acc_epoch_{epoch}",
+            "model": f"manifest:{probe_dir}#epoch-{epoch}", "output_key": epoch_pass_key(epoch),
             "seed": config.seed + 30 + epoch}})
-    process.append({"trajval_learnability_mapper": {"window_k": k}})
+    process.append({"trajval_learnability_mapper": {"window_k": k, **config.priors.get("trajval", {})}})
     return {"project_name": f"validate_{config.name}", "dataset_path": str(out / "data" / "context-a.jsonl"),
             "export_path": str(folder / PROBE_OUTPUT), "np": 1, "text_keys": None, "skip_op_error": False,
             "open_tracer": False, "op_fusion": False, "process": process}
@@ -506,8 +506,9 @@ def _priors_when_ready(config: ValidationConfig, out: Path, finished: set[str],
             return
         from trajval_ops.experiment.results import oracle_figures
 
-        oracle = oracle_figures(out, "context-a", config.oracle.window) if priors & ORACLE_PRIORS else None
-        write_priors(out, priors | ONE_PASS_PRIORS, oracle, config.group_key)  # every one-pass prior: free
+        oracle = oracle_figures(out, "context-a", config.oracle.window) if priors & ORACLE_READERS else None
+        write_priors(out, priors | ONE_PASS_PRIORS, oracle, config.group_key, config.priors,  # every one-pass prior: free
+                     [epoch_pass_key(epoch) for epoch in sorted(config.probe.stability_epochs)])
         finished.add("priors")
         if then is not None:
             then()

@@ -25,8 +25,9 @@ from trajval_ops.analysis.html_table import html_table
 from trajval_ops.analysis.trajectories import trajectory_profiles
 from trajval_ops.experiment.validation_config import (ARMS, BASELINE_ARM, MODE_SUFFIX, ValidationConfig,
                                                      evaluation_count, protocol_hash)
+from trajval_ops.experiment.priors import epoch_pass_key
 from trajval_ops.pools.io import read_rows
-from trajval_ops.priors import ONE_PASS_PRIORS
+from trajval_ops.priors import PRIORS, arm_priors
 
 BOOTSTRAP_SAMPLES = 2000
 #: Said in a verdict whose interval is NaN.
@@ -107,8 +108,12 @@ def reproducibility(oracle_a: dict, oracle_b: dict | None, shared: Sequence) -> 
             "confusion_six_way": agree["confusion_six_way"].tolist(), "categories": agree["categories_six_way"]}
 
 
-def probe_vs_oracle(probe_rows: list[dict], oracle: dict, stability_epochs: Sequence[int]) -> tuple[dict, dict, dict]:
-    """(probe_vs_oracle, baselines, per-task arrays for figures)."""
+def probe_vs_oracle(probe_rows: list[dict], oracle: dict, stability_epochs: Sequence[int],
+                    config: ValidationConfig | None = None) -> tuple[dict, dict, dict]:
+    """(probe_vs_oracle, baselines, per-task arrays for figures). ``baselines``: per registered
+    prior, the Spearman of its score from the probe unit's passes against oracle A's per-task gain
+    (``<prior>_r_early`` for a one-pass prior, ``<prior>_score`` for the others; with the config's
+    settings of it), then that of ``-r_early``."""
     index = _index(oracle["ids"])
     rows = [row for row in probe_rows if row["id"] in index]
     at = np.array([index[row["id"]] for row in rows])
@@ -132,18 +137,35 @@ def probe_vs_oracle(probe_rows: list[dict], oracle: dict, stability_epochs: Sequ
         "probe_epoch_stability": None,
     }
     if stability_epochs:
-        late_by_epoch = np.stack([[row[f"trajval_acc_epoch_{e}"] for row in rows] for e in stability_epochs]
+        late_by_epoch = np.stack([[row[epoch_pass_key(e)] for row in rows] for e in stability_epochs]
                                  + [r_late], axis=1)
         rho = agreement.probe_epoch_stability(r_early, late_by_epoch)
         result["probe_epoch_stability"] = {"epochs": [*stability_epochs, "last"], "spearman_vs_final": rho.tolist()}
-    baselines = {
-        "trajval_score": agreement.spearman(score, gain),
-        "variance_r_early": agreement.spearman(core.variance_score(r_early), gain),
-        "bandpass_r_early": agreement.spearman(core.bandpass_score(r_early), gain),
-        "r_early_only": agreement.spearman(-r_early, gain),
-    }
+    baselines = {line: agreement.spearman(values, gain) for line, values in
+                 registry_scores(rows, stability_epochs, config).items()}
+    baselines["r_early_only"] = agreement.spearman(-r_early, gain)
     arrays = {"score": score, "gain": gain, "r_early": r_early, "oracle_r_early": oracle["r_early"][at]}
     return result, baselines, arrays
+
+
+def registry_scores(rows: list[dict], stability_epochs: Sequence[int] = (),
+                    config: ValidationConfig | None = None) -> dict[str, np.ndarray]:
+    """Each registered prior's score of the probe unit's rows (its agreement line's name ->
+    scores), through the registry as its arm weights them."""
+    from trajval_ops.experiment.priors import _written_prior, pass_rates, registry_prior
+    from trajval_ops.rows import get_path
+
+    group_key = config.group_key if config is not None else None
+    groups = [get_path(row, group_key, None) for row in rows] if group_key else None
+    trajval = _written_prior(rows)
+    out = {}
+    for name in PRIORS:
+        prior = registry_prior(name, trajval, config.priors if config is not None else None)
+        if prior.groups_read_by and groups is None:
+            continue  # a prior that fits per group has no line without the config's group_key
+        rates = pass_rates(rows, prior, groups, [epoch_pass_key(e) for e in stability_epochs])
+        out[f"{name}_r_early" if prior.one_pass else f"{name}_score"] = prior.scores(rates).score
+    return out
 
 
 def _run_records(config: ValidationConfig, out: Path, name: str) -> tuple[np.ndarray, list, list[dict]]:
@@ -267,14 +289,18 @@ def probe_manifest_path(out: Path) -> Path:
 
 def prior_costs(config: ValidationConfig, out: Path) -> dict:
     """What each arm is charged (:func:`arm_charge`) from the costs recorded by the probe unit's
-    run (its endpoint passes' provenance and the probe manifest) and oracle A's run: probe and
-    both passes for TrajVal, and for BOTS, whose reference models are those two passes; the
-    early pass alone for the one-pass priors; nothing for uniform, GRESO and another model's pass."""
+    run (its endpoint passes' provenance and the probe manifest) and oracle A's run: for a
+    registered prior the passes it reads (probe and both passes for TrajVal, and for BOTS, whose
+    reference models are those two passes; the early pass alone for the one-pass priors; the
+    checkpoints' passes too for a prior that reads the whole trajectory); the short pass for the
+    priors read from it; oracle A's run for those that read it; nothing for uniform, GRESO and
+    another model's pass."""
     from itertools import compress
 
     from trajval_ops.prior_cost import recorded_cost
     from trajval_ops.experiment.priors import (
-        ADAPTIVE_LATE, ORACLE_PRIORS, OTHER_MODEL_PRIORS, SAMPLED_SHORT, TRAJVAL_PRIORS, sampled_rows,
+        ADAPTIVE_LATE, ORACLE_READERS, OTHER_MODEL_PRIORS, SAMPLED_SHORT, SHORT_PASS_PRIORS, TRAJVAL_COMPOSITES,
+        sampled_rows,
     )
     from trajval_ops.rows import get_path
 
@@ -298,8 +324,15 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
     if "probe" in full["stages"]:  # named within the run, wherever it sits
         full["stages"]["probe"]["manifests"] = [str(Path(p).relative_to(out)) for p in full["stages"]["probe"]["manifests"]]
     passes = stages(full)
-    reads = {prior: passes for prior in TRAJVAL_PRIORS}  # prior -> the stages its column is computed from
-    reads.update({kind: stages(recorded_cost(column, early, None)) for kind in ONE_PASS_PRIORS})
+    reads = {prior: passes for prior in TRAJVAL_COMPOSITES}  # prior -> the stages its column is computed from
+    checkpoints = [epoch_pass_key(e) for e in sorted(config.probe.stability_epochs)]
+    for arm, (name, _) in arm_priors().items():
+        cls = PRIORS[name]
+        reads[arm] = (stages(recorded_cost(column, early, None)) if cls.passes == ("early",) else
+                      stages(recorded_cost(column, early, late, checkpoints, locate_manifest=probe_manifest))
+                      if cls.reads_checkpoints and checkpoints else passes)
+    reads.update({kind: stages(recorded_cost(column, [SAMPLED_SHORT], None), {"early": "short"})
+                  for kind in SHORT_PASS_PRIORS if kind in config.training.arms})
     if config.probe.adaptive_late:
         adaptive = recorded_cost(column, early, [ADAPTIVE_LATE], locate_manifest=probe_manifest)
         reads["trajval_adaptive"] = stages(adaptive, {"late": "adaptive_late"})
@@ -315,7 +348,7 @@ def prior_costs(config: ValidationConfig, out: Path) -> dict:
     oracle = config.oracle
     oracle_cost = (sum(_oracle_step_completions(out, config))
                    + evaluation_count(oracle.steps, oracle.every_steps) * oracle.n * len(rows))
-    reads.update({kind: {"oracle": oracle_cost} for kind in ORACLE_PRIORS})
+    reads.update({kind: {"oracle": oracle_cost} for kind in ORACLE_READERS})
     return {"stages": full["stages"], "by_arm": {arm: arm_charge(arm, reads, passes) for arm in config.training.arms}}
 
 
@@ -547,7 +580,7 @@ def compute_results(config: ValidationConfig, out: Path, wall_time_s: float = fl
     oracle_b = oracle_figures(out, "context-b", window)
     shared = json.loads((out / "data" / "shared_ids.json").read_text())
     probe_rows = list(read_rows(out / "probe" / "weighted.jsonl"))
-    pvo, baselines, _ = probe_vs_oracle(probe_rows, oracle_a, sorted(config.probe.stability_epochs))
+    pvo, baselines, _ = probe_vs_oracle(probe_rows, oracle_a, sorted(config.probe.stability_epochs), config)
     train, curve_data = training(config, out)
     results = {
         "reproducibility": reproducibility(oracle_a, oracle_b, shared),

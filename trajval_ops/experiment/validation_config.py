@@ -15,40 +15,13 @@ from typing import Any
 
 import yaml
 
+# ARMS, arm -> (static prior, online scheduler): every prior the registry knows, its variants and
+# the composite arms
+from trajval_ops.experiment.priors import ARMS
 from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.rollout.budget import DEFAULT_TOLERANCE
 from trajval_ops.settings import check_settings, declared_as, setting, settings_subset, type_hints, value_problem
 
-#: arm -> (static prior, online scheduler); a prior of None samples uniformly.
-ARMS: dict[str, tuple[str | None, str | None]] = {
-    "uniform": (None, None),
-    "trajval": ("trajval", None),
-    "variance": ("variance", None),
-    "bandpass": ("bandpass", None),
-    "greso": (None, "greso"),
-    "greso_trajval": ("trajval", "greso"),
-    "bots": (None, "bots"),
-    "bots_trajval": ("trajval", "bots"),
-    # ceilings (trajval_ops.experiment.priors): oracle A's own learnability, a full run's knowledge
-    "oracle": ("oracle", None),
-    "oracle_subset": ("oracle_subset", None),
-    "oracle_group": ("oracle_group", None),
-    "oracle_subset_group": ("oracle_subset_group", None),
-    "trajval_group": ("trajval_group", None),
-    # noise-aware TrajVal scores from the same passes (core.noise_aware_score)
-    "trajval_posterior": ("trajval_posterior", None),
-    "trajval_pooled": ("trajval_pooled", None),
-    # TrajVal with the adaptive budget's late pass (probe.adaptive_late)
-    "trajval_adaptive": ("trajval_adaptive", None),
-    # TrajVal's score mapped to keep breadth (a higher floor; a mixture with uniform)
-    "trajval_floor": ("trajval_floor", None),
-    "trajval_mix": ("trajval_mix", None),
-    # TrajVal measured on a stratified sample, the other rows predicted (recipes/demo_sampled.yaml)
-    "trajval_sampled": ("trajval_sampled", None),
-    # a one-pass prior from another model's pass (probe.other_model): a public difficulty column's stand-in
-    "variance_other_model": ("variance_other_model", None),
-    "bandpass_other_model": ("bandpass_other_model", None),
-}
 #: arms whose prior averages per group (they need the config's group_key; checked before anything trains)
 GROUP_ARMS = frozenset({"oracle_group", "oracle_subset_group", "trajval_group", "trajval_pooled", "trajval_sampled"})
 #: the arm every other arm's S2B is measured against
@@ -184,6 +157,9 @@ class ValidationConfig:
     probe: ProbeSettings = ProbeSettings()
     training: TrainingSettings = TrainingSettings()
     group_key: str | None = None           #: dotted path of a task's group (group-mean arms, reports)
+    #: per registered prior, settings of it (``{limr: {threshold: 0.6}}``): the arms that read it
+    #: (and, for TrajVal, the probe unit's learnability mapper) use them; unset: its defaults
+    priors: dict = field(default_factory=dict)
     seed: int = 0                          #: base of the probe, oracle and training seeds
     # where every unit trains and evaluates: the probe's declarations (trajval_ops.probe.config)
     device: str = declared_as(ProbeConfig, "device")
@@ -206,7 +182,12 @@ class ValidationConfig:
         check_settings(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every setting; ``priors`` only where it sets one (a config without it is the protocol it
+        was before the key existed: same record, same hash)."""
+        settings = dataclasses.asdict(self)
+        if not settings["priors"]:
+            del settings["priors"]
+        return settings
 
     def training_seeds(self) -> list[int]:
         return [self.seed + s for s in self.training.seeds]
@@ -290,6 +271,7 @@ def check_config(config: ValidationConfig) -> None:
     where = config.source or config.name
     if (config.tasks is None) == (config.data is None):
         raise ConfigError(f"{where}: give exactly one of 'tasks' (generated regime) or 'data' (pool files)")
+    _check_prior_settings(config, where)
     unknown = [arm for arm in config.training.arms if arm not in ARMS]
     if unknown:
         raise ConfigError(f"{where}: unknown arm(s) {unknown}; known: {sorted(ARMS)}")
@@ -358,6 +340,19 @@ def check_config(config: ValidationConfig) -> None:
         raise ConfigError(f"{where}: oracle.window {config.oracle.window} needs at least "
                           f"{2 * config.oracle.window} evaluations; raise oracle.steps or lower every_steps")
     _check_verifier(config, where)
+
+
+def _check_prior_settings(config: ValidationConfig, where: str) -> None:
+    """Each of ``priors:`` names a registered prior and settings it declares, within their bounds."""
+    from trajval_ops.priors import prior_from_spec
+
+    for name, settings in config.priors.items():
+        if not isinstance(settings, dict):
+            raise ConfigError(f"{where}: priors.{name} must be a mapping of the prior's settings, got {settings!r}")
+        try:
+            prior_from_spec({**settings, "prior": name})
+        except ValueError as exc:
+            raise ConfigError(f"{where}: priors.{name}: {exc}") from None
 
 
 def _check_other_model(config: ValidationConfig, where: str) -> None:

@@ -11,7 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from trajval_ops import core
-from trajval_ops.priors.base import Interval, Prior, rates
+from trajval_ops.priors.base import Interval, PassRates, Prior, Scores, rates
 from trajval_ops.settings import setting
 
 
@@ -20,6 +20,8 @@ class TrajVal(Prior):
     name: ClassVar[str] = "trajval"
     passes: ClassVar[tuple[str, ...]] = ("early", "late")
     formula: ClassVar[str] = "`s = (1 - r_early) * max(0, r_late - r_early)`, `w = max(s ** alpha, eps)`"
+    #: the noise-aware estimators' scores from the same passes
+    variants: ClassVar = {"trajval_posterior": {"estimator": "posterior"}, "trajval_pooled": {"estimator": "pooled"}}
 
     alpha: float = setting(core.DEFAULT_ALPHA, "Power-compression exponent of the weight, `w = max(s ** alpha, "
                            "eps)`; < 1 flattens the score range (the paper's 0.3).", gt=0)
@@ -36,6 +38,14 @@ class TrajVal(Prior):
     def per_row(self) -> bool:
         return self.estimator == "paper"  # the others shrink each row toward the pool's (group's) fit
 
+    @property
+    def rollouts_read_by(self) -> str:
+        return "" if self.estimator == "paper" else f"estimator {self.estimator!r}"
+
+    @property
+    def groups_read_by(self) -> str:
+        return f"estimator {self.estimator!r}" if self.estimator == "pooled" else ""
+
     def score(self, r_early, r_late=None) -> np.ndarray:
         if r_late is None:
             raise ValueError("TrajVal reads an early and a late pass rate")
@@ -48,6 +58,19 @@ class TrajVal(Prior):
         """The noise-aware score (:func:`trajval_ops.core.noise_aware_score`) of the estimator:
         ``(mean, low, high, fitted beta priors)``."""
         return core.noise_aware_score(self.estimator, r_early, n_early, r_late, n_late, groups)
+
+    def scores(self, rates: PassRates) -> Scores:
+        """The paper's score, or the estimator's posterior mean with its interval (the beta priors
+        fitted on the pool, or per group, recorded)."""
+        if self.estimator == "paper":
+            return super().scores(rates)
+        try:
+            mean, low, high, fitted = self.estimate(rates.early, rates.rollouts[0], rates.late, rates.rollouts[1],
+                                                    rates.groups)
+        except ValueError as exc:
+            raise ValueError(f"estimator {self.estimator!r}: {exc}") from None
+        return Scores(mean, self.weight(mean), low, high, {"beta_priors": fitted, "interval_mass": core.INTERVAL_MASS,
+                                                            "posterior_grid": core.POSTERIOR_GRID})
 
     def weight_range(self, early: Interval, late: Interval | None = None) -> Interval:
         # s falls with r_early and rises with r_late, and w rises with s
