@@ -319,7 +319,7 @@ def test_noise_aware_estimators_need_counts_groups_and_the_whole_pool():
         run(rows, estimator="posterior")
     with pytest.raises(ValueError, match="set group_key"):
         TrajvalLearnabilityMapper(estimator="pooled")
-    with pytest.raises(ValueError, match="reads one pass"):
+    with pytest.raises(ValueError, match="estimator is a setting of the trajval prior, not of the variance prior"):
         TrajvalLearnabilityMapper(estimator="posterior", prior="variance")
     import pyarrow as pa
 

@@ -125,8 +125,9 @@ def test_the_mapper_and_the_harness_give_the_same_weights_for_the_same_passes():
             for i in range(40)]
     settings = {"alpha": 0.5, "eps": 0.1}
 
-    def mapper(**params):
-        out = TrajvalLearnabilityMapper(**settings, **params).score_pool(pa.Table.from_pylist(rows))
+    def mapper(**params):  # alpha is TrajVal's alone: given to another prior it is refused
+        own = settings if params.get("prior", "trajval") == "trajval" else {"eps": settings["eps"]}
+        out = TrajvalLearnabilityMapper(**own, **params).score_pool(pa.Table.from_pylist(rows))
         return np.array(out.column("trajval_weight").to_pylist())
 
     scored = table_rows(TrajvalLearnabilityMapper(**settings).score_pool(pa.Table.from_pylist(rows)))

@@ -72,26 +72,31 @@ def sample_difference(first: Mapping[str, Any], second: Mapping[str, Any]) -> st
 
 
 def learnability_prior_spec(settings: Mapping[str, Any], index: int) -> dict:
-    """The prior a learnability mapper entry writes, as its spec (``{"prior": name, ...}``)."""
-    from trajval_ops.priors import build_prior, recipe_prior_name
+    """The prior a learnability mapper entry writes, as its spec (``{"prior": name, ...}``): the
+    priors' settings the entry gives (None: unset, as Data-Juicer's parser fills them) reach it; one
+    only other priors declare is an error naming them, as the mapper says."""
+    from trajval_ops.priors import given_settings, prior_with_settings, recipe_prior_name
 
     try:
         name = recipe_prior_name(settings.get("prior"), settings.get("score"))
-        return build_prior(name, settings).spec()
+        return prior_with_settings(name, given_settings(settings)).spec()
     except ValueError as exc:
         raise TrajvalInputError(f"process[{index}] {LEARNABILITY_OP}: {exc}") from None
 
 
 def learnability_reads(settings: Mapping[str, Any], index: int) -> tuple[dict, list[str]]:
     """A learnability mapper entry's prior (its spec) and the pass-rate fields it reads: the
-    early window's, and the late one's unless the prior is a one-pass prior."""
+    early window's, and the late one's unless the prior is a one-pass prior, and the checkpoints'
+    between (``checkpoint_keys``) for a prior that reads them."""
     from trajval_ops.priors import prior_from_spec
 
     spec = learnability_prior_spec(settings, index)
     early, late = fields.learnability_windows(settings.get("early_window_keys"), settings.get("late_window_keys"),
                                               settings.get("window_k"))
-    return spec, fields.compared_passes(early, late, settings.get("r_early_key") or fields.R_EARLY,
-                                        settings.get("r_late_key") or fields.R_LATE, prior_from_spec(spec).one_pass)
+    prior = prior_from_spec(spec)
+    keys = fields.compared_passes(early, late, settings.get("r_early_key") or fields.R_EARLY,
+                                  settings.get("r_late_key") or fields.R_LATE, prior.one_pass)
+    return spec, keys + (list(settings.get("checkpoint_keys") or []) if prior.reads_checkpoints else [])
 
 
 def budget_priors(entries: list[tuple[str, Mapping[str, Any]]]) -> dict[int, dict]:

@@ -116,10 +116,15 @@ def prior_with_settings(name: str, settings: Mapping[str, Any]) -> Prior:
     own, owners = setting_names(cls), setting_owners()
     foreign = {key: owners[key] for key in settings if key not in own and key in owners}
     if foreign:
-        whose = "; ".join(f"{key} is a setting of the {' and '.join(names)} prior" for key, names in sorted(foreign.items()))
+        whose = "; ".join(f"{key} is a setting of the {_listed(names)} prior{'s' if len(names) > 1 else ''}"
+                          for key, names in sorted(foreign.items()))
         raise ValueError(f"{whose}, not of the {name} prior written here (its settings: {', '.join(sorted(own))}): "
                          f"leave {'it' if len(foreign) == 1 else 'them'} out, or name that prior")
     return cls(**{key: value for key, value in settings.items() if key in own})
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def settings_union():
@@ -130,9 +135,9 @@ def settings_union():
     import dataclasses
     from typing import Optional
 
-    from trajval_ops.settings import declared, type_hints
+    from trajval_ops.settings import declared, default_of, type_hints
 
-    fields, types = [], {}
+    fields, types, owners = [], {}, setting_owners()
     for name, cls in PRIORS.items():
         hints = type_hints(cls)
         for spec in declared(cls):
@@ -142,9 +147,9 @@ def settings_union():
                                     f"{types[spec.name][1]!r} and as {hints[spec.name]} by prior {name!r}")
                 continue
             types[spec.name] = (hints[spec.name], name)
-            owners = setting_owners()[spec.name]
-            help_text = (f"{spec.metadata['help']} A setting of the {' and '.join(owners)} prior"
-                         f"{'s' if len(owners) > 1 else ''}; unset: its default ({spec.default}).")
+            whose = "every prior" if len(owners[spec.name]) == len(PRIORS) else f"the {_listed(owners[spec.name])} prior"
+            help_text = (f"{spec.metadata['help']} A setting of {whose}{'s' if 1 < len(owners[spec.name]) < len(PRIORS) else ''}; "
+                         f"unset: its default ({default_of(spec)}).")
             fields.append((spec.name, Optional[hints[spec.name]],
                            dataclasses.field(default=None, metadata={**spec.metadata, "help": help_text})))
     return dataclasses.make_dataclass("PriorSettings", fields, frozen=True)

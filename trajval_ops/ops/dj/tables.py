@@ -3,6 +3,8 @@ copy: the whole-pool operators work on Arrow tables."""
 
 from __future__ import annotations
 
+from trajval_ops.pools.io import append_columns  # noqa: F401  (the operators' import of it)
+
 
 def dataset_table(dataset):
     """The rows of a Hugging Face dataset as one ``pyarrow.Table``, in dataset order.
@@ -65,12 +67,3 @@ def gather_ray_table(dataset):
     return pa.concat_tables(tables, promote_options="default") if tables else dataset.schema().empty_table()
 
 
-def append_columns(table, columns: dict):
-    """``table`` with ``columns`` (name -> Arrow array) appended; a same-named column is
-    replaced where it stands (as ``datasets`` does), so both executors give one column order."""
-    for name, values in columns.items():
-        if name in table.column_names:
-            table = table.set_column(table.column_names.index(name), name, values)
-        else:
-            table = table.append_column(name, values)
-    return table

@@ -35,7 +35,7 @@ from trajval_ops.pools.io.jsonl import (  # noqa: F401
 from trajval_ops.pools.io.arrow import (  # noqa: F401
     ABSENT, concat_tables, table_from_columns, json_type, is_json_type, json_text, json_array,
     decoded_values, table_row, table_path_values, struct_path_array, distinct_path_values, table_rows,
-    expand_provenance,
+    expand_provenance, append_columns,
 )
 from trajval_ops.pools.io.write import (  # noqa: F401
     write_table, write_rows, write_json_lines, compact_provenance,

@@ -494,3 +494,14 @@ def value_at(array, position: int):
     if is_json_type(value.type) and value.storage[0].as_py() is None:
         return ABSENT
     return decoded_values(value)[0]
+
+
+def append_columns(table, columns: dict):
+    """``table`` with ``columns`` (name -> Arrow array) appended; a same-named column is
+    replaced where it stands (as ``datasets`` does), so both executors give one column order."""
+    for name, values in columns.items():
+        if name in table.column_names:
+            table = table.set_column(table.column_names.index(name), name, values)
+        else:
+            table = table.append_column(name, values)
+    return table
