@@ -224,7 +224,7 @@ def test_the_cost_of_a_resampled_or_concatenated_pool_is_its_runs_record(tmp_pat
     (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(sample_fraction=1.5),
      "sample_fraction must be in (0, 1], got 1.5"),
     (lambda p: p[4]["trajval_learnability_mapper"].update(eps=math.nan),  # NaN passed every bound
-     "process[4]: trajval_learnability_mapper: parameter 'eps' = nan: Input should be a finite number"),
+     "process[4]: trajval_learnability_mapper: eps must be a finite number, got nan"),
     (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(top_p=math.inf),
      "process[2]: trajval_endpoint_reward_mapper: parameter 'top_p' = inf: Input should be a finite number"),
     (lambda p: p[2]["trajval_endpoint_reward_mapper"].update(budget="adaptive", round_size=32),
@@ -359,6 +359,7 @@ def test_the_price_names_the_recipes_prior_and_the_passes_it_does_not_read(tmp_p
     recipe are priced, and flagged as stages the prior does not read."""
     recipe = yaml.safe_load(DEMO.read_text())
     recipe["process"][-1]["trajval_learnability_mapper"]["prior"] = "variance"
+    del recipe["process"][-1]["trajval_learnability_mapper"]["alpha"]  # TrajVal's: refused for another prior
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
     report = run_json(capsys, "--config", str(path), "--pool-rows", "600")
@@ -431,6 +432,7 @@ def test_the_probe_is_read_by_a_one_pass_prior_that_reads_a_pass_on_its_checkpoi
     the probe; it was flagged as a stage no prior reads (one-pass priors alone)."""
     recipe = yaml.safe_load((REPO / "recipes" / "demo_sampled.yaml").read_text())
     recipe["process"][-1]["trajval_learnability_mapper"]["prior"] = "variance"
+    del recipe["process"][-1]["trajval_learnability_mapper"]["alpha"]  # TrajVal's: refused for another prior
     short = recipe["process"][1]["trajval_endpoint_reward_mapper"]
     assert short["output_key"] == "trajval_r_early_short"
     flags = {stage.get("output_key", "probe"): stage.get("read_by_prior", True)

@@ -580,3 +580,47 @@ def test_a_pool_whose_passes_record_no_cost_is_not_said_to_cost_nothing(caplog_l
     assert "prior cost at least 0 completions" in said and "6 pass rows record no cost" in said
     stages = out[0]["trajval_score_provenance"]["prior_cost"]
     assert sum(stage.get("rows_without_cost", 0) for stage in stages["stages"].values()) == 6
+
+
+def test_a_priors_own_setting_reaches_it_and_another_priors_is_refused_naming_whose():
+    """Issue 55: the mapper named TrajVal's and band-pass's settings itself, so a prior's own
+    setting could not reach it and ``prior: variance`` with ``alpha`` dropped alpha silently. Its
+    signature is generated from every registered prior's settings, each unset (None) by default
+    as Data-Juicer's parser fills them in; the prior named gets those given."""
+    import inspect
+
+    from trajval_ops.ops.dj.error_exit import SettingError
+    from trajval_ops.priors import PRIORS, setting_names
+
+    parameters = inspect.signature(TrajvalLearnabilityMapper.__init__).parameters
+    assert {name for cls in PRIORS.values() for name in setting_names(cls)} <= set(parameters)
+    assert parameters["alpha"].default is None and parameters["threshold"].default is None
+    limr = TrajvalLearnabilityMapper(prior="limr", threshold=0.4, cut=True, alpha=None)
+    assert limr.prior.spec() == {"prior": "limr", "eps": 0.05, "threshold": 0.4, "cut": True}
+    assert TrajvalLearnabilityMapper(prior="variance", eps=0.1, band_low=None).prior.spec() == {
+        "prior": "variance", "eps": 0.1}
+    with pytest.raises(SettingError, match="trajval_learnability_mapper: alpha is a setting of the trajval prior, not "
+                                           r"of the variance prior written here \(its settings: eps\)"):
+        TrajvalLearnabilityMapper(prior="variance", alpha=0.3)
+    with pytest.raises(SettingError, match="band_high is a setting of the bandpass prior; threshold is a setting of "
+                                           "the limr prior, not of the trajval prior"):
+        TrajvalLearnabilityMapper(threshold=0.5, band_high=0.9)
+    with pytest.raises(SettingError, match=r"Unknown parameter 'treshold' \(did you mean: threshold\?\)"):
+        TrajvalLearnabilityMapper(prior="limr", treshold=0.5)
+
+
+def test_limr_reads_the_windows_and_the_checkpoints_between_in_training_order():
+    from trajval_ops.priors.limr import lim_scores
+
+    rng = np.random.default_rng(4)
+    passes = rng.integers(0, 17, size=(30, 4)) / 16
+    rows = [{"id": str(i), "e": p[0], "c1": p[1], "c2": p[2], "l": p[3]} for i, p in enumerate(passes)]
+    out = run(rows, prior="limr", r_early_key="e", r_late_key="l", checkpoint_keys=["c1", "c2"])
+    assert [r["trajval_score"] for r in out] == lim_scores(passes).tolist()
+    assert [r["trajval_weight"] for r in out] == np.maximum(lim_scores(passes), 0.05).tolist()
+    provenance = out[0]["trajval_score_provenance"]
+    assert provenance["score"] == "limr" and provenance["checkpoint_source"] == ["c1", "c2"]
+    cut = run(rows, prior="limr", cut=True, r_early_key="e", r_late_key="l", checkpoint_keys=["c1", "c2"])
+    assert [r["trajval_weight"] for r in cut] == (lim_scores(passes) > 0.6).astype(float).tolist()
+    with pytest.raises(ValueError, match="checkpoint_keys are read by a prior that reads the whole trajectory"):
+        TrajvalLearnabilityMapper(checkpoint_keys=["c1"])
