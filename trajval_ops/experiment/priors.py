@@ -81,13 +81,9 @@ TRAJVAL_COMPOSITES = frozenset({"trajval_group", "trajval_floor", "trajval_mix"}
 #: the ceiling priors, whose best arm is the regime's headroom
 CEILING_PRIORS = ORACLE_PRIORS
 
-#: arm -> (static prior, online scheduler); a prior of None samples uniformly. Every arm that is
-#: one prior comes from the registry (:func:`trajval_ops.priors.arm_priors`: each prior and its
-#: variants); the composite arms (a prior from another pass or another run, a mapping of
-#: TrajVal's score, an online scheduler) are listed here.
-ARMS: dict[str, tuple[str | None, str | None]] = {
-    "uniform": (None, None),
-    **{arm: (arm, None) for arm in arm_priors()},
+#: the arms that are no single registered prior: an online scheduler, a prior from another pass or
+#: another run, a mapping of TrajVal's score; arm -> (static prior, online scheduler)
+COMPOSITE_ARMS: dict[str, tuple[str | None, str | None]] = {
     "greso": (None, "greso"),
     "greso_trajval": (DEFAULT_PRIOR, "greso"),
     "bots": (None, "bots"),
@@ -109,6 +105,14 @@ ARMS: dict[str, tuple[str | None, str | None]] = {
     # LIMR from a full run's trajectory (oracle A), as its paper reads it
     **{arm: (arm, None) for arm in FULL_RUN_PRIORS},
 }
+if _clashing := sorted(set(arm_priors()) & {"uniform", *COMPOSITE_ARMS}):  # one would replace the other
+    raise ValueError(f"registered prior arm(s) {_clashing} are named as trajval validate's own arms")
+#: arm -> (static prior, online scheduler); a prior of None samples uniformly. Every arm that is
+#: one prior comes from the registry (:func:`trajval_ops.priors.arm_priors`: each prior and its
+#: variants), the others are :data:`COMPOSITE_ARMS`.
+ARMS: dict[str, tuple[str | None, str | None]] = {
+    "uniform": (None, None), **{arm: (arm, None) for arm in arm_priors()}, **COMPOSITE_ARMS}
+
 
 
 def weight_column(prior: str) -> str:

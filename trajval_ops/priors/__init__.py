@@ -147,9 +147,10 @@ def settings_union():
                                     f"{types[spec.name][1]!r} and as {hints[spec.name]} by prior {name!r}")
                 continue
             types[spec.name] = (hints[spec.name], name)
-            whose = "every prior" if len(owners[spec.name]) == len(PRIORS) else f"the {_listed(owners[spec.name])} prior"
-            help_text = (f"{spec.metadata['help']} A setting of {whose}{'s' if 1 < len(owners[spec.name]) < len(PRIORS) else ''}; "
-                         f"unset: its default ({default_of(spec)}).")
+            declaring = owners[spec.name]
+            whose = ("every prior" if len(declaring) == len(PRIORS) else
+                     f"the {_listed(declaring)} prior{'s' if len(declaring) > 1 else ''}")
+            help_text = f"{spec.metadata['help']} A setting of {whose}; unset: its default ({default_of(spec)})."
             fields.append((spec.name, Optional[hints[spec.name]],
                            dataclasses.field(default=None, metadata={**spec.metadata, "help": help_text})))
     return dataclasses.make_dataclass("PriorSettings", fields, frozen=True)
@@ -173,8 +174,10 @@ def arm_priors() -> dict[str, tuple[str, dict]]:
     registered prior under its own name (its default settings) and its declared variants."""
     arms: dict[str, tuple[str, dict]] = {}
     for name, cls in PRIORS.items():
-        arms[name] = (name, {})
-        arms.update({arm: (name, dict(settings)) for arm, settings in cls.variants.items()})
+        for arm, settings in {name: {}, **cls.variants}.items():
+            if arm in arms:
+                raise ValueError(f"prior {name!r} declares the arm {arm!r}, which prior {arms[arm][0]!r} declares")
+            arms[arm] = (name, dict(settings))
     return arms
 
 
@@ -185,7 +188,7 @@ def priors_table() -> str:
     lines = ["| prior | passes | score and weight | settings | `trajval validate` arms |", "|---|---|---|---|---|"]
     for name, cls in PRIORS.items():
         settings = "; ".join(f"`{f.name}` ({default_of(f)}): {help_text(f)}" for f in declared(cls))
-        passes = ", ".join(cls.passes) + (" and every checkpoint's between" if cls.reads_checkpoints else "")
+        passes = ", ".join(cls.passes) + (", the checkpoints between" if cls.reads_checkpoints else "")
         arms = ", ".join(f"`{arm}`" + (f" ({', '.join(f'{k}: {v}' for k, v in variant.items())})" if variant else "")
                          for arm, (prior, variant) in arm_priors().items() if prior == name)
         lines.append(f"| `{name}` | {passes} | {cls.formula} | {settings} | {arms} |")
