@@ -137,8 +137,7 @@ def test_validate_knows_the_prior_as_an_arm_and_weights_the_pool_with_its_settin
     step = textwrap.dedent(f"""
         import json, sys
         from pathlib import Path
-        from trajval_ops.experiment.priors import ARMS, PRIOR_COLUMNS, write_priors
-        from trajval_ops.experiment.results import registry_scores
+        from trajval_ops.experiment.priors import ARMS, PRIOR_COLUMNS, registry_scores, write_priors
         from trajval_ops.pools.io import read_rows
         from trajval_ops.priors import ONE_PASS_PRIORS
         out = Path(sys.argv[1])

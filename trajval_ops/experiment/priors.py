@@ -278,6 +278,25 @@ def prior_weights(rows: list[dict], priors: set[str], oracle: dict | None = None
     return out
 
 
+def registry_scores(rows: list[dict], stability_epochs=(), config=None) -> dict[str, np.ndarray]:
+    """Each registered prior's score of the probe unit's rows (its agreement line's name ->
+    scores, ``results.json``'s ``baselines``), through the registry as its arm weights them, with
+    the ``config``'s settings of it."""
+    from trajval_ops.rows import get_path
+
+    group_key = config.group_key if config is not None else None
+    groups = [get_path(row, group_key, None) for row in rows] if group_key else None
+    trajval = _written_prior(rows)
+    out = {}
+    for name in PRIORS:
+        prior = registry_prior(name, trajval, config.priors if config is not None else None)
+        if prior.groups_read_by and groups is None:
+            continue  # a prior that fits per group has no line without the config's group_key
+        rates = pass_rates(rows, prior, groups, [epoch_pass_key(e) for e in stability_epochs])
+        out[f"{name}_r_early" if prior.one_pass else f"{name}_score"] = prior.scores(rates).score
+    return out
+
+
 def _written_prior(rows: list[dict]):
     """TrajVal with the settings the probe unit's learnability mapper recorded."""
     from trajval_ops.priors import build_prior

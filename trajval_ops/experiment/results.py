@@ -25,7 +25,7 @@ from trajval_ops.analysis.html_table import html_table
 from trajval_ops.analysis.trajectories import trajectory_profiles
 from trajval_ops.experiment.validation_config import (ARMS, BASELINE_ARM, MODE_SUFFIX, ValidationConfig,
                                                      evaluation_count, protocol_hash)
-from trajval_ops.experiment.priors import epoch_pass_key
+from trajval_ops.experiment.priors import epoch_pass_key, registry_scores
 from trajval_ops.pools.io import read_rows
 from trajval_ops.priors import PRIORS, arm_priors
 
@@ -146,26 +146,6 @@ def probe_vs_oracle(probe_rows: list[dict], oracle: dict, stability_epochs: Sequ
     baselines["r_early_only"] = agreement.spearman(-r_early, gain)
     arrays = {"score": score, "gain": gain, "r_early": r_early, "oracle_r_early": oracle["r_early"][at]}
     return result, baselines, arrays
-
-
-def registry_scores(rows: list[dict], stability_epochs: Sequence[int] = (),
-                    config: ValidationConfig | None = None) -> dict[str, np.ndarray]:
-    """Each registered prior's score of the probe unit's rows (its agreement line's name ->
-    scores), through the registry as its arm weights them."""
-    from trajval_ops.experiment.priors import _written_prior, pass_rates, registry_prior
-    from trajval_ops.rows import get_path
-
-    group_key = config.group_key if config is not None else None
-    groups = [get_path(row, group_key, None) for row in rows] if group_key else None
-    trajval = _written_prior(rows)
-    out = {}
-    for name in PRIORS:
-        prior = registry_prior(name, trajval, config.priors if config is not None else None)
-        if prior.groups_read_by and groups is None:
-            continue  # a prior that fits per group has no line without the config's group_key
-        rates = pass_rates(rows, prior, groups, [epoch_pass_key(e) for e in stability_epochs])
-        out[f"{name}_r_early" if prior.one_pass else f"{name}_score"] = prior.scores(rates).score
-    return out
 
 
 def _run_records(config: ValidationConfig, out: Path, name: str) -> tuple[np.ndarray, list, list[dict]]:
