@@ -131,3 +131,71 @@ def test_dapo_row_gets_the_papers_math_prompt_and_the_verifier_agrees():
         verifier.close()
     # a plain problem (no wrapper) is used as is; the recipe's probe uses the same template
     assert build_messages({"prompt": "What is 2+2?"}, template="dapo_math")[1]["content"] == "What is 2+2?"
+
+
+# --------------------------------------------------------------------------- template pool: the main run's prompt
+
+THINKING_TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
+                     "{% if add_generation_prompt %}<assistant>{% if enable_thinking is not defined or enable_thinking %}"
+                     "<think>{% endif %}{% endif %}")
+
+
+def test_pool_keeps_the_rows_own_chat_list():
+    assert build_messages(DAPO_ROW, "pool") == DAPO_ROW["prompt"]  # DAPO's Answer: wrapper stays
+    with pytest.raises(TrajvalInputError, match="list of chat messages for template 'pool'"):
+        build_messages({"prompt": "What is 2+2?"}, "pool")
+
+
+def test_pool_renders_as_verl_renders(tiny_tokenizer):
+    """verl's RLHFDataset / agent loop: ``apply_chat_template(messages, add_generation_prompt=True,
+    tokenize=False, **data.apply_chat_template_kwargs)``; the paper's templates turn thinking off."""
+    import copy
+
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = THINKING_TEMPLATE
+    messages = build_messages(DAPO_ROW, "pool")
+    as_verl_default = render_prompt(tokenizer, messages, {})
+    assert as_verl_default == tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert as_verl_default.endswith("<assistant><think>")  # verl's default thinks where the template does
+    assert render_prompt(tokenizer, messages, {"enable_thinking": False}).endswith("<assistant>")
+    assert render_prompt(tokenizer, messages).endswith("<assistant>")  # the paper's rendering
+    chat_template = pytest.importorskip("verl.utils.chat_template", reason="verl is not installed")
+    for kwargs in ({}, {"enable_thinking": False}):
+        for tok in (tokenizer, tiny_tokenizer):
+            assert render_prompt(tok, messages, kwargs) == chat_template.apply_chat_template(
+                tok, messages, tokenize=False, add_generation_prompt=True, **kwargs)
+
+
+def test_chat_template_kwargs_go_with_the_pool_template_only():
+    from trajval_ops.rollout.pass_rates import PromptSettings
+
+    settings = PromptSettings("pool", chat_template_kwargs={"enable_thinking": False})
+    assert settings.render_kwargs() == {"enable_thinking": False}
+    assert settings.as_dict()["chat_template_kwargs"] == {"enable_thinking": False}
+    assert PromptSettings("pool").render_kwargs() == {}
+    assert PromptSettings("auto").render_kwargs() is None
+    assert "chat_template_kwargs" not in PromptSettings("auto").as_dict()  # caches of the other templates keep their key
+    with pytest.raises(ValueError, match="goes with template: pool"):
+        PromptSettings("chat", chat_template_kwargs={"enable_thinking": False})
+    with pytest.raises(ValueError, match="set by the rendering itself"):
+        PromptSettings("pool", chat_template_kwargs={"tokenize": True})
+    with pytest.raises(ValueError, match="chat_template_kwargs must be"):
+        PromptSettings("pool", chat_template_kwargs="enable_thinking=False")
+
+
+def test_the_probe_renders_the_pool_template_as_the_passes_do(tiny_tokenizer):
+    """The probe trains on the prompt its endpoint passes measure: the same rendering, thinking
+    switch included; its config refuses chat_template_kwargs without the pool template."""
+    import copy
+
+    from trajval_ops.probe.config import ProbeConfig
+    from trajval_ops.probe.run import probe_examples, training_dataset
+
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = THINKING_TEMPLATE
+    for kwargs, ending in ((None, "<think>"), ({"enable_thinking": False}, "<assistant>")):
+        config = ProbeConfig(prompt_template="pool", chat_template_kwargs=kwargs, verifier="dapo")
+        dataset = training_dataset(probe_examples([DAPO_ROW], config), tokenizer, config, max_context=4096)
+        assert dataset[0]["prompt"].endswith(ending) and "Answer: $Answer" in dataset[0]["prompt"]
+    with pytest.raises(ValueError, match="goes with template: pool"):
+        ProbeConfig(prompt_template="dapo_math", chat_template_kwargs={"enable_thinking": False})

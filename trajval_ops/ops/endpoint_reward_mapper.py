@@ -74,6 +74,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         prompt_key: str = _PROMPT.prompt_key,
         ground_truth_key: str = _PROMPT.ground_truth_key,
         category_key: str = _PROMPT.category_key,
+        chat_template_kwargs: Optional[Dict] = _PROMPT.chat_template_kwargs,
         prompts_per_generate: int = _ENGINE.prompts_per_generate,
         dtype: str = _ENGINE.dtype,
         torch_threads: Optional[int] = _ENGINE.torch_threads,

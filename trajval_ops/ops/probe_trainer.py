@@ -68,6 +68,7 @@ class TrajvalProbeTrainer(Pipeline):
         prompt_key: str = _DEFAULTS.prompt_key,
         prompt_template: str = _DEFAULTS.prompt_template,
         category_key: str = _DEFAULTS.category_key,
+        chat_template_kwargs: Optional[dict] = _DEFAULTS.chat_template_kwargs,
         ground_truth_key: str = _DEFAULTS.ground_truth_key,
         verifier: str = _DEFAULTS.verifier,
         verifier_options: Optional[dict] = None,

@@ -84,11 +84,14 @@ class ProbeConfig:
     keep_epochs: tuple[int, ...] = setting((), "extra epochs whose weights are kept on disk and listed in the "
                                            "manifest (e.g. for trajectory analysis); windows are unaffected.")
     seed: int = setting(0, "seed of the probe sample and of training.")
-    verifier: str = setting("math", "reward verifier name (math, answer_tag, custom).")
+    verifier: str = setting("math", "reward verifier name (math, answer_tag, dapo, custom).")
     verifier_options: dict = setting(default_factory=dict, help="options of the verifier (e.g. "
                                      "fallback_last_number, normalize, function).")
-    prompt_template: str = setting("auto", "prompt template name (math, logic_arc, logic_ordering, logic_graph, "
-                                   "chat, auto), shared with the endpoint-reward mapper.")
+    prompt_template: str = setting("auto", "prompt template name (math, dapo_math, logic_arc, logic_ordering, "
+                                   "logic_graph, chat, auto, pool), shared with the endpoint-reward mapper.")
+    chat_template_kwargs: dict | None = setting(None, "(prompt_template pool) keyword arguments of the model's chat "
+                                                "template, as the main run's verl data.apply_chat_template_kwargs; "
+                                                "None: none, verl's default.", hashed_at_default=False)
     prompt_key: str = setting("prompt", "field holding the question or chat-message list.")
     category_key: str = setting("category", "(logic_ordering template) field naming what is ordered.")
     ground_truth_key: str = setting("reward_model.ground_truth", "dotted path of the ground truth.")
@@ -157,6 +160,7 @@ class ProbeConfig:
         bad = [e for e in self.keep_epochs if not 0 <= e <= self.epochs]
         if bad:
             raise ValueError(f"keep_epochs {bad} outside 0..{self.epochs}")
+        self.prompt_settings()  # the template and its rendering go together
         if self.generation == "vllm" and self.device == "cpu":
             raise ValueError("generation: vllm runs TRL's vLLM integration, which needs a GPU (device: cpu); use "
                              "generation: transformers or auto")
@@ -187,6 +191,13 @@ class ProbeConfig:
         return {name: value for name, value in self.to_dict().items() if name not in EXECUTION_SETTINGS
                 and not (name in UNHASHED_DEFAULTS and value == UNHASHED_DEFAULTS[name])}
 
+
+    def prompt_settings(self):
+        """How a probe row becomes its prompt: the endpoint passes' :class:`PromptSettings`."""
+        from trajval_ops.rollout.pass_rates import PromptSettings
+
+        return PromptSettings(self.prompt_template, self.prompt_key, self.ground_truth_key, self.category_key,
+                              self.chat_template_kwargs)
 
     @property
     def gradient_accumulation_steps(self) -> int:

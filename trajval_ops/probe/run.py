@@ -273,10 +273,10 @@ def probe_examples(rows: Sequence[Mapping[str, Any]], config: ProbeConfig) -> li
     :raises TrajvalInputError: a missing or unreadable ground truth (the verifier could give no
         reward for it) or a bad prompt, naming the row and field.
     """
-    from trajval_ops.rollout.pass_rates import PromptSettings, build_task
+    from trajval_ops.rollout.pass_rates import build_task
     from trajval_ops.rollout.verifiers import build_verifier
 
-    settings = PromptSettings(config.prompt_template, config.prompt_key, config.ground_truth_key, config.category_key)
+    settings = config.prompt_settings()
     verifier = build_verifier(config.verifier, **config.verifier_options)
     examples = []
     try:
@@ -301,11 +301,12 @@ def training_dataset(examples: Sequence[dict], tokenizer, config: ProbeConfig, m
     from trajval_ops.rollout.prompts import fit_prompt, render_prompt
 
     records, cut = [], 0
+    rendering = config.prompt_settings().render_kwargs()
     adds_specials = tokenizer("")["input_ids"] != tokenizer("", add_special_tokens=False)["input_ids"]
     for example in examples:
         try:
-            prompt, cut_from = fit_prompt(tokenizer, render_prompt(tokenizer, example["messages"]), max_context,
-                                          config.max_completion_length, config.overlong_prompt)
+            prompt, cut_from = fit_prompt(tokenizer, render_prompt(tokenizer, example["messages"], rendering),
+                                          max_context, config.max_completion_length, config.overlong_prompt)
             if adds_specials:
                 prompt = text_trl_tokenizes_alike(tokenizer, prompt)
         except (OverflowError, ValueError) as exc:

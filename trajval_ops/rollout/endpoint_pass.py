@@ -78,7 +78,8 @@ class EngineSettings(_Checked):
 class VerifierSettings(_Checked):
     """How completions are checked, and what the pass tolerates in the rows."""
 
-    verifier: str = setting("math", "``math``, ``answer_tag`` or ``custom``.")
+    verifier: str = setting("math", "``math``, ``answer_tag``, ``dapo`` (verl's DAPO-Math reward: the last "
+                            "``Answer:`` line) or ``custom``.")
     verifier_options: Optional[dict] = setting(
         None, "options of the verifier, e.g. ``{fallback_last_number: true}`` (math), ``{normalize: true}`` "
         "(answer_tag), ``{function: \"pkg.mod:fn\"}`` (custom), ``timeout_s`` (all; default 5 s per check).")

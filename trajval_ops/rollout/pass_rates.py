@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 from loguru import logger
@@ -28,8 +28,8 @@ from trajval_ops.errors import DeviceOutOfMemory, NonFiniteLogits, TrajvalInputE
 from trajval_ops.rollout.budget import STATUS_SKIPPED, STATUS_STOPPED
 from trajval_ops.rollout.engines import DecodingConfig, derive_seed
 from trajval_ops.rollout.prompts import (
-    DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY, TEMPLATES, build_messages, fit_prompt,
-    render_prompt,
+    DEFAULT_CATEGORY_KEY, DEFAULT_GROUND_TRUTH_KEY, DEFAULT_PROMPT_KEY, POOL_TEMPLATE, TEMPLATES, build_messages,
+    fit_prompt, render_prompt,
 )
 from trajval_ops.rows import get_path, row_label
 from trajval_ops.settings import check_settings, setting
@@ -41,6 +41,8 @@ STATUS_TRUNCATED = "truncated_prompt"
 STATUS_NOT_SAMPLED = "not_sampled"
 #: The cost of a row that generated nothing (a repeated row, an unusable ground truth, a reused pass).
 NO_COST = {"completions": 0, "generated_tokens": 0}
+#: The chat template call's own arguments, which ``chat_template_kwargs`` cannot set.
+RENDERING_ARGUMENTS = frozenset({"conversation", "messages", "tokenize", "add_generation_prompt"})
 #: How many warnings of each kind a pass logs before it only counts.
 WARN_LIMIT = 20
 #: rows a stopped generate call's message names (a call may hold hundreds)
@@ -53,17 +55,36 @@ class PromptSettings:
     use the same)."""
 
     template: str = setting("auto", "prompt template: auto, chat, math, dapo_math, logic_arc, logic_ordering, "
-                            "logic_graph.", choices=TEMPLATES)
+                            "logic_graph, or pool (the row's own chat list rendered as verl renders it: the prompt "
+                            "the main run trains on).", choices=TEMPLATES)
     prompt_key: str = setting(DEFAULT_PROMPT_KEY, "dotted path of the prompt (task text or chat message list).")
     ground_truth_key: str = setting(DEFAULT_GROUND_TRUTH_KEY, "dotted path of the ground truth.")
     category_key: str = setting(DEFAULT_CATEGORY_KEY, "dotted path of the item category (logic_ordering only).")
+    chat_template_kwargs: Optional[dict] = setting(
+        None, "(template pool) keyword arguments of the model's chat template, as the main run's verl "
+        "``data.apply_chat_template_kwargs`` (e.g. ``{enable_thinking: false}`` for Qwen3 with thinking off); None: "
+        "none, verl's default. The other templates render with thinking mode off.")
 
     def __post_init__(self):
         check_settings(self)
+        if self.chat_template_kwargs is not None:
+            if self.template != POOL_TEMPLATE:
+                raise ValueError(f"chat_template_kwargs goes with template: {POOL_TEMPLATE} (the main run's rendering); "
+                                 f"template {self.template!r} renders with thinking mode off")
+            reserved = sorted(set(self.chat_template_kwargs) & RENDERING_ARGUMENTS)
+            if reserved:
+                raise ValueError(f"chat_template_kwargs: {reserved} are set by the rendering itself (as verl sets them)")
+
+    def render_kwargs(self) -> dict | None:
+        """The chat template's keyword arguments for :func:`render_prompt` (None: the paper's
+        rendering, thinking off)."""
+        return dict(self.chat_template_kwargs or {}) if self.template == POOL_TEMPLATE else None
 
     def as_dict(self) -> dict:
+        # chat_template_kwargs only where set: the caches and records of passes without it keep their key
+        extra = {"chat_template_kwargs": self.chat_template_kwargs} if self.chat_template_kwargs is not None else {}
         return {"template": self.template, "prompt_key": self.prompt_key,
-                "ground_truth_key": self.ground_truth_key, "category_key": self.category_key}
+                "ground_truth_key": self.ground_truth_key, "category_key": self.category_key, **extra}
 
 
 @dataclass(frozen=True)
@@ -242,7 +263,8 @@ class RolloutPass:
         if not missing:
             return
         budget, session = self.budget, self.session
-        fitted = {i: self._fit(render_prompt(session.tokenizer, tasks[i].messages), tasks[i]) for i in samplable}
+        render = self.settings.render_kwargs()
+        fitted = {i: self._fit(render_prompt(session.tokenizer, tasks[i].messages, render), tasks[i]) for i in samplable}
         drawn = {i: {"rewards": [], "methods": [], "tokens": 0, "texts": []} for i in samplable}
         done, round_index = 0, 0
         while True:
@@ -340,7 +362,8 @@ class RolloutPass:
         """Sample the tasks in one generate call and verify; ``fresh`` marks the results new to
         the cache (written with one write when the call is done)."""
         session = self.session
-        fitted = [self._fit(render_prompt(session.tokenizer, task.messages), task) for task in tasks]
+        render = self.settings.render_kwargs()
+        fitted = [self._fit(render_prompt(session.tokenizer, task.messages, render), task) for task in tasks]
         completions, tokens = self._generate([prompt for prompt, _ in fitted], tasks, self.decoding)
         generated = 1 if self.decoding.temperature == 0 else self.decoding.n  # greedy: one, counted n times
         results, new = [], []

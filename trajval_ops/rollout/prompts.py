@@ -16,8 +16,14 @@ Templates (appendix of the TrajVal paper):
   "Remember to put your answer on its own line after "Answer:".") removed. DAPO's wrapper asks
   for an ``Answer:`` line, which the ``math`` verifier (``\boxed{}``) does not read; the paper
   used the ``\boxed{}`` instruction. A prompt without the wrapper is used as the problem as is.
+- ``pool``: the prompt the main run trains on: the row's own chat list, as verl's ``RLHFDataset``
+  reads ``prompt``, passed through unchanged and rendered as verl renders it (below). A DAPO-Math-17k
+  row keeps DAPO's "Answer:" wrapper, which the ``dapo`` verifier reads.
 
-The model's own chat template is applied by :func:`render_prompt` (thinking mode off).
+The model's own chat template is applied by :func:`render_prompt`: for the paper's templates with
+thinking mode off; for ``pool`` as verl applies it (``apply_chat_template(messages,
+add_generation_prompt=True, tokenize=False, **data.apply_chat_template_kwargs)``), with the
+pass's ``chat_template_kwargs`` as those keyword arguments and nothing else.
 """
 
 from __future__ import annotations
@@ -59,7 +65,9 @@ DAPO_PREFIX = (
 )
 DAPO_SUFFIX = 'Remember to put your answer on its own line after "Answer:".'
 
-TEMPLATES = ("auto", "chat", "math", "dapo_math", "logic_arc", "logic_ordering", "logic_graph")
+TEMPLATES = ("auto", "chat", "math", "dapo_math", "logic_arc", "logic_ordering", "logic_graph", "pool")
+#: The template that renders a row as the main run's trainer does (verl's chat template call).
+POOL_TEMPLATE = "pool"
 
 
 def dapo_problem(text: str) -> str:
@@ -104,11 +112,12 @@ def build_messages(
         return [{"role": "system", "content": MATH_SYSTEM_PROMPT}, {"role": "user", "content": dapo_problem(prompt)}]
     if template == "auto":
         template = "chat" if messages is not None else "math"
-    if template == "chat":
+    if template in ("chat", POOL_TEMPLATE):
         if messages is None:
             raise TrajvalInputError(
-                f"field '{prompt_key}' must be a list of chat messages for template 'chat', "
-                f"got {type(prompt).__name__}"
+                f"field '{prompt_key}' must be a list of chat messages for template {template!r} (verl's RLHFDataset "
+                f"reads a chat list too), got {type(prompt).__name__}; a text prompt needs a template that writes the "
+                "instruction (math, logic_arc, ...)"
             )
         return messages
     if messages is not None:
@@ -148,11 +157,18 @@ def _as_messages(prompt: Any, prompt_key: str) -> list[dict] | None:
     return [{"role": m["role"], "content": m["content"]} for m in prompt]
 
 
-def render_prompt(tokenizer, messages: list[dict]) -> str:
-    """The prompt text for generation, by the tokenizer's chat template (thinking mode off)."""
-    return tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
-    )
+def render_prompt(tokenizer, messages: list[dict], chat_template_kwargs: dict | None = None) -> str:
+    """The prompt text for generation, by the tokenizer's chat template.
+
+    :param chat_template_kwargs: None: the paper's templates' rendering, thinking mode off; a
+        mapping (template ``pool``): verl's rendering, these keyword arguments and no others
+        (verl's ``data.apply_chat_template_kwargs``; ``{}`` is verl's default, under which a
+        model whose template thinks by default, Qwen3's, thinks).
+    """
+    if chat_template_kwargs is None:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             enable_thinking=False)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **chat_template_kwargs)
 
 
 def fit_prompt(tokenizer, prompt: str, max_context: int, max_new_tokens: int, policy: str) -> tuple[str, int | None]:

@@ -1,5 +1,6 @@
 """Binary rewards for rollouts: ``math`` (math-verify on the last ``\\boxed{}``), ``answer_tag``
-(exact match inside ``<answer>...</answer>``) and ``custom`` (any ``module:function``).
+(exact match inside ``<answer>...</answer>``), ``dapo`` (verl's DAPO reward: the last ``Answer:``
+line) and ``custom`` (any ``module:function``).
 
 ``build_verifier(name, **options)`` returns a :class:`Verifier`; calling it with
 ``(completion, ground_truth, row)`` gives a float (1.0/0.0; custom: [0, 1]). Model output never
@@ -502,6 +503,89 @@ def _parse_structure(text: str) -> Any:
     return text
 
 
+# ----------------------------------------------------------------------------- dapo
+
+#: verl's DAPO reward reads only the completion's last characters (MATH-500's longest answer is 159)
+DAPO_TAIL_CHARS = 300
+_DAPO_ANSWER_RE = re.compile(r"answer\s*:\s*([^\n]+)", re.IGNORECASE)
+#: Literal rewrites of an answer, in the order they apply (each sees the previous one's text):
+#: articles, dollar signs and spaces out, ``mbox`` read as ``text``, "and" as a comma, then units
+#: and typographic marks removed.
+_DAPO_REWRITES = (
+    ("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"),
+    (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"),
+    *((unit, "") for unit in (
+        "square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue", "points",
+        "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals", "edges", "students",
+        "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}", "\\text{}^2", "\\text{}^3",
+        "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;", ",\\!", "{,}", '"', "\\dots")),
+)
+#: Then, in order: the first ``$...$`` of a line is what counts; ``\text{}``, ``\textbf{}``,
+#: ``\overline{}`` and ``\boxed{}`` (to the line's last brace) unwrapped; TeX shorthand
+#: (``\frac12``, ``\sqrt2``) given its braces.
+_DAPO_PATTERNS = tuple((re.compile(pattern), replacement) for pattern, replacement in (
+    (r".*?\$(.*?)\$.*", r"$\1$"),
+    (r"\\text\{(.*?)\}", r"\1"),
+    (r"\\textbf\{(.*?)\}", r"\1"),
+    (r"\\overline\{(.*?)\}", r"\1"),
+    (r"\\boxed\{(.*)\}", r"\1"),
+    (r"frac([^{])(.)", r"frac{\1}{\2}"),
+    (r"sqrt([^{])", r"sqrt{\1}"),
+))
+
+
+def dapo_normal_form(answer: str) -> str:
+    """An answer as verl's DAPO reward compares it (Minerva's normalization): what follows the
+    last ``=``, rewritten (:data:`_DAPO_REWRITES`, :data:`_DAPO_PATTERNS`), dollar signs dropped,
+    a comma-grouped integer without its commas, stripped."""
+    answer = answer.split("=")[-1]
+    for before, after in _DAPO_REWRITES:
+        answer = answer.replace(before, after)
+    for pattern, replacement in _DAPO_PATTERNS:
+        answer = pattern.sub(replacement, answer)
+    answer = answer.replace("$", "")
+    if answer.replace(",", "").isdigit():
+        answer = answer.replace(",", "")
+    return answer.strip()
+
+
+class DapoVerifier(Verifier):
+    """The reward verl gives a DAPO-Math-17k row (``data_source`` ``math_dapo``, ``math``, ``aime*``;
+    ``verl/utils/reward_score/math_dapo.py``): in the completion's last 300 characters, the last
+    line of the form ``Answer: X`` (any case, spaces around the colon), normalized as Minerva's
+    evaluation does (:func:`dapo_normal_form`), equal as text to the normalized ground truth.
+    verl's score is +1 / -1; the pass is its ``acc``, 1 / 0. One difference by design: a
+    completion with no ``Answer:`` line scores 0, where verl compares the text ``[INVALID]``."""
+
+    name = "dapo"
+
+    def check(self, completion: str, ground_truth: Any, row: dict | None = None) -> CheckResult:
+        # only the tail is read, as verl reads it: the length limit never cuts what decides the reward
+        if isinstance(completion, str):
+            completion = completion[-DAPO_TAIL_CHARS:]
+        return super().check(completion, ground_truth, row)
+
+    def _run_limited(self, completion, ground_truth, row) -> CheckResult:
+        # string rewrites of at most 300 characters: decided here, without the checking child
+        return self._check(completion, ground_truth, row)
+
+    def truth_problem(self, ground_truth: Any) -> str | None:
+        # decided here as the checks are, without the checking child
+        if ground_truth is None or not dapo_normal_form(str(ground_truth)):
+            return (f"the ground truth {ground_truth!r} is empty once normalized (verl's DAPO reward drops units and "
+                    "marks): every answer would be compared with nothing")
+        return None
+
+    def _check(self, completion, ground_truth, row) -> CheckResult:
+        found = None
+        for found in _DAPO_ANSWER_RE.finditer(completion):
+            pass
+        if found is None:
+            return CheckResult(0.0, None)
+        equal = dapo_normal_form(found.group(1)) == dapo_normal_form(str(ground_truth))
+        return CheckResult(1.0 if equal else 0.0, "answer_line")
+
+
 # ----------------------------------------------------------------------------- custom
 
 #: A custom verifier spec's key for its module file's sha256 (recorded since 2026-11-27).
@@ -578,6 +662,7 @@ def load_function(spec: str) -> Callable:
 _VERIFIERS: dict[str, type[Verifier]] = {
     MathVerifier.name: MathVerifier,
     AnswerTagVerifier.name: AnswerTagVerifier,
+    DapoVerifier.name: DapoVerifier,
     CustomVerifier.name: CustomVerifier,
 }
 
@@ -625,7 +710,7 @@ def revision_record(revision: int) -> dict[str, int]:
 
 
 def build_verifier(name: str, **options) -> Verifier:
-    """A verifier by name ("math", "answer_tag", "custom") with its options."""
+    """A verifier by name ("math", "answer_tag", "dapo", "custom") with its options."""
     if name not in _VERIFIERS:
         raise ValueError(f"unknown verifier {name!r}; choose one of {sorted(_VERIFIERS)}")
     return _VERIFIERS[name](**options)
