@@ -168,6 +168,23 @@ def test_a_rows_own_source_field_wins_over_data_source(tmp_path):
     assert [r["data_source"] for r in rows] == ["gsm8k", "fallback"]
 
 
+def test_a_format_name_is_no_data_source(tmp_path, capsys):
+    """verl picks a row's reward by data_source: Polaris rows (problem, answer, difficulty) were
+    labelled 'open-r1', the name of the format that reads them, which names no reward verl has.
+    A row's own is kept, --data-source sets the others', and rows left without one are counted."""
+    polaris = [{"problem": "What is 2+3?", "answer": "5", "difficulty": "7/8"},
+               {"problem": "What is 2+4?", "answer": "6", "difficulty": "3/8", "data_source": "mine"}]
+    rows, report = run_import(tmp_path, polaris)
+    assert report.format["name"] == "open-r1"
+    assert [r.get("data_source") for r in rows] == [None, "mine"] and report.rows_without_data_source == 1
+    rows, report = run_import(tmp_path, polaris, data_source="math_dapo")
+    assert [r["data_source"] for r in rows] == ["math_dapo", "mine"] and report.rows_without_data_source == 0
+    path = write_jsonl(tmp_path / "polaris.jsonl", polaris)
+    argv = [str(path), str(tmp_path / "cli.jsonl"), "--data-source", "math_dapo", "--no-progress"]
+    assert import_pool_cli.main(argv) == 0, capsys.readouterr().err
+    assert [r["data_source"] for r in read_rows(tmp_path / "cli.jsonl")] == ["math_dapo", "mine"]
+
+
 def test_a_null_role_hashes_as_a_missing_one_so_parquet_and_jsonl_agree(tmp_path):
     """Parquet stores a role that some messages lack as null; it hashed as the role 'None'."""
     assert prompt_hash([{"content": "q3"}]) == prompt_hash([{"role": None, "content": "q3"}]) == \
@@ -203,12 +220,12 @@ def test_both_keys_need_no_detectable_format(tmp_path, capsys):
     assert [r[TASK_ID] for r in rows] == ["q1", "q2"]
     assert [r["reward_model"]["ground_truth"] for r in rows] == ["5", "42"]
     assert rows[1]["prompt"] == [{"role": "user", "content": "What is 7 * 6?"}]
-    assert [r["data_source"] for r in rows] == ["custom", "custom"]
+    assert [r.get("data_source") for r in rows] == [None, None]  # none given: none made up
     assert json.loads((tmp_path / "pools" / "mine.jsonl.report.json").read_text())["format"]["name"] == "custom"
     # rows a preset fits keep it with the keys given: GSM8K's answer extraction and name
     gsm8k = [{"question": "What is 2+3?", "answer": "2+3=5\n#### 5"}]
     rows, _ = run_import(tmp_path, gsm8k, prompt_key="question", answer_key="answer")
-    assert rows[0]["data_source"] == "gsm8k" and rows[0]["reward_model"]["ground_truth"] == "5"
+    assert "data_source" not in rows[0] and rows[0]["reward_model"]["ground_truth"] == "5"
 
 
 def test_one_key_alone_still_needs_a_detectable_format(tmp_path):

@@ -178,6 +178,32 @@ def test_repeated_tasks_in_several_workers_are_warned_of(tmp_path, caplog_loguru
             "worker processes (num_proc)") in caplog_loguru.text
 
 
+@pytest.mark.parametrize("settings, said", [
+    ({"template": "dapo_math", "verifier": "math"}, ["template 'dapo_math'", "verifier 'math' where verl scores "
+                                                     "data_source 'math_dapo' (3 rows) with its math_dapo reward"]),
+    ({"template": "pool", "verifier": "math"}, ["verifier 'math' where verl scores data_source 'math_dapo'"]),
+    ({"template": "chat", "verifier": "dapo"}, ["template 'chat' (verl renders the row's own chat prompt"]),
+    ({"template": "pool", "verifier": "dapo"}, []),
+    ({"template": "chat", "verifier": "custom", "verifier_options": {"function": "tests.test_rollout_budget:always_right"}},
+     ["template 'chat'"]),  # a custom reward is the user's: only the template is compared
+])
+def test_a_pass_under_another_prompt_or_reward_than_the_main_runs_is_warned_of(tmp_path, caplog_loguru, settings,
+                                                                                said):
+    """verl picks a row's reward by its data_source (math_dapo: the 'Answer:' line) and renders
+    the row's own prompt: a pass measuring otherwise is said so, before the first batch."""
+    import pyarrow as pa
+
+    from tests.test_rollout_prompts import DAPO_ROW
+
+    rows = [{**DAPO_ROW, "id": f"t{i}"} for i in range(3)] + [{**DAPO_ROW, "id": "other", "data_source": "mine"}]
+    _op(tmp_path, **settings).check_pool(pa.Table.from_pylist(rows))
+    warned = [line for line in caplog_loguru.messages if line.startswith("WARNING") and "another prompt" in line]
+    assert len(warned) == (1 if said else 0)
+    for fragment in said:
+        assert fragment in warned[0]
+    assert "'mine'" not in caplog_loguru.text  # a data_source verl's default reward does not know is not judged
+
+
 def test_the_repeat_check_reads_only_the_rows_a_sampled_pass_measures(tmp_path, caplog_loguru):
     """The check built every row's task: a row the sample leaves out, without a ground truth, was
     refused with two workers and accepted with one; and copies among unmeasured rows, which share

@@ -115,3 +115,18 @@ def test_same_reward_as_verls_own_function(dapo):
 
     for source in ("math_dapo", "aime2024"):
         assert default_compute_score(source, "so\nAnswer: 12 dollars", "12")["acc"] is True
+
+
+def test_the_data_sources_verl_scores_with_its_dapo_reward():
+    """trajval_ops.rollout.verl_reward writes verl's dispatch down; verl's own
+    default_compute_score agrees where it is installed."""
+    from trajval_ops.rollout.verl_reward import DAPO, _REWARDS, verl_reward
+
+    assert verl_reward("aime2025") is DAPO and verl_reward("math_dapo") is DAPO and verl_reward("mine") is None
+    scoring = pytest.importorskip("verl.utils.reward_score", reason="verl is not installed")
+    for source, reward in _REWARDS.items():
+        if reward.module in ("math_dapo", "math_reward", "gsm8k", "prime_math"):
+            result = scoring.default_compute_score(source, "so\nAnswer: 12 dollars\n#### 12 \\boxed{12}", "12")
+            assert (isinstance(result, dict) and "acc" in result) == (reward is DAPO), source
+    with pytest.raises(NotImplementedError):
+        scoring.default_compute_score("mine", "Answer: 12", "12")

@@ -39,7 +39,9 @@ def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> arg
                         help="a copy of an earlier prompt under another id: keep the first and list which id "
                              "collapsed into which in --duplicates (default), or fail naming both rows")
     parser.add_argument("--duplicates", help="side file of collapsed ids (default <output>.duplicates.jsonl)")
-    parser.add_argument("--data-source", help="data_source for rows that have none")
+    parser.add_argument("--data-source", help="data_source of the rows that have none (a row's own is kept): verl "
+                        "picks a row's reward by it, e.g. math_dapo for its DAPO reward (the 'Answer:' line); "
+                        "without it such rows get none")
     parser.add_argument("--report", help="report JSON path (default <output>.report.json)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser.parse_args(argv)

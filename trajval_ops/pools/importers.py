@@ -7,7 +7,10 @@ Canonical row (every original field is kept; the importer adds or normalises onl
 - ``reward_model``: a dict (decoded when it was a JSON string) whose ``ground_truth`` is a
   string (non-string ground truths are written as compact JSON, see
   :func:`~trajval_ops.pools.answers.canonical_ground_truth`);
-- ``data_source``: kept, else taken from the format's source field, else the format name;
+- ``data_source``: kept, else taken from the format's source field, else ``data_source`` (the
+  CLI's ``--data-source``), else left out: verl picks a row's reward by it (``math_dapo``: DAPO's
+  "Answer:" reward), so no name is made up for it (a format's name is none: ``open-r1`` for a
+  Polaris row would pick no reward verl has); the report counts such rows;
 - ``extra_info``: kept as it was (dict or JSON string); added as ``{"index": task_id}`` when
   absent;
 - ``task_id``: the row's id (first present id key, as a string), else the prompt hash (or
@@ -140,6 +143,8 @@ class ImportReport:
     #: duplicates whose own id differs from the kept row's (each listed in ``duplicates_file``)
     ids_collapsed: int = 0
     duplicates_file: Optional[str] = None
+    #: rows written without a data_source (none of their own, no --data-source)
+    rows_without_data_source: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -208,7 +213,9 @@ def canonical_rows(rows: Iterable[dict], fmt: PoolFormat, report: ImportReport, 
         task_id = _task_id(row, position, fmt, digest, id_fallback, report)
         first_seen[digest] = (position, ground_truth, task_id)
         _claim_id(id_owner, task_id, digest, row, position)
-        yield _canonical_row(row, fmt, prompt_key, messages, ground_truth, task_id, digest, data_source)
+        canonical = _canonical_row(row, fmt, prompt_key, messages, ground_truth, task_id, digest, data_source)
+        report.rows_without_data_source += canonical.get("data_source") is None
+        yield canonical
     report.duplicates_removed = report.rows_read - len(first_seen)
     report.max_copies_of_one_prompt = max(copies.values(), default=0)
 
@@ -258,6 +265,10 @@ def import_pool(input_path: str, output_path: str, *, format_name: str = "auto",
                 f"({report.duplicates_removed} duplicates removed, at most {report.max_copies_of_one_prompt} "
                 f"copies of one prompt, {report.duplicate_ground_truth_conflicts} ground-truth conflicts; "
                 f"ids: {report.ids_from_field} from fields, {report.ids_from_fallback} by {id_fallback})")
+    if report.rows_without_data_source:
+        logger.warning(f"{report.rows_without_data_source} rows have no data_source, which verl chooses a row's "
+                       "reward by: pass --data-source (e.g. math_dapo for verl's DAPO reward, the 'Answer:' line) "
+                       "to set it")
     if report.ids_collapsed:
         logger.warning(f"{report.ids_collapsed} dropped copies had an id of their own; which id collapsed into "
                        f"which: {report.duplicates_file}")
@@ -350,7 +361,9 @@ def _canonical_row(row: dict, fmt: PoolFormat, prompt_key: str, messages: list[l
     out["reward_model"] = reward_model
     if out.get("data_source") is None:
         source = get_path(row, fmt.data_source_key, None) if fmt.data_source_key else None
-        out["data_source"] = str(source) if source is not None else (data_source or fmt.name)
+        source = source if source is not None else data_source
+        if source is not None:
+            out["data_source"] = str(source)
     if out.get("extra_info") is None:
         out["extra_info"] = {"index": task_id}
     out[TASK_ID] = task_id

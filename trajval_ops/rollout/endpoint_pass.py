@@ -641,11 +641,23 @@ class EndpointPass:
                            f"n={self.decoding.n}, T={self.decoding.temperature}" if measuring and not read.all()
                            else "nothing is sampled"))
             return drawn
+        self._warn_main_run_difference(table)
         logger.info(f"{self.what} [{self.output_key}]: start on {table.num_rows} rows: model={self.model}, "
                     f"engine={self.engine.engine}, n={self.decoding.n}, T={self.decoding.temperature}, "
                     f"max_new_tokens={self.decoding.max_new_tokens}, seed={self.decoding.seed}, "
                     f"verifier={self.verifier.spec}")
         return drawn
+
+    def _warn_main_run_difference(self, table) -> None:
+        """Once, before the first batch: where the pool's ``data_source`` makes a verl run train on
+        another prompt or reward than this pass measures with (:mod:`trajval_ops.rollout.verl_reward`)."""
+        from trajval_ops.rollout.verl_reward import DATA_SOURCE_KEY, main_run_difference
+
+        if DATA_SOURCE_KEY in table.column_names:
+            difference = main_run_difference(table.column(DATA_SOURCE_KEY).to_pylist(), self.prompt.template,
+                                              self.checks.verifier)
+            if difference:
+                logger.warning(f"{self.what} [{self.output_key}]: {difference}")
 
     def warn_repeats_across_workers(self, table, workers: str) -> None:
         """Say so when the pool repeats a task (one prompt and ground truth) and its batches run in
