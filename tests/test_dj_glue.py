@@ -64,14 +64,17 @@ def test_ray_blocks_divide_every_endpoint_passs_batch():
     assert loading.table_blocks(table.slice(0, 0), 32)[0].num_rows == 0  # the schema survives
 
 
-@pytest.mark.parametrize("pool_size, num_gpus, per_engine, message", [
-    (2, 1, 2, "tensor_parallel_size 2 needs num_gpus: 2 per actor; the recipe reserves 1"),
-    (2, None, 2, "tensor_parallel_size 2 needs num_gpus: 2"),
+@pytest.mark.parametrize("pool_size, num_gpus, per_engine, memory, message", [
+    (2, 1, 2, None, "tensor_parallel_size 2 needs num_gpus: 2 per actor; the recipe reserves 1"),
+    (2, None, 2, None, "tensor_parallel_size 2 needs num_gpus: 2"),
+    (2, 2, 1, 0.9, r"num_gpus 2 per actor, but its one vLLM engine \(tensor_parallel_size 1\) uses 1"),
+    (2, 0.5, 1, 0.9, "num_gpus 0.5 puts engines side by side on a GPU"),
 ])
-def test_actor_pool_resources_are_checked_before_any_model_loads(pool_size, num_gpus, per_engine, message):
+def test_actor_pool_resources_are_checked_before_any_model_loads(pool_size, num_gpus, per_engine, memory, message):
     with pytest.raises(ValueError, match=message):
-        executor.check_ray_actor_resources("op", pool_size, num_gpus, per_engine)
+        executor.check_ray_actor_resources("op", pool_size, num_gpus, per_engine, memory)
     executor.check_ray_actor_resources("op", [1, 4], None)  # a CPU pool: nothing to check
+    executor.check_ray_actor_resources("op", 2, 0.5, 1, 0.45)  # two engines a GPU, each within its share
 
 
 def test_a_setting_of_an_earlier_entry_of_the_same_operator_is_not_passed_on(tmp_path):

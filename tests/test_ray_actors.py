@@ -112,6 +112,7 @@ def test_killed_actor_rows_are_recomputed_only_when_missing(tmp_path, default_ou
     ({"num_gpus": 1}, "2 actors x num_gpus 1 = 2 GPUs, but the Ray cluster has 0"),
     ({"engine": "vllm", "tensor_parallel_size": 2, "num_gpus": 1},
      "tensor_parallel_size 2 needs num_gpus: 2 per actor"),
+    ({"engine": "vllm", "num_gpus": 2}, "num_gpus 2 per actor, but its one vLLM engine (tensor_parallel_size 1) uses 1"),
 ])
 def test_a_pool_that_cannot_be_placed_stops_before_any_model_loads(tmp_path, step, message):
     result = dj_process(endpoint_recipe(tmp_path, "gpu", "ray", **step), tmp_path)

@@ -130,7 +130,8 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         self.bind_table_process()
         if is_ray_mode():
             check_ray_actor_resources(OP_NAME, self.num_proc, self.num_gpus,
-                                      tensor_parallel_size if engine == "vllm" else 1)
+                                      tensor_parallel_size if engine == "vllm" else 1,
+                                      gpu_memory_utilization if engine == "vllm" else None)
 
     __init__.__doc__ = "\n".join([
         "Initialization method. The pass's settings are declared in groups "

@@ -2,9 +2,10 @@
 what ``dj-process`` would run.
 
 Three layers, each the owner's own declarations: Data-Juicer's preflight (operator and
-parameter names, the most common recipe mistake), each trajval operator built from its entry
-(declared types, bounds and the settings that do not go together) and the checks that span
-entries (:mod:`trajval_ops.recipe`).
+parameter names, the most common recipe mistake; after the operators are built, whether the
+executor runs each), each trajval operator built from its entry (declared types, bounds and the
+settings that do not go together) and the checks that span entries (:mod:`trajval_ops.recipe`:
+samples, alike passes, and a Ray recipe's plan: actors, GPUs per actor against GPUs per engine).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Mapping
 
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.measured_alike import check_alike_passes
-from trajval_ops.recipe import ENDPOINT_OP, budget_priors, check_same_sample, operator_entries, pass_name
+from trajval_ops.recipe import ENDPOINT_OP, budget_priors, check_same_sample, operator_entries, pass_name, ray_plan
 
 
 def check_recipe(recipe: Mapping[str, Any]) -> None:
@@ -26,7 +27,7 @@ def check_recipe(recipe: Mapping[str, Any]) -> None:
     from data_juicer.ops.base_op import OPERATORS
 
     from trajval_ops.ops.dj.executor import TRAJVAL_OPERATORS
-    from trajval_ops.ops.dj.preflight import preflight_problems
+    from trajval_ops.ops.dj.preflight import post_instantiation_problems, preflight_problems
 
     entries = operator_entries(recipe)
     problems = preflight_problems(recipe["process"])
@@ -35,18 +36,25 @@ def check_recipe(recipe: Mapping[str, Any]) -> None:
     told = budget_priors(entries)  # as dj-process tells the adaptive passes
     entries = [(name, {**settings, "budget_prior": told[index]} if index in told else settings)
                for index, (name, settings) in enumerate(entries)]
-    passes = []
-    for index, (name, settings) in enumerate(entries):
-        if name not in TRAJVAL_OPERATORS:
-            continue
-        try:
-            operator = OPERATORS.modules[name](**settings)
-        except (ValueError, TypeError) as exc:  # SettingError is a ValueError
-            raise TrajvalInputError(f"process[{index}]: {exc}") from None
-        if name == ENDPOINT_OP:
-            passes.append((pass_name(settings, index), operator.endpoint.sample))
-        release = getattr(operator, "release", None)
-        if release is not None:
-            release()
+    passes, built = [], []
+    try:
+        for index, (name, settings) in enumerate(entries):
+            if name not in TRAJVAL_OPERATORS:
+                continue
+            try:
+                built.append(OPERATORS.modules[name](**settings))
+            except (ValueError, TypeError) as exc:  # SettingError is a ValueError
+                raise TrajvalInputError(f"process[{index}]: {exc}") from None
+            if name == ENDPOINT_OP:
+                passes.append((pass_name(settings, index), built[-1].endpoint.sample))
+        problems = post_instantiation_problems(built, recipe.get("executor_type") or "default")
+        if problems:
+            raise TrajvalInputError(f"the recipe's operators: {problems}")
+    finally:
+        for operator in built:
+            release = getattr(operator, "release", None)
+            if release is not None:
+                release()
     check_same_sample(passes)
     check_alike_passes(entries)
+    ray_plan(recipe)

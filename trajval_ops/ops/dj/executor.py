@@ -15,21 +15,30 @@ def is_ray_mode() -> bool:
     return data_juicer_ray_mode()
 
 
-def check_ray_actor_resources(op_name: str, pool_size, num_gpus, gpus_per_engine: int = 1) -> None:
+def check_ray_actor_resources(op_name: str, pool_size, num_gpus, gpus_per_engine: int = 1,
+                              gpu_memory_utilization: float | None = None) -> None:
     """Stop a Ray run whose actor pool cannot be placed, before any model loads.
 
     :param pool_size: the operator's ``num_proc`` under Ray: actors in the pool (an int, or a
         ``[min, max]`` range of which the minimum must fit).
     :param num_gpus: GPUs reserved per actor (None or 0: a CPU pool).
     :param gpus_per_engine: GPUs one engine needs (vLLM's tensor parallel size).
+    :param gpu_memory_utilization: a vLLM engine's memory share (None: not a vLLM engine): its GPUs
+        and the actor's must agree (:func:`trajval_ops.recipe.engine_gpu_problem`).
     """
     import ray
 
+    from trajval_ops.recipe import engine_gpu_problem
+
     actors = min(pool_size) if isinstance(pool_size, (list, tuple)) else int(pool_size or 1)
     gpus = float(num_gpus or 0)
-    if gpus_per_engine > 1 and gpus < gpus_per_engine:
-        raise ValueError(f"{op_name}: tensor_parallel_size {gpus_per_engine} needs num_gpus: {gpus_per_engine} "
-                         f"per actor; the recipe reserves {gpus:g}")
+    problem = None
+    if gpu_memory_utilization is not None and gpus:
+        problem = engine_gpu_problem(gpus, gpus_per_engine, gpu_memory_utilization)
+    elif gpus_per_engine > 1 and gpus < gpus_per_engine:
+        problem = engine_gpu_problem(gpus, gpus_per_engine)
+    if problem:
+        raise ValueError(f"{op_name}: {problem}")
     if gpus <= 0 or not ray.is_initialized():
         return
     available = float(ray.cluster_resources().get("GPU", 0))

@@ -21,6 +21,20 @@ def preflight_problems(process) -> str | None:
     return None
 
 
+def post_instantiation_problems(ops, executor_type: str) -> str | None:
+    """Data-Juicer's check of built operators (each one supported by the executor: a Selector
+    under Ray is not) as one line, or None when it passes."""
+    from types import SimpleNamespace
+
+    from data_juicer.core.preflight import PipelineRuntimeError, post_instantiation_check
+
+    try:
+        post_instantiation_check(list(ops), None, SimpleNamespace(executor_type=executor_type))
+    except PipelineRuntimeError as exc:
+        return "; ".join(str(error) for error in exc.errors)
+    return None
+
+
 def preflight_trajval_run(cfg) -> None:
     """Check a trajval run when its executor is built (the load strategy is built there, before
     the executor's exporter and its own preflight): an export path it cannot write
