@@ -59,7 +59,7 @@ def test_the_state_holds_finished_units_only_and_no_checkpoints(session, tmp_pat
         (run / name).write_text("x")
     packed = session.pack_state(run)
     assert packed["finished_units"] == ["arms/uniform/seed-0", "oracle/context-a", "probe"]
-    with tarfile.open(tmp_path / "out" / session.STATE) as archive:
+    with tarfile.open(tmp_path / "out" / session.state_file("real_smollm2")) as archive:
         names = {member.name for member in archive.getmembers() if member.isfile()}
     kept = {f"real_smollm2/{name}" for name in files if "checkpoint-" not in name and "rollout_cache" not in name
             and not name.startswith("arms/variance/seed-0/")}

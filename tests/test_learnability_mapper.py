@@ -514,6 +514,15 @@ def test_passes_measured_otherwise_are_refused_naming_both_and_the_settings():
     assert [row["trajval_score"] for row in out] == [0.375] * 3
 
 
+def test_passes_rendering_the_pool_prompt_otherwise_are_refused():
+    """template pool records its chat template's arguments only where set: a late pass thinking
+    (no arguments: verl's default) against an early one not thinking measured otherwise."""
+    early = _pass_provenance(template="pool", chat_template_kwargs={"enable_thinking": False})
+    with pytest.raises(TrajvalInputError, match=r"chat_template_kwargs \{'enable_thinking': False\} vs None"):
+        run(_scored_rows(early, _pass_provenance(template="pool")))
+    assert run(_scored_rows(early, dict(early)))[0]["trajval_score"] == 0.375
+
+
 def test_windows_are_compared_and_a_pass_without_provenance_is_not():
     rows = [{"e0": 0.0, "e1": 0.5, "l0": 1.0, "l1": 0.5, "e0_provenance": _pass_provenance(),
              "e1_provenance": _pass_provenance(temperature=0.6), "l0_provenance": _pass_provenance()}]

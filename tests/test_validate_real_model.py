@@ -17,6 +17,11 @@ from trajval_ops.experiment.validation_config import ConfigError, data_file, loa
 
 FULL = REPO / "recipes" / "validation" / "real_smollm2.yaml"
 SMOKE = REPO / "recipes" / "validation" / "real_smollm2_smoke.yaml"
+SHORT = REPO / "recipes" / "validation" / "real_smollm2_short.yaml"
+SHORT_SMOKE = REPO / "recipes" / "validation" / "real_smollm2_short_smoke.yaml"
+#: The H200's SmolLM2 rates (docs/scale_out.md): the endpoint pass's completions a second, and a
+#: probe step's (64 completions generated and trained on in 3.6 s, fp32 at 128 tokens)
+H200_ENDPOINT_RATE, H200_STEP_RATE = 37.0, 64 / 3.6
 DATA = REPO / "recipes" / "data" / "real_smollm2"
 
 
@@ -53,6 +58,25 @@ def test_a_config_runs_from_another_directory_its_data_read_from_its_own_folder(
     with pytest.raises(ConfigError, match=r"data.heldout: file not found: .*heldout.jsonl \(a relative path is read "
                                           r"from the config's folder\)"):
         load_config(tmp_path / "moved.yaml")
+
+
+def test_the_short_verdict_fits_one_gpu_call():
+    """Issue 54, item 6: every unit side by side on one GPU, uniform / variance (n = 4) / TrajVal
+    with the full-pool probe, three seeds, within 8 minutes by the dry run at the H200's rates;
+    its smoke variant has the same shape at CPU sizes."""
+    from trajval_ops.experiment.dry_run import dry_run, unit_costs
+
+    full, short, smoke = load_config(FULL), load_config(SHORT), load_config(SHORT_SMOKE)
+    for config in (short, smoke):
+        assert (config.model, config.verifier, config.verifier_options) == (full.model, full.verifier,
+                                                                            full.verifier_options)
+        assert set(config.training.arms) == {"uniform", "variance", "trajval"}
+        assert (config.probe.probe_fraction, config.probe.epochs) == (1.0, 1)  # the full-pool probe
+        assert config.workers == len(unit_costs(config))  # every unit at once
+    assert (short.data, short.grpo, short.probe.n) == (full.data, full.grpo, 4)
+    assert len(short.training.seeds) >= 3
+    for rate in (H200_ENDPOINT_RATE, H200_STEP_RATE):
+        assert dry_run(short, rate, gpus=1)["generation_wall_time_s"] <= 8 * 60, rate
 
 
 def test_smoke_data_are_the_first_lines_of_the_full_data():
@@ -129,3 +153,25 @@ def test_real_model_smoke_protocol_end_to_end(tmp_path):
     assert len(evaluations) == 4 and all(e["steps"] == [0, 2] for e in evaluations)  # 4 tasks, steps 0 and 2
     assert results["reproducibility"] == {"skipped": "no second context"}
     assert results["cost"]["prior_stages"]["early"]["completions"] == 8 * 2  # the pool x probe.n
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_short_verdict_smoke_runs_every_unit_side_by_side(tmp_path):
+    """real_smollm2_short_smoke.yaml end to end on CPU: the oracle, the full-pool probe and the
+    uniform arm start together, the prior arms once the probe is done, all five units finish."""
+    out = tmp_path / "short"
+    command = [sys.executable, str(REPO / "tools" / "validate.py"), "--config", str(SHORT_SMOKE),
+               "--out", os.path.relpath(out, REPO)]
+    run = subprocess.run(command, check=False, capture_output=True, text=True, cwd=REPO, timeout=1100)
+    assert run.returncode == 0, run.stderr[-4000:]
+    results = json.loads((out / "results.json").read_text())
+    units = set(results["protocol"]["units"])
+    assert units == {"oracle/context-a", "probe"} | {f"arms/{arm}/seed-0" for arm in ("uniform", "variance",
+                                                                                      "trajval")}
+    log = run.stderr + run.stdout
+    first_done = log.index(": done in ")
+    started_before = {unit for unit in units if f"validate: {unit}: started" in log[:first_done]}
+    assert started_before == {"oracle/context-a", "probe", "arms/uniform/seed-0"}  # side by side at once
+    assert results["cost"]["prior_stages"]["early"]["completions"] == 8 * 2  # the pool x probe.n
+    assert set(results["training"]) == {"uniform", "variance", "trajval"}

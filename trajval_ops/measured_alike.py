@@ -17,7 +17,7 @@ from trajval_ops.recipe import ENDPOINT_OP, LEARNABILITY_OP, learnability_reads,
 #: What an endpoint pass measures with, beside its model, as its provenance records it. Not here:
 #: ``n`` and ``seed`` (noise, not bias), the engine and dtype (each row records its own).
 MEASUREMENT_SETTINGS = ("temperature", "top_p", "top_k", "max_new_tokens", "verifier", "verifier_revision",
-                        "template", "prompt_key", "ground_truth_key")
+                        "template", "chat_template_kwargs", "prompt_key", "ground_truth_key")
 
 
 def measurement_difference(first: Mapping[str, Any], second: Mapping[str, Any]) -> str:
@@ -28,6 +28,7 @@ def measurement_difference(first: Mapping[str, Any], second: Mapping[str, Any]) 
     a recorded revision and equals another pass recording none; one recorded before a custom
     verifier's spec held its module's sha256 is compared without it."""
     first, second = _with_revision(first), _with_revision(second)
+    first, second = _with_rendering(first), _with_rendering(second)
     first, second = _without_unrecorded_source(first, second)
     return "; ".join(f"{key} {first[key]!r} vs {second[key]!r}" for key in MEASUREMENT_SETTINGS
                      if key in first and key in second and first[key] != second[key])
@@ -53,6 +54,14 @@ def _with_revision(recorded: Mapping[str, Any]) -> Mapping[str, Any]:
         spec = recorded["verifier"]
         revision = unrecorded_revision(spec.get("name") if isinstance(spec, Mapping) else spec)
         return {**recorded, "verifier_revision": _UNRECORDED if revision is None else revision}
+    return recorded
+
+
+def _with_rendering(recorded: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A pass's provenance with its chat template's arguments, which it records only where set
+    (template pool): none where it records a template without them."""
+    if "template" in recorded and "chat_template_kwargs" not in recorded:
+        return {**recorded, "chat_template_kwargs": None}
     return recorded
 
 

