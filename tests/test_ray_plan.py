@@ -1,5 +1,5 @@
 """Eight GPUs for every shipped GPU recipe, checked on CPU before anything runs: Data-Juicer's
-preflight and our own (trajval_ops.recipe.ray_plan, ops/recipe_check.py) read a Ray recipe's
+preflight and our own (trajval_ops/ray_plan.py, ops/recipe_check.py) read a Ray recipe's
 actors, GPUs per actor and GPUs per vLLM engine; a mismatch is one block and exit 2."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import yaml
 from tests.conftest import REPO
 from trajval_ops.cli import cost as cost_cli
 from trajval_ops.errors import TrajvalInputError
-from trajval_ops.recipe import engine_gpu_problem, ray_plan
+from trajval_ops.ray_plan import engine_gpu_problem, ray_plan
 
 RECIPES = REPO / "recipes"
 

@@ -322,7 +322,7 @@ def pack_state(run: Path) -> dict:
 _PLAN_CODE = """
 import json, sys, yaml
 from trajval_ops.ops.recipe_check import check_recipe
-from trajval_ops.recipe import ray_plan
+from trajval_ops.ray_plan import ray_plan
 from trajval_ops.hardware import gpu_count
 for path in sys.argv[1:]:
     recipe = yaml.safe_load(open(path))

@@ -5,7 +5,8 @@ Three layers, each the owner's own declarations: Data-Juicer's preflight (operat
 parameter names, the most common recipe mistake; after the operators are built, whether the
 executor runs each), each trajval operator built from its entry (declared types, bounds and the
 settings that do not go together) and the checks that span entries (:mod:`trajval_ops.recipe`:
-samples, alike passes, and a Ray recipe's plan: actors, GPUs per actor against GPUs per engine).
+samples, alike passes; :mod:`trajval_ops.ray_plan`: a Ray recipe's actors, GPUs per actor against
+GPUs per engine).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any, Mapping
 
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.measured_alike import check_alike_passes
-from trajval_ops.recipe import ENDPOINT_OP, budget_priors, check_same_sample, operator_entries, pass_name, ray_plan
+from trajval_ops.ray_plan import ray_plan
+from trajval_ops.recipe import ENDPOINT_OP, budget_priors, check_same_sample, operator_entries, pass_name
 
 
 def check_recipe(recipe: Mapping[str, Any]) -> None:

@@ -24,11 +24,11 @@ def check_ray_actor_resources(op_name: str, pool_size, num_gpus, gpus_per_engine
     :param num_gpus: GPUs reserved per actor (None or 0: a CPU pool).
     :param gpus_per_engine: GPUs one engine needs (vLLM's tensor parallel size).
     :param gpu_memory_utilization: a vLLM engine's memory share (None: not a vLLM engine): its GPUs
-        and the actor's must agree (:func:`trajval_ops.recipe.engine_gpu_problem`).
+        and the actor's must agree (:func:`trajval_ops.ray_plan.engine_gpu_problem`).
     """
     import ray
 
-    from trajval_ops.recipe import engine_gpu_problem
+    from trajval_ops.ray_plan import engine_gpu_problem
 
     actors = min(pool_size) if isinstance(pool_size, (list, tuple)) else int(pool_size or 1)
     gpus = float(num_gpus or 0)
