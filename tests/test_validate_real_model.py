@@ -156,14 +156,15 @@ def test_real_model_smoke_protocol_end_to_end(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1800)
 def test_short_verdict_smoke_runs_every_unit_side_by_side(tmp_path):
     """real_smollm2_short_smoke.yaml end to end on CPU: the oracle, the full-pool probe and the
     uniform arm start together, the prior arms once the probe is done, all five units finish."""
     out = tmp_path / "short"
     command = [sys.executable, str(REPO / "tools" / "validate.py"), "--config", str(SHORT_SMOKE),
                "--out", os.path.relpath(out, REPO)]
-    run = subprocess.run(command, check=False, capture_output=True, text=True, cwd=REPO, timeout=1100)
+    # 5 units at once on 2 cores: 15 min on this project's shared machine under a load of 10-14
+    run = subprocess.run(command, check=False, capture_output=True, text=True, cwd=REPO, timeout=1700)
     assert run.returncode == 0, run.stderr[-4000:]
     results = json.loads((out / "results.json").read_text())
     units = set(results["protocol"]["units"])
