@@ -34,8 +34,8 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
 
     Each row's prompt is built from a named template (or passed through when it already is a
     chat message list), rendered with the model's chat template, sampled ``n`` times (default 16
-    at temperature 1.0) and every completion is scored by a verifier (``math``, ``answer_tag``
-    or ``custom``). Writes the pass rate (mean score, in [0, 1]) to ``output_key``, the rollout
+    at temperature 1.0) and every completion is scored by a verifier (``math``, ``answer_tag``,
+    ``dapo`` or ``custom``). Writes the pass rate (mean score, in [0, 1]) to ``output_key``, the rollout
     count to ``<output_key>_n`` and a provenance dict (model, checkpoint, engine, sampling,
     verifier) to ``<output_key>_provenance``. A recipe lists one instance per checkpoint (early
     and late window) and the learnability mapper reads their fields.
