@@ -153,4 +153,3 @@ def _reading_mappers(entries: list[tuple[str, Mapping[str, Any]]], index: int) -
         if key in keys:
             readers.append((position, spec))
     return readers or [(position, learnability_prior_spec(mapper or {}, position)) for position, mapper in later[:1]]
-
