@@ -149,6 +149,24 @@ def arithmetic_rows(count=None):
 
 
 @pytest.fixture(scope="session")
+def smoke_validate_run(tmp_path_factory):
+    """The smoke protocol (recipes/validation/smoke.yaml) run once by ``trajval validate`` for the
+    slow tests that read a whole run (its end to end test, the verdict's cross-check), with
+    ``--out`` relative to the working folder (the training units run elsewhere and must get it
+    whole): ``(command, out)``. Its readers leave the folder as the run wrote it."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("smoke_validate") / "smoke"
+    command = [sys.executable, str(REPO / "tools" / "validate.py"), "--config",
+               str(REPO / "recipes" / "validation" / "smoke.yaml"), "--out", os.path.relpath(out, REPO)]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=1200)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return command, out
+
+
+@pytest.fixture(scope="session")
 def tiny_model_path():
     from trajval_ops.models import resolve_model
 

@@ -449,25 +449,11 @@ TRAINING_FIGURES = ("best_acc", "auc", "best_acc_ci95", "auc_ci95", "s2b", "s2b_
 
 
 @pytest.mark.slow
-def test_a_validate_runs_unit_curves_give_its_training_figures_to_the_last_digit(tmp_path):
-    """The smoke protocol (its arms cut to three, both sampling modes) run by ``trajval validate``;
-    its units' held-out curves and completions, fed to ``trajval verdict`` as logs, give the
-    run's own ``training`` figures exactly, for each sampling mode against its own uniform."""
-    import subprocess
-    import sys
-
-    import yaml
-
-    repo = Path(__file__).resolve().parents[1]
-    config = yaml.safe_load((repo / "recipes" / "validation" / "smoke.yaml").read_text())
-    config["training"]["arms"] = ["uniform", "trajval", "variance"]
-    config["probe"].pop("other_model")
-    (tmp_path / "smoke.yaml").write_text(yaml.safe_dump(config))
-    run = tmp_path / "run"
-    done = subprocess.run([sys.executable, str(repo / "tools" / "validate.py"), "--config",
-                           str(tmp_path / "smoke.yaml"), "--out", str(run)], capture_output=True, text=True, timeout=1200,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-4000:]
+def test_a_validate_runs_unit_curves_give_its_training_figures_to_the_last_digit(tmp_path, smoke_validate_run):
+    """The smoke protocol run by ``trajval validate`` (both sampling modes); its units' held-out
+    curves and completions, fed to ``trajval verdict`` as logs, give the run's own ``training``
+    figures exactly, for each sampling mode against its own uniform."""
+    _, run = smoke_validate_run
     validated = json.loads((run / "results.json").read_text())["training"]
     logs = validate_units_as_logs(run, tmp_path / "logs")
     for suffix in ("", "+dynamic"):
