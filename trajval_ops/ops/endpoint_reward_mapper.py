@@ -14,7 +14,7 @@ from trajval_ops.ops.dj.executor import check_ray_actor_resources, hand_to_ray_a
 from trajval_ops.ops.dj.export import start_run
 from trajval_ops.ops.dj.parameters import checked_parameters, safe_op_kwargs
 from trajval_ops.ops.dj.table_mapper import TableMapper
-from trajval_ops.ops.dj.tables import append_columns, dataset_table
+from trajval_ops.ops.dj.tables import append_columns, dataset_table, with_column_types
 from trajval_ops.rollout.endpoint_pass import (
     SETTING_GROUPS, BudgetSettings, CacheSettings, EndpointPass, EngineSettings, ReuseSettings, SampleSettings,
     VerifierSettings, group_settings,
@@ -219,7 +219,9 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
             self._check_worker_placement()
             start = time.perf_counter()
             try:
-                result = super().run(dataset, exporter=exporter, tracer=tracer)
+                # a batch may hold no pass rate at all (a sampled pass's rows it leaves out)
+                typed = with_column_types(dataset, {self.endpoint.output_key: "float64"})
+                result = super().run(typed, exporter=exporter, tracer=tracer)
             finally:
                 self.release()
             self.finish_pool(dataset_table(result), time.perf_counter() - start)

@@ -431,8 +431,12 @@ class EndpointPass:
                                    cost=result.get("cost"))
 
     def _provenance_of(self, *, engine, dtype, fallback_hits: int, cost) -> dict:
-        """A row's provenance: the pass's, then what the row's own rollouts add (every row the same keys)."""
-        return {**self._provenance, "engine": engine, "dtype": dtype, "fallback_hits": fallback_hits, "cost": cost}
+        """A row's provenance: the pass's, then what the row's own rollouts add. Every row has the
+        same keys of the same types: a row that generated nothing (not sampled, a bad ground truth;
+        its status and cost say so) names the engine and dtype the pass is set to, since a batch of
+        such rows with nulls there would fix null types that the next batch's names cannot take."""
+        return {**self._provenance, "engine": self.engine.engine if engine is None else engine,
+                "dtype": self.engine.dtype if dtype is None else dtype, "fallback_hits": fallback_hits, "cost": cost}
 
     # ------------------------------------------------------------------ sampled passes
 
@@ -721,7 +725,10 @@ class EndpointPass:
         provenance = f"{self.output_key}_provenance"
         engines = table_path_values(table, f"{provenance}.engine") or []
         dtypes = table_path_values(table, f"{provenance}.dtype") or []
-        kinds = Counter((engine, dtype) for engine, dtype in zip(engines, dtypes) if engine is not None)
+        statuses = table_path_values(table, f"{self.output_key}_status") or [None] * len(engines)
+        generated_nothing = (STATUS_NOT_SAMPLED, STATUS_BAD_TRUTH)  # their engine is the pass's setting
+        kinds = Counter((engine, dtype) for engine, dtype, status in zip(engines, dtypes, statuses)
+                        if engine is not None and status not in generated_nothing)
         if len(kinds) > 1:
             listed = ", ".join(f"{count} by {engine} in {dtype}" for (engine, dtype), count in kinds.most_common())
             logger.warning(f"{self.what} [{self.output_key}]: the rows were sampled by more than one engine or dtype "

@@ -67,3 +67,21 @@ def gather_ray_table(dataset):
     return pa.concat_tables(tables, promote_options="default") if tables else dataset.schema().empty_table()
 
 
+def with_column_types(dataset, types: dict[str, str]):
+    """``dataset`` with an all-null column for each of ``types`` (name -> Arrow type name) it
+    lacks, so that a map writing that column writes it in that type.
+
+    ``datasets``' map fixes a new column's type from the first batch it writes: a column null
+    throughout that batch (a sampled pass's rows it left out have no pass rate) would stay
+    null-typed, and a later batch holding a value stops the run ("Couldn't write column ...: its
+    type in this file is null"). A column the dataset has is written in its own type first (map's
+    ``try_original_type``). The dataset gets a random fingerprint, as :func:`table_to_dataset`'s.
+    """
+    from datasets import Value
+    from datasets.fingerprint import generate_random_fingerprint
+
+    for name, kind in types.items():
+        if name not in dataset.column_names:
+            dataset = dataset.add_column(name, [None] * len(dataset), feature=Value(kind),
+                                         new_fingerprint=generate_random_fingerprint())
+    return dataset
