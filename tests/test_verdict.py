@@ -378,6 +378,47 @@ def test_one_seed_gives_no_interval_and_the_verdict_is_not_judged(tmp_path, caps
     assert "no interval" in capsys.readouterr().out
 
 
+def test_a_non_finite_value_of_a_metric_not_compared_leaves_the_run_readable(tmp_path, capsys):
+    """Trainers log NaN where a step overflowed (a grad norm, a loss): TensorBoard and TRL's
+    trainer_state.json keep it. Only a compared metric's non-finite value refuses the run."""
+    pytest.importorskip("tensorboard", reason="the runs extra (make install) brings tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    for arm in ("uniform", "trajval"):
+        for seed in range(2):
+            writer = SummaryWriter(str(tmp_path / "tb" / arm / f"seed{seed}"))
+            for step in STEPS:
+                writer.add_scalar("eval/accuracy", accuracy(arm, seed, step), step)
+                writer.add_scalar("train/grad_norm", math.nan if step == 4 else 0.5, step)
+            writer.close()
+            evaluations = {step: accuracy(arm, seed, step) for step in STEPS if step}
+            state = trainer_state(20, 20, evaluations)
+            state["log_history"][3]["grad_norm"] = math.nan  # json.dump writes NaN, as Trainer's does
+            (tmp_path / "trl" / arm / f"seed{seed}").mkdir(parents=True)
+            (tmp_path / "trl" / arm / f"seed{seed}" / "trainer_state.json").write_text(json.dumps(state))
+    for kind in ("tb", "trl"):
+        assert verdict("--run", f"uniform={tmp_path}/{kind}/uniform/seed*", "--run",
+                       f"trajval={tmp_path}/{kind}/trajval/seed*", "--out", str(tmp_path / kind / "out")) == 0, \
+            capsys.readouterr().err
+    steps = [step for step in STEPS if step]
+    result = json.loads((tmp_path / "trl" / "out" / "results.json").read_text())
+    arm = curves_of({s: [accuracy("trajval", s, t) for t in steps] for s in range(2)})
+    base = curves_of({s: [accuracy("uniform", s, t) for t in steps] for s in range(2)})
+    assert result["training"]["trajval"]["auc_minus_uniform"] == pytest.approx(
+        auc_difference_by_hand(arm, base)[0], abs=1e-15)
+    capsys.readouterr()
+    err = _refused(tmp_path, capsys, "--run", f"uniform={tmp_path}/tb/uniform/seed*", "--run",
+                   f"trajval={tmp_path}/tb/trajval/seed*", "--metric", "train/grad_norm")
+    assert "tag 'train/grad_norm', key 'train/grad_norm': value nan is not finite" in err
+    # a step logged again (a resumed run) keeps its later value, finite or not
+    from trajval_ops.analysis.run_logs import read_run
+
+    log = tmp_path / "resumed.jsonl"
+    log.write_text('{"step": 2, "acc": NaN, "loss": 1.0}\n{"step": 2, "acc": 0.5, "loss": Infinity}\n')
+    run = read_run(log)
+    assert run.metrics == {"acc": {2: 0.5}} and list(run.nonfinite) == ["loss"]
+
+
 def _refused(tmp_path, capsys, *argv) -> str:
     out = tmp_path / "out"
     assert verdict(*argv, "--out", str(out)) == 2

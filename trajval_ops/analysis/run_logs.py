@@ -20,7 +20,8 @@ step. Formats:
   or a missing key: not logged at that step).
 
 A step logged twice (a resumed run logging it again) keeps the later value. Only finite numbers
-are metrics; a non-finite value is refused with its step and key.
+are metrics. A non-finite value (a step whose grad norm or loss overflowed) is kept aside with
+where it was logged (:attr:`RunLog.nonfinite`): a comparison that reads its key refuses it then.
 """
 
 from __future__ import annotations
@@ -64,18 +65,28 @@ class RunLog:
     completions: dict[int, float] = field(default_factory=dict)
     #: the trainer's saved configuration, where one was found beside the log
     config: dict | None = None
+    #: metric key -> {step: (where it was logged, the value)}: its non-finite values, not in ``metrics``
+    nonfinite: dict[str, dict[int, tuple[str, float]]] = field(default_factory=dict)
+
+    def logged_keys(self) -> set[str]:
+        """Every metric key the run logs a number for, finite or not."""
+        return set(self.metrics) | set(self.nonfinite)
 
     def heldout_keys(self) -> list[str]:
         """The keys that look like a held-out accuracy (:data:`HELDOUT_KEY_PATTERNS`)."""
-        return sorted(key for key in self.metrics if any(p.fullmatch(key) for p in HELDOUT_KEY_PATTERNS))
+        return sorted(key for key in self.logged_keys() if any(p.fullmatch(key) for p in HELDOUT_KEY_PATTERNS))
+
+    def check_finite(self, key: str) -> None:
+        """Refuse ``key`` where the run logged a non-finite value of it, naming the first place."""
+        if self.nonfinite.get(key):
+            where, value = self.nonfinite[key][min(self.nonfinite[key])]
+            raise TrajvalInputError(f"{where}, key '{key}': value {value} is not finite")
 
 
-def _number(value: Any, where: str) -> float | None:
-    """A finite metric value; None for what is not a number (text, lists, booleans)."""
+def _number(value: Any) -> float | None:
+    """A metric value (NaN and infinity included); None for what is not a number (text, lists, booleans)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if not math.isfinite(value):
-        raise TrajvalInputError(f"{where}: value {value} is not finite")
     return float(value)
 
 
@@ -87,19 +98,25 @@ def _step(value: Any, where: str) -> int:
 
 
 def _collect(records: Iterable[tuple[str, int, Mapping[str, Any]]], path: str, format: str) -> RunLog:
-    """A RunLog from (where, step, {key: value}) records; the later value of a repeated step wins."""
+    """A RunLog from (where, step, {key: value}) records; the later value of a repeated step wins
+    (finite or not)."""
     metrics: dict[str, dict[int, float]] = {}
+    nonfinite: dict[str, dict[int, tuple[str, float]]] = {}
     last = -1
     for where, step, values in records:
         last = max(last, step)
         for key, value in values.items():
-            number = _number(value, f"{where}, key '{key}'")
-            if number is not None:
-                metrics.setdefault(key, {})[step] = number
+            number = _number(value)
+            if number is None:
+                continue
+            finite, other = (metrics, nonfinite) if math.isfinite(number) else (nonfinite, metrics)
+            finite.setdefault(key, {})[step] = number if finite is metrics else (where, number)
+            other.get(key, {}).pop(step, None)
     if last < 0:
         raise TrajvalInputError(f"{path}: no step logged (not a {format} log?)")
     completions = metrics.pop(COMPLETIONS_KEY, {})
-    return RunLog(path=path, format=format, metrics=metrics, last_step=last, completions=completions)
+    return RunLog(path=path, format=format, metrics={k: v for k, v in metrics.items() if v}, last_step=last,
+                  completions=completions, nonfinite={k: v for k, v in nonfinite.items() if v})
 
 
 def _json_lines(path: Path) -> Iterable[tuple[int, Any]]:

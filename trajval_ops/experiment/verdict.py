@@ -41,9 +41,9 @@ def choose_metrics(runs: Sequence[RunLog], named: Sequence[str] | None) -> list[
     """The metric keys to compare: ``named`` where given (every run must log each), else the one
     held-out accuracy key every run logs."""
     if named:
-        missing = [f"{run.path}: {', '.join(k for k in named if k not in run.metrics)} (it logs held-out keys: "
+        missing = [f"{run.path}: {', '.join(k for k in named if k not in run.logged_keys())} (it logs held-out keys: "
                    f"{', '.join(run.heldout_keys()) or 'none'})"
-                   for run in runs if any(k not in run.metrics for k in named)]
+                   for run in runs if any(k not in run.logged_keys() for k in named)]
         if missing:
             raise TrajvalInputError("runs do not log the --metric key(s):\n  " + "\n  ".join(missing))
         return list(named)
@@ -56,7 +56,7 @@ def choose_metrics(runs: Sequence[RunLog], named: Sequence[str] | None) -> list[
     if len(shared) == 1:
         return shared
     if not shared:
-        logged = sorted({k for run in runs for k in run.metrics})
+        logged = sorted({k for run in runs for k in run.logged_keys()})
         raise TrajvalInputError("the runs log no held-out accuracy key this tool recognises; name one with --metric "
                                 f"(keys logged: {', '.join(logged[:40])}{' ...' if len(logged) > 40 else ''})")
     raise TrajvalInputError("the runs log several held-out accuracy keys; name one or more with --metric (several "
@@ -65,7 +65,10 @@ def choose_metrics(runs: Sequence[RunLog], named: Sequence[str] | None) -> list[
 
 def run_curve(run: RunLog, metrics: Sequence[str]) -> tuple[list[int], np.ndarray]:
     """A run's steps at which every metric is logged and its macro-averaged curve there (the
-    metrics averaged at each step, :func:`curves.macro_average_curve`)."""
+    metrics averaged at each step, :func:`curves.macro_average_curve`); a non-finite value of one
+    of them is refused."""
+    for key in metrics:
+        run.check_finite(key)
     steps = sorted(set.intersection(*(set(run.metrics[key]) for key in metrics)))
     if not steps:
         return [], np.empty(0)
@@ -110,7 +113,7 @@ def arm_completions(runs: Sequence[RunLog], steps: Sequence[int]) -> np.ndarray 
         return None
     for run in runs:
         for s in through:
-            if run.completions[s] <= 0:
+            if not run.completions[s] > 0:  # NaN included
                 raise TrajvalInputError(f"{run.path}: step {s} generated {run.completions[s]} completions "
                                         "(must be > 0)")
     return validate_results.mean_cumulative_completions([[run.completions[s] for s in through] for run in runs], steps)
