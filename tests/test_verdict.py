@@ -440,6 +440,10 @@ def test_bad_input_is_one_block_exit_2_before_anything_is_written(tmp_path, caps
     assert "different held-out accuracy keys" in err and "heldout_acc" in err and "val_accuracy" in err
     err = _refused(tmp_path, capsys, "--run", uniform, "--run", f"trajval={tmp_path}/late.csv")
     assert "share no evaluation step" in err and "steps 1..5" in err
+    # the base model alone (verl's val_before_train with test_freq -1): no verdict on training
+    write_csv(tmp_path / "base_only.csv", "trajval", 1, steps=[0])
+    err = _refused(tmp_path, capsys, "--run", uniform, "--run", f"trajval={tmp_path}/base_only.csv")
+    assert "share no evaluation after training began (only step 0" in err and "1 evaluations, steps 0..0" in err
     err = _refused(tmp_path, capsys, "--run", uniform, "--run", trajval, "--metric", "val_accuracy")
     assert "do not log the --metric key(s)" in err
     err = _refused(tmp_path, capsys, "--run", uniform, "--run", f"trajval={tmp_path}/none-*.csv")

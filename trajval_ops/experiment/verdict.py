@@ -80,8 +80,10 @@ def align(runs_by_arm: Mapping[str, Sequence[RunLog]], metrics: Sequence[str]) -
     ``{"cut": {path: [steps dropped]}, "stopped_early": {path: reason}}``."""
     per_run = {run.path: (run, *run_curve(run, metrics)) for runs in runs_by_arm.values() for run in runs}
     shared = sorted(set.intersection(*(set(steps) for _, steps, _ in per_run.values())))
-    if not shared:
-        raise TrajvalInputError("the runs share no evaluation step:\n  " + "\n  ".join(
+    if not any(step > 0 for step in shared):  # step 0 alone: the model before training, every arm's own
+        what = ("no evaluation step" if not shared else
+                "no evaluation after training began (only step 0, the model before any training)")
+        raise TrajvalInputError(f"the runs share {what}:\n  " + "\n  ".join(
             f"{path}: {_step_range(steps)}" for path, (_, steps, _) in per_run.items()))
     last = max(steps[-1] for _, steps, _ in per_run.values())
     cut = {path: [s for s in steps if s not in set(shared)] for path, (_, steps, _) in per_run.items()}
