@@ -294,6 +294,19 @@ def test_bad_recipes_and_pools_are_errors_naming_them(regime, capsys):
     assert main(["--config", str(generated), "--trainer", "verl", "--recipe", str(regime["verl"]), "--out",
                  str(regime["tmp"] / "out")]) == 2
     assert "not generated 'tasks'" in capsys.readouterr().err
+    # runs that never evaluate during training give the verdict nothing to compare
+    silent = regime["tmp"] / "no_test_freq.sh"
+    silent.write_text(VERL_RECIPE.replace("trainer.test_freq=4", "trainer.val_before_train=true"))
+    assert _trainer(regime, recipe=silent) == 2
+    assert "trainer.test_freq=-1: the runs would evaluate the held-out set at no training step" in \
+        capsys.readouterr().err
+    pytest.importorskip("trl")
+    no_eval = regime["tmp"] / "no_eval.sh"
+    no_eval.write_text(TRL_RECIPE.format(script=REPO / "recipes" / "trl" / "grpo_trajval.py").replace(
+        "--eval_strategy steps --eval_steps 5 ", ""))
+    assert _trainer(regime, trainer="trl", recipe=no_eval) == 2
+    assert "evaluate the held-out set at no step (eval_strategy no)" in capsys.readouterr().err
+    assert not (regime["tmp"] / "out").exists()
 
 
 def test_a_recipe_of_overrides_alone_gets_verls_launcher(tmp_path):

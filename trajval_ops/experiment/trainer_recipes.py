@@ -172,9 +172,11 @@ def verl_counts(recipe: Recipe, pool_rows: int, heldout_rows: int, weighted: boo
         raise ConfigError(f"--recipe {recipe.source}: {pool_rows} pool rows make no batch of data.train_batch_size "
                           f"{batch}")
     every = verl_setting(recipe, "trainer.test_freq")
-    evaluations = int(bool(verl_setting(recipe, "trainer.val_before_train")))
-    if isinstance(every, int) and every > 0:
-        evaluations += steps // every + int(steps % every != 0)
+    if not (isinstance(every, int) and not isinstance(every, bool) and every > 0):
+        raise ConfigError(f"--recipe {recipe.source}: trainer.test_freq={every!r}: the runs would evaluate the "
+                          "held-out set at no training step (at most before training), so trajval verdict would "
+                          "have nothing to compare; set trainer.test_freq to a positive number of steps")
+    evaluations = int(bool(verl_setting(recipe, "trainer.val_before_train"))) + steps // every + int(steps % every != 0)
     return {"steps": steps, "training_completions": steps * batch * get("actor_rollout_ref.rollout.n"),
             "evaluation_completions": evaluations * get("actor_rollout_ref.rollout.val_kwargs.n") * heldout_rows,
             "evaluations": evaluations, "max_completion_tokens": get("data.max_response_length"),
@@ -270,6 +272,10 @@ def trl_counts(recipe: Recipe, run_args: list[str], heldout_rows: int) -> dict[s
         every = config.eval_steps or config.logging_steps
         every = int(every * steps) if every < 1 else int(every)  # a fraction of the steps, as Trainer reads it
         evaluations = steps // max(every, 1)
+    if evaluations == 0:
+        raise ConfigError(f"--recipe {recipe.source}: the runs would evaluate the held-out set at no step "
+                          f"(eval_strategy {getattr(config.eval_strategy, 'value', config.eval_strategy)}), so "
+                          "trajval verdict would have nothing to compare; give --eval_strategy steps and --eval_steps")
     per_prompt = config.num_generations_eval or config.num_generations
     return {"steps": steps, "training_completions": steps * per_step // config.num_iterations,
             "evaluation_completions": evaluations * per_prompt * heldout_rows, "evaluations": evaluations,
