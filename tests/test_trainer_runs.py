@@ -309,6 +309,19 @@ def test_bad_recipes_and_pools_are_errors_naming_them(regime, capsys):
     assert not (regime["tmp"] / "out").exists()
 
 
+def test_the_configs_relative_data_paths_are_read_from_its_folder(regime, capsys, monkeypatch, tmp_path_factory):
+    """As the harness reads them (issue 54, item 5): a config with data: {pool: pool.jsonl} runs the
+    same from any working directory."""
+    raw = yaml.safe_load(regime["config"].read_text())
+    raw["data"] = {"pool": "pool.jsonl", "heldout": "heldout.jsonl"}
+    regime["config"].write_text(yaml.safe_dump(raw))
+    monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))
+    runs = _dry_runs(regime, capsys)
+    uniform = next(run for run in runs if run["arm"] == "uniform")
+    assert f"data.train_files={regime['pool']}" in uniform["argv"]
+    assert f"data.val_files={regime['heldout']}" in uniform["argv"]
+
+
 def test_a_recipe_of_overrides_alone_gets_verls_launcher(tmp_path):
     recipe = tmp_path / "overrides.txt"
     recipe.write_text("# one or more a line\ndata.train_batch_size=8 actor_rollout_ref.rollout.n=4\n+data.x=1\n")

@@ -34,7 +34,7 @@ from trajval_ops import fields
 from trajval_ops.experiment.trainer_recipes import (VERL_DATASET, VERL_LOG_ENV, Recipe, read_recipe, trl_counts,
                                                     trl_run_args, verl_counts, verl_logger, verl_run_args,
                                                     verl_setting, verl_values)
-from trajval_ops.experiment.validation_config import ARMS, BASELINE_ARM, ConfigError, ValidationConfig
+from trajval_ops.experiment.validation_config import ARMS, BASELINE_ARM, ConfigError, ValidationConfig, data_file
 
 #: the run manifest in the output folder, read by ``trajval verdict`` and ``--status``
 MANIFEST = "runs.json"
@@ -105,7 +105,7 @@ def arm_pools(config: ValidationConfig, out: Path, given: dict[str, str],
                           f"{list(config.training.arms)}")
     if BASELINE_ARM in given or BASELINE_ARM in weight_keys:
         raise ConfigError(f"the {BASELINE_ARM} arm trains on data.pool as it is: give no --pool or --weight-key for it")
-    pool = str(Path(config.data.pool).resolve())
+    pool = str(data_file(config, "pool").resolve())
     pools = {}
     for arm in config.training.arms:
         if arm == BASELINE_ARM:
@@ -154,7 +154,7 @@ def pool_columns(path: Path) -> set[str]:
 
 def trainer_runs(config: ValidationConfig, recipe: Recipe, out: Path, pools: dict[str, ArmPool]) -> list[TrainerRun]:
     """One run per arm and training seed, in the config's order."""
-    heldout = str(Path(config.data.heldout).resolve())
+    heldout = str(data_file(config, "heldout").resolve())
     pool_rows, heldout_rows = check_heldout(config)
     build = _verl_run if recipe.trainer == "verl" else _trl_run
     return [build(config, recipe, out.resolve(), arm, seed, pools[arm], heldout, pool_rows, heldout_rows)
@@ -167,7 +167,8 @@ def check_heldout(config: ValidationConfig) -> tuple[int, int]:
     from trajval_ops.experiment.splits import ID_KEY, check_splits, ids_from
     from trajval_ops.pools.io import read_rows
 
-    splits = {"context-a": list(read_rows(config.data.pool)), "heldout": list(read_rows(config.data.heldout))}
+    splits = {"context-a": list(read_rows(data_file(config, "pool"))),
+              "heldout": list(read_rows(data_file(config, "heldout")))}
     if config.data.id_key != ID_KEY:
         splits = {name: ids_from(rows, config.data.id_key, name) for name, rows in splits.items()}
     check_splits(splits, config)
@@ -223,7 +224,7 @@ def manifest(config: ValidationConfig, recipe: Recipe, pools: dict[str, ArmPool]
     return {"kind": MANIFEST_KIND, "version": MANIFEST_VERSION, "name": config.name, "trainer": recipe.trainer,
             "config": str(Path(config.source).resolve()) if config.source else None,
             "recipe": str(Path(recipe.source).resolve()), "baseline": BASELINE_ARM,
-            "heldout": str(Path(config.data.heldout).resolve()), "ray_address": None,
+            "heldout": str(data_file(config, "heldout").resolve()), "ray_address": None,
             "pools": {arm: asdict(pool) for arm, pool in pools.items()},
             "runs": [asdict(run) | {"command": run.command()} for run in runs],
             "verdict_command": verdict_command(recipe.trainer, pools, runs)}
