@@ -248,6 +248,32 @@ def test_a_csv_with_completions_and_a_priced_pool_gives_the_break_even_by_hand(t
         "held_out_accuracy_per_arm.png", "held_out_accuracy_per_arm_against_completions.png"]
 
 
+def test_a_pool_whose_passes_record_no_cost_gives_no_break_even(tmp_path, capsys):
+    """A pass without a recorded cost (an older pool, weights from elsewhere) leaves the prior's price
+    unknown: read as 0 (or as the passes that do record one), the prior "paid for itself"."""
+    import pyarrow as pa
+
+    from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
+    from trajval_ops.pools.io import write_table
+
+    for arm in ("uniform", "trajval"):
+        for seed in range(3):
+            write_csv(tmp_path / f"{arm}-{seed}.csv", arm, seed)
+    rows = [{"id": f"t{i}", "prompt": f"q{i}", "trajval_r_early": 0.125 * (i % 8), "trajval_r_late": 0.9,
+             "trajval_r_early_provenance": {"model": "m"},
+             "trajval_r_late_provenance": {"cost": {"completions": 4, "generated_tokens": 5}}} for i in range(10)]
+    pool = tmp_path / "unpriced.jsonl"
+    write_table(TrajvalLearnabilityMapper(prior="trajval").score_pool(pa.Table.from_pylist(rows)), pool)
+    assert verdict("--run", f"uniform={tmp_path}/uniform-*.csv", "--run", f"trajval={tmp_path}/trajval-*.csv",
+                   "--pool", f"trajval={pool}", "--out", str(tmp_path / "out")) == 0, capsys.readouterr().err
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    prior = result["priors"]["trajval"]
+    assert prior["completions"] is None and "10 pass rows record no cost" in prior["source"]
+    assert "at least 40 completions" in prior["source"]
+    assert "trajval" not in result["cost"]["arms"] and "trajval_pays_for_itself" not in result["verdicts"]
+    assert "trajval: no break-even: its prior's price is unknown; its pool records no cost" in capsys.readouterr().out
+
+
 def test_several_metrics_are_macro_averaged_and_a_jsonl_table_is_read(tmp_path):
     from trajval_ops.experiment.verdict import compare
     from trajval_ops.analysis.run_logs import read_run

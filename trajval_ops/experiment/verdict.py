@@ -132,9 +132,11 @@ def pool_prior(path: str | Path) -> Prior:
     cost = pool_cost(rows)
     names = sorted({run["prior"] for run in cost["runs"] if run["prior"]})
     unpriced = cost.get("rows_without_cost", 0)
-    source = f"from the provenance of {path}" + (f" (at least: {unpriced:,} pass rows without a recorded cost)"
-                                            if unpriced else "")
-    return Prior(", ".join(names) or None, int(cost["completions"]), source)
+    if unpriced:  # a lower bound would make the prior look cheaper than it was: no break-even from it
+        return Prior(", ".join(names) or None, None,
+                     f"from the provenance of {path}: {unpriced:,} pass rows record no cost, so its price is unknown "
+                     f"(at least {int(cost['completions']):,} completions)")
+    return Prior(", ".join(names) or None, int(cost["completions"]), f"from the provenance of {path}")
 
 
 def verl_config_prior(runs: Sequence[RunLog]) -> Prior | None:
@@ -209,7 +211,9 @@ def compare(runs_by_arm: Mapping[str, Sequence[RunLog]], baseline: str = "unifor
         cost = {"main_run_completions": float(x[baseline][-1]), "arms": {}}
         for arm in runs_by_arm:
             if priors[arm].completions is None:
-                notes.append(f"{arm}: no break-even: its prior's price is unknown; pass --pool {arm}=PATH")
+                notes.append(f"{arm}: no break-even: its prior's price is unknown; "
+                             + ("its pool records no cost for some passes" if arm in (pools or {})
+                                else f"pass --pool {arm}=PATH"))
                 continue
             row = validate_results.arm_cost_figures(arm_curves[arm], base, x[arm], x[baseline], priors[arm].completions)
             # validate's keys, the baseline named (completions_to_<baseline>_best)
