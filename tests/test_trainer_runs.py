@@ -417,6 +417,40 @@ def test_the_verdict_reads_the_folder_the_runs_were_written_to(regime, capsys):
     arms = [f"{arm}={out}/logs/{arm}-seed*.jsonl" for arm in ("uniform", "trajval", "variance")]
     assert verdict.main([w for arm in arms for w in ("--run", arm)] + ["--out", str(regime["tmp"] / "by_hand")]) == 0
     by_hand = json.loads((regime["tmp"] / "by_hand" / "results.json").read_text())["training"]
+    # the logs hold no completions and verl saved no config beside them: the written runs' own settings
+    # give them (train_batch_size 8 x rollout.n 4 a step) and the planned steps (3 epochs of 40 // 8)
+    result = json.loads((out / "verdict" / "results.json").read_text())
+    assert result["training"]["uniform"]["completions"] == 12 * 8 * 4
+    assert result["training"]["trajval"]["auc_completions_minus_uniform"] is not None and "cost" in result
+    assert result["runs"]["uniform"][0]["planned_steps"] == 15 and len(result["stopped_early"]) == 6
+    for arm in ("uniform", "trajval", "variance"):
+        by_hand[arm].pop("completions"), from_folder[arm].pop("completions")
+        for key in [key for key in from_folder[arm] if key.startswith("auc_completions")]:
+            by_hand[arm].pop(key), from_folder[arm].pop(key)
     assert from_folder == by_hand and len(from_folder["trajval"]["seeds"]) == 2
     assert verdict.main([str(out), "--run", f"uniform={out}/logs/uniform-seed0.jsonl"]) == 2
     assert "leave out --run" in capsys.readouterr().err
+
+
+def test_the_verdict_of_a_trl_folder_counts_each_steps_completions_as_the_dry_run(regime, capsys):
+    """TRL's trainer_state.json records no completions: the folder's verdict reads each step's from the
+    written run's count (per_device_train_batch_size 4 x 1 process x gradient_accumulation_steps 2)."""
+    pytest.importorskip("trl")
+    from trajval_ops.cli import verdict
+
+    recipe = regime["tmp"] / "trl_recipe.sh"
+    recipe.write_text(TRL_RECIPE.format(script=REPO / "recipes" / "trl" / "grpo_trajval.py"))
+    variance = write_jsonl(regime["tmp"] / "variance.jsonl", [_row(i, "p", trajval_weight=1.0) for i in range(POOL_ROWS)])
+    assert _trainer(regime, "--pool", f"variance={variance}", trainer="trl", recipe=recipe) == 0
+    out = regime["tmp"] / "out"
+    for run in json.loads((out / "runs.json").read_text())["runs"]:
+        history = [{"eval_rewards/accuracy_reward/mean": 0.2 + 0.01 * step * (run["arm"] != "uniform") + 0.001 * run["seed"]
+                    + 0.005 * step, "step": step} for step in (5, 10, 15, 20)]
+        (out / run["log"]).mkdir(parents=True)
+        (out / run["log"] / "trainer_state.json").write_text(json.dumps(
+            {"global_step": 20, "max_steps": 20, "log_history": history}))
+    capsys.readouterr()
+    assert verdict.main([str(out)]) == 0, capsys.readouterr().err
+    result = json.loads((out / "verdict" / "results.json").read_text())
+    assert result["training"]["uniform"]["completions"] == 20 * 8 and "cost" in result
+

@@ -199,12 +199,19 @@ class VerlFileLog:
         run = _collect(records(), str(path), VerlFileLog.name)
         run.config = verl_saved_config(path)
         run.planned_steps = _whole(config_value(run.config, "trainer.total_training_steps"))
-        if not run.completions:
-            per_step = verl_completions_per_step(run.config, run.metrics.get("train/num_gen_batches"))
-            if per_step is not None:
-                counts = {step: per_step(step) for step in range(1, run.last_step + 1)}
-                run.completions = {step: count for step, count in counts.items() if count is not None}
+        fill_verl_completions(run)
         return run
+
+
+def fill_verl_completions(run: RunLog) -> None:
+    """A verl run's completions at each step from its config (:func:`verl_completions_per_step`),
+    where its log logs none."""
+    if run.completions:
+        return
+    per_step = verl_completions_per_step(run.config, run.metrics.get("train/num_gen_batches"))
+    if per_step is not None:
+        counts = {step: per_step(step) for step in range(1, run.last_step + 1)}
+        run.completions = {step: count for step, count in counts.items() if count is not None}
 
 
 # ----------------------------------------------------------------------------- TRL

@@ -86,7 +86,6 @@ def runs_dir_arms(args) -> tuple[dict, dict, str, "Path"]:
     (not run, or still starting) is named with how to see where the runs are."""
     from pathlib import Path
 
-    from trajval_ops.analysis.run_logs import read_run
     from trajval_ops.errors import TrajvalInputError
     from trajval_ops.experiment.trainer_runs import read_manifest
     from trajval_ops.experiment.validation_config import ConfigError
@@ -106,9 +105,27 @@ def runs_dir_arms(args) -> tuple[dict, dict, str, "Path"]:
                                 f"(trajval validate --status --out {folder} shows where they are)")
     arms: dict[str, list] = {}
     for run in record["runs"]:
-        arms.setdefault(run["arm"], []).append(read_run(folder / run["log"], run["log_format"]))
+        arms.setdefault(run["arm"], []).append(manifest_run(folder, run))
     pools = {arm: pool["path"] for arm, pool in record["pools"].items() if pool.get("weight_key") is not None}
     return arms, pools, args.baseline or record["baseline"], Path(args.out) if args.out else folder / "verdict"
+
+
+def manifest_run(folder, run: dict):
+    """A run of a runs.json, read from its log; where the log does not say them, its planned steps
+    and each step's completions are the written run's (verl: its command's settings; TRL: the
+    dry run's count per step), so the folder's verdict has its equal-completions figures and break-even."""
+    from trajval_ops.analysis.run_logs import fill_verl_completions, read_run
+    from trajval_ops.experiment.trainer_recipes import verl_run_settings
+
+    log = read_run(folder / run["log"], run["log_format"])
+    log.planned_steps = log.planned_steps or run["counts"]["steps"]
+    if run["trainer"] == "verl" and log.config is None:
+        log.config = verl_run_settings(run["argv"])
+        fill_verl_completions(log)
+    elif run["trainer"] == "trl" and not log.completions:
+        per_step = run["counts"]["training_completions"] / run["counts"]["steps"]
+        log.completions = {step: per_step for step in range(1, log.last_step + 1)}
+    return log
 
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:

@@ -127,6 +127,12 @@ def verl_values(recipe: Recipe) -> dict[str, Any]:
     return values
 
 
+def verl_run_settings(argv: list[str]) -> dict[str, Any]:
+    """A written verl run's settings as its command gives them: verl's defaults of the counted
+    keys (:data:`VERL_DEFAULTS`) under the command's overrides, ``{dotted key: value}``."""
+    return VERL_DEFAULTS | verl_values(Recipe("verl", "", args=[token for token in argv if _OVERRIDE.match(token)]))
+
+
 def verl_setting(recipe: Recipe, key: str) -> Any:
     """A counted key's value: the recipe's, else verl's default (:data:`VERL_DEFAULTS`)."""
     return verl_values(recipe).get(key, VERL_DEFAULTS[key])
