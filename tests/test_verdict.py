@@ -476,6 +476,10 @@ def test_bad_input_is_one_block_exit_2_before_anything_is_written(tmp_path, caps
     assert "matches no file" in err
     err = _refused(tmp_path, capsys, "--run", uniform, "--run", "trajval", "--pool", "x=1")
     assert "expected ARM=PATH" in err
+    # one pool per arm, as validate --trainer's --pool: the second was taken silently
+    err = _refused(tmp_path, capsys, "--run", uniform, "--run", trajval, "--pool", f"trajval={tmp_path}/a.jsonl",
+                   "--pool", f"trajval={tmp_path}/b.jsonl")
+    assert "--pool names arm trajval twice" in err
     # several held-out keys: the error lists them
     for name in ("a", "b"):
         (tmp_path / f"{name}.jsonl").write_text("".join(

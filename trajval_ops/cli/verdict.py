@@ -48,26 +48,15 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def _pairs(values: list[str], option: str) -> list[tuple[str, str]]:
-    from trajval_ops.errors import TrajvalInputError
-
-    pairs = []
-    for value in values:
-        arm, sep, path = value.partition("=")
-        if not sep or not arm or not path:
-            raise TrajvalInputError(f"{option} {value!r}: expected ARM=PATH")
-        pairs.append((arm, path))
-    return pairs
-
-
 def read_arms(run_options: list[str], format: str | None) -> dict:
     """arm -> its runs, each --run's glob expanded (sorted); a pattern matching nothing is an error."""
     from trajval_ops.analysis.run_logs import read_run
     from trajval_ops.errors import TrajvalInputError
+    from trajval_ops.experiment.trainer_runs import arm_pairs
 
     arms: dict[str, list] = {}
     named: dict[str, str] = {}  # path -> its arm: one run is one seed of one arm
-    for arm, pattern in _pairs(run_options, "--run"):
+    for arm, pattern in arm_pairs(run_options, "--run", "PATH"):  # several per arm: its seeds
         paths = sorted(glob.glob(pattern)) or ([pattern] if not glob.has_magic(pattern) else [])
         if not paths:
             raise TrajvalInputError(f"--run {arm}={pattern}: the pattern matches no file")
@@ -135,6 +124,8 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
 
     from trajval_ops.errors import TrajvalInputError
     from trajval_ops.experiment import verdict
+    from trajval_ops.experiment.trainer_runs import pairs
+    from trajval_ops.experiment.validation_config import ConfigError
 
     try:
         if args.runs_dir is not None:
@@ -143,10 +134,10 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
             raise TrajvalInputError("give RUNS_DIR (a folder trajval validate --trainer wrote), or --run ARM=PATH "
                                     "for each arm and --out")
         else:
-            arms, pools = read_arms(args.run, args.format), dict(_pairs(args.pool, "--pool"))
+            arms, pools = read_arms(args.run, args.format), pairs(args.pool, "--pool", "PATH")
             baseline, out = args.baseline or "uniform", Path(args.out)
         result, series = verdict.compare(arms, baseline, args.metric, pools)
-    except (TrajvalInputError, OSError) as err:
+    except (TrajvalInputError, ConfigError, OSError) as err:
         print(f"verdict: error: {err}", file=sys.stderr)
         return 2
     args.out = str(out)

@@ -328,16 +328,24 @@ def priced(counts: dict[str, int], rate: float | None, price: float | None) -> d
 # ----------------------------------------------------------------------------- the command
 
 
-def pairs(values: list[str] | None, option: str) -> dict[str, str]:
-    """``ARM=VALUE`` options as a mapping; a malformed or repeated one is an error naming it."""
-    out: dict[str, str] = {}
+def arm_pairs(values: list[str] | None, option: str, what: str = "VALUE") -> list[tuple[str, str]]:
+    """``ARM=VALUE`` options as (arm, value) pairs, in order; a malformed one is an error naming it."""
+    out = []
     for value in values or []:
         arm, sep, rest = value.partition("=")
         if not sep or not arm or not rest:
-            raise ConfigError(f"{option} {value}: expected ARM=VALUE")
+            raise ConfigError(f"{option} {value}: expected ARM={what}")
+        out.append((arm, rest))
+    return out
+
+
+def pairs(values: list[str] | None, option: str, what: str = "VALUE") -> dict[str, str]:
+    """``ARM=VALUE`` options, one per arm, as a mapping; a malformed or repeated one is an error naming it."""
+    out: dict[str, str] = {}
+    for arm, value in arm_pairs(values, option, what):
         if arm in out:
             raise ConfigError(f"{option} names arm {arm} twice")
-        out[arm] = rest
+        out[arm] = value
     return out
 
 
