@@ -112,6 +112,14 @@ def test_submit_ray_runs_the_arms_as_jobs_that_status_and_the_verdict_read(tmp_p
         assert main(["--config", str(config), "--trainer", "verl", "--recipe", str(recipe), "--out", str(out),
                      "--pool", f"trajval={weighted}", "--submit", "ray"]) == 0
         assert "submitted 0 job(s)" in capsys.readouterr().out
+        # a job the cluster does not know (restarted since, or another cluster): said, not a traceback
+        forgotten = json.loads((out / "runs.json").read_text())
+        forgotten["runs"][0]["job_id"] = "raysubmit_forgotten"
+        (out / "runs.json").write_text(json.dumps(forgotten))
+        assert main(["--status", "--out", str(out)]) == 0
+        table = capsys.readouterr().out
+        assert table.splitlines()[1].split()[-2:] == ["UNKNOWN", str(STEPS)]
+        assert "Job raysubmit_forgotten does not exist" in table and "3 of 4 run(s) finished" in table
     finally:
         head.send_signal(signal.SIGTERM)  # ray start --block stops what it started
         head.wait(timeout=120)

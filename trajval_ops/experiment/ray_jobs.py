@@ -21,6 +21,8 @@ from trajval_ops.experiment.validation_config import ConfigError
 
 #: Ray's job states that end a job (ray.job_submission.JobStatus)
 FINISHED_STATES = ("SUCCEEDED", "FAILED", "STOPPED")
+#: ``--status``'s state of a job the cluster does not know (restarted since, or another cluster)
+UNKNOWN_STATE = "UNKNOWN"
 
 
 def ray_address(record: dict | None = None) -> str:
@@ -60,9 +62,14 @@ def submit(out: Path) -> list[str]:
     for run in record["runs"]:
         if run.get("job_id"):
             continue
-        run["job_id"] = client.submit_job(
-            entrypoint=shlex.join(run["argv"]), runtime_env={"env_vars": run["env"]},
-            metadata={"trajval_run": run["name"], "arm": run["arm"], "seed": str(run["seed"])})
+        try:
+            run["job_id"] = client.submit_job(
+                entrypoint=shlex.join(run["argv"]), runtime_env={"env_vars": run["env"]},
+                metadata={"trajval_run": run["name"], "arm": run["arm"], "seed": str(run["seed"])})
+        except RuntimeError as error:  # the job API's refusal (a bad runtime_env, a cluster going away)
+            raise ConfigError(f"the Ray cluster at {address} refused the job of run {run['name']}: {error}; the "
+                              f"{len(submitted)} job(s) submitted before it are in {out / MANIFEST}, and --submit "
+                              "again submits the rest") from None
         run["state"] = "PENDING"
         submitted.append(run["job_id"])
         write_json(out / MANIFEST, record)  # each id kept as soon as it exists
@@ -79,10 +86,14 @@ def status(out: Path) -> list[dict]:
     client = _client(ray_address(record)) if any(run.get("job_id") for run in record["runs"]) else None
     rows = []
     for run in record["runs"]:
+        note = None
         if run.get("job_id"):
-            run["state"] = str(getattr(state := client.get_job_status(run["job_id"]), "value", state))
+            try:
+                run["state"] = str(getattr(state := client.get_job_status(run["job_id"]), "value", state))
+            except RuntimeError as error:  # e.g. 404: the cluster restarted since, or RAY_ADDRESS names another
+                run["state"], note = UNKNOWN_STATE, f"{run['name']}: {error}"
         rows.append({"name": run["name"], "arm": run["arm"], "seed": run["seed"], "job_id": run.get("job_id"),
-                     "state": run.get("state") or "not submitted",
+                     "state": run.get("state") or "not submitted", "note": note,
                      "last_step": last_logged_step(out / run["log"], run["log_format"])})
     write_json(out / MANIFEST, record)
     return rows
@@ -116,5 +127,8 @@ def print_status(rows: list[dict]) -> None:
     for row in rows:
         step = "-" if row["last_step"] is None else row["last_step"]
         print(f"{row['name']:40} {row['job_id'] or '-':28} {row['state']:14} {step:>9}")
+    for row in rows:
+        if row.get("note"):
+            print(f"{UNKNOWN_STATE}: {row['note']}")
     done = sum(row["state"] in FINISHED_STATES for row in rows)
     print(f"{done} of {len(rows)} run(s) finished")
