@@ -47,6 +47,7 @@ from trajval_ops.experiment.validation_config import (ARMS, ConfigError, Validat
                                                      recorded_settings, regime_verifier)
 from trajval_ops.experiment.devices import UNITS_RECORD, record_unit
 from trajval_ops.experiment.splits import ID_KEY, check_splits, ids_from
+from trajval_ops.experiment.trainer_recipes import TRAINERS
 from trajval_ops.experiment.grpo_run import RESULT_FILE, finished_results, unit_file
 from trajval_ops.experiment import unit_process
 from trajval_ops.experiment.priors import (
@@ -584,7 +585,7 @@ def _parser(prog: str):
                              "run holds (checked against the recipe's)")
     parser.add_argument("--json", action="store_true", help="with --dry-run or --trainer: print one JSON object")
     trainer = parser.add_argument_group("your own trainer's runs (docs/your_trainer.md)")
-    trainer.add_argument("--trainer", choices=("verl", "trl"), help="write the arms as runs of this trainer")
+    trainer.add_argument("--trainer", choices=TRAINERS, help="write the arms as runs of this trainer")
     trainer.add_argument("--recipe", help="your base recipe: verl Hydra overrides or command; the command of your "
                                           "TRL script with its arguments")
     trainer.add_argument("--pool", action="append", metavar="ARM=PATH",
