@@ -518,6 +518,21 @@ def test_gpu_hours_and_the_wall_time_on_n_gpus_by_hand(tmp_path, capsys):
     assert "(probe 2, trajval_r_early 2, trajval_r_late 4)" in printed
 
 
+def test_rate_is_one_option_with_one_meaning_in_every_command():
+    """--rate is completions per second per GPU in trajval cost, validate --dry-run and validate
+    --trainer: one declaration, one help text (trajval_ops.generation_time)."""
+    from trajval_ops.experiment import protocol
+    from trajval_ops.generation_time import PRICE_HELP, RATE_HELP
+
+    def option(parser, name):
+        return next(action for action in parser._actions if name in action.option_strings)
+
+    cost_rate, validate_rate = option(cost_cli._parser(None), "--rate"), option(protocol._parser("v"), "--rate")
+    assert cost_rate.help == RATE_HELP and validate_rate.help.startswith(RATE_HELP)
+    assert cost_rate.metavar == validate_rate.metavar == "COMPLETIONS_PER_S_PER_GPU"
+    assert option(protocol._parser("v"), "--price").help == PRICE_HELP
+
+
 def test_the_rates_and_gpus_rules_are_the_dry_runs(tmp_path, capsys):
     """One check for both commands: a rate that is not a positive number, fewer than one GPU, and
     GPUs without a rate are refused in the same words; --pool takes a rate alone."""

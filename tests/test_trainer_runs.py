@@ -148,8 +148,9 @@ def test_verl_runs_are_counted_as_verl_steps_them(regime, capsys):
     cost = priced[0]["cost"]
     completions = 15 * 8 * 4 + 5 * HELDOUT_ROWS
     assert cost["completions"] == completions and cost["max_new_tokens"] == completions * 1024
-    assert cost["generation_s"] == pytest.approx(completions / 4)
-    assert cost["gpu_hours"] == pytest.approx(completions / 4 * 8 / 3600)
+    # --rate is per GPU in every command: the run's 8 GPUs generate at 8 x 4 a second together
+    assert cost["generation_s"] == pytest.approx(completions / (4 * 8))
+    assert cost["gpu_hours"] == pytest.approx(completions / 4 / 3600)
     assert cost["price"] == pytest.approx(cost["gpu_hours"] * 2.5)
 
 
@@ -257,7 +258,8 @@ def test_trl_runs_parse_with_trls_own_parser(regime, capsys):
     ({}, ("--pool", "variance"), "expected ARM=VALUE"),
     ({}, ("--gpus", "4", "--dry-run"), "--gpus 4, but the recipe runs on 8 GPU(s)"),
     ({}, ("--price", "3", "--dry-run"), "--price prices GPU-hours: give --rate"),
-    ({}, ("--rate", "nan", "--dry-run"), "--rate nan must be a positive number"),
+    ({}, ("--rate", "nan", "--dry-run"), "--rate nan must be a positive number of completions per second per GPU"),
+    ({}, ("--rate", "4", "--price", "inf", "--dry-run"), "--price inf must be a positive number per GPU-hour"),
 ])
 def test_bad_input_is_one_error_before_anything_is_written(regime, capsys, change, args, message):
     raw = yaml.safe_load(regime["config"].read_text())

@@ -735,6 +735,13 @@ def test_a_dry_run_prices_every_unit_by_hand_and_writes_nothing(tmp_path, capsys
     # GPU-hours by the rules trajval cost --rate prices a recipe with (trajval_ops.generation_time)
     assert planned["gpu_hours"] == pytest.approx(planned["completions"] / 100 / 3600)
     assert planned["generation_wall_time_s"] < report["generation_wall_time_s"]
+    # units sharing cards share their rate (per GPU, as everywhere): 8 units on 2 GPUs take 4x a
+    # unit's time, the GPU-hours unchanged
+    assert protocol.main(["--config", str(SMOKE), "--dry-run", "--rate", "100", "--gpus", "2", "--workers", "8",
+                          "--json"]) == 0
+    shared = json.loads(capsys.readouterr().out)
+    assert shared["unit_rate_completions_per_s"] == 25 and shared["gpu_hours"] == pytest.approx(planned["gpu_hours"])
+    assert shared["longest_unit_generation_s"] == pytest.approx(4 * planned["longest_unit_generation_s"])
     assert protocol.main(["--config", str(SMOKE), "--dry-run", "--rate", "nan"]) == 2
     # another machine's GPUs need that machine's rate; --gpus without --dry-run is refused by the parser
     assert protocol.main(["--config", str(SMOKE), "--dry-run", "--gpus", "1"]) == 2

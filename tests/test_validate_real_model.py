@@ -75,8 +75,10 @@ def test_the_short_verdict_fits_one_gpu_call():
         assert config.workers == len(unit_costs(config))  # every unit at once
     assert (short.data, short.grpo, short.probe.n) == (full.data, full.grpo, 4)
     assert len(short.training.seeds) >= 3
+    # --rate is per GPU: the H200's rates are one unit's alone on the card; the plan assumes each of
+    # the units sharing it keeps that rate (not measured), so the card's rate is the units' sum
     for rate in (H200_ENDPOINT_RATE, H200_STEP_RATE):
-        assert dry_run(short, rate, gpus=1)["generation_wall_time_s"] <= 8 * 60, rate
+        assert dry_run(short, rate * short.workers, gpus=1)["generation_wall_time_s"] <= 8 * 60, rate
 
 
 def test_smoke_data_are_the_first_lines_of_the_full_data():

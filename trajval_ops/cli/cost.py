@@ -24,6 +24,8 @@ import json
 import math
 import sys
 
+from trajval_ops.generation_time import add_rate_option
+
 
 def _parser(prog: str | None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
@@ -37,8 +39,7 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--main-n", type=int, default=16, help="rollouts per prompt in the main run (default 16)")
     parser.add_argument("--main-epochs", type=float, default=1.0,
                         help="epochs of the main run over the pool (default 1)")
-    parser.add_argument("--rate", type=float, metavar="COMPLETIONS_PER_S",
-                        help="completions per second per GPU, measured where the run will go: add the GPU-hours")
+    add_rate_option(parser)
     parser.add_argument("--gpus", type=int, metavar="N", help="with --rate and --config: plan the wall time on N "
                         "GPUs (default 1)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -100,8 +100,8 @@ def measured_rate(config: ValidationConfig, prompts: int = 64, seconds: float = 
 
 
 def dry_run(config: ValidationConfig, rate: float | None = None, gpus: int | None = None) -> dict[str, Any]:
-    """The units, their totals, and the generation time at ``rate`` completions/s per worker
-    (measured when None; :func:`trajval_ops.generation_time.generation_time`, the rules ``trajval
+    """The units, their totals, and the generation time at ``rate`` completions/s per GPU (per
+    worker without GPUs; measured when None; :func:`trajval_ops.generation_time.generation_time`, the rules ``trajval
     cost`` prices a recipe by), with as many units side by side as the run would start here
     (:mod:`.devices`), or on a machine with ``gpus`` GPUs."""
     from trajval_ops.experiment.devices import unit_workers, visible_gpus
@@ -135,7 +135,10 @@ def print_dry_run(report: dict[str, Any]) -> None:
     where = f" on {report['gpus']} GPU(s)" if report.get("gpus") else ""
     hours = (f"{report['gpu_hours']:,.2f} GPU-hours" if report.get("gpu_hours") is not None
              else f"{report['worker_hours']:,.2f} worker-hours")
-    print(f"{len(report['units'])} units; at {report['rate_completions_per_s']:,.0f} completions/s per worker "
+    per = "per GPU" if report.get("gpu_hours") is not None else "per worker"
+    if report["unit_rate_completions_per_s"] < report["rate_completions_per_s"]:
+        per += f", {report['unit_rate_completions_per_s']:,.1f} a unit with the units sharing cards"
+    print(f"{len(report['units'])} units; at {report['rate_completions_per_s']:,.0f} completions/s {per} "
           f"({report['rate_source']}) and {report['workers']} worker(s){where}: about "
           f"{report['generation_wall_time_s'] / 60:,.1f} min of generation ({hours}), the arms after the units they "
           f"wait for (training's backward passes and the units' start-ups come on top); the longest unit "

@@ -41,6 +41,7 @@ from loguru import logger
 from trajval_ops import fields
 from trajval_ops.atomic import write_json
 from trajval_ops.errors import TrajvalInputError
+from trajval_ops.generation_time import add_price_option, add_rate_option
 from trajval_ops.pools.io import write_rows
 from trajval_ops.experiment.validation_config import (ARMS, ConfigError, ValidationConfig, arm_reads_priors,
                                                      data_file, load_config, model_identity, protocol_hash,
@@ -576,9 +577,8 @@ def _parser(prog: str):
     parser.add_argument("--dry-run", action="store_true",
                         help="list the units, their completions and token bounds and the generation time at a "
                              "rate, and stop (nothing is written); with --trainer, every run's command and cost")
-    parser.add_argument("--rate", type=float, default=None, metavar="COMPLETIONS_PER_S",
-                        help="with --dry-run: a worker's generation rate (default: measured on this machine); with "
-                             "--trainer: one run's completions per second on its GPUs")
+    add_rate_option(parser, "with --dry-run (default: measured on this machine; units that share a card share "
+                            "its rate) or --trainer (a run generates at it times its GPUs)")
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
                         help="with --dry-run: plan the run for a machine with N GPUs (one unit each unless "
                              "--workers says otherwise), with --rate measured there; with --trainer: the GPUs each "
@@ -592,8 +592,7 @@ def _parser(prog: str):
                          help="a prior arm's weighted pool (repeatable; default: written by the arm's shipped recipe)")
     trainer.add_argument("--weight-key", action="append", metavar="ARM=KEY",
                          help=f"the weight column of an arm's pool (default {fields.WEIGHT})")
-    trainer.add_argument("--price", type=float, default=None, metavar="PER_GPU_HOUR",
-                         help="with --trainer and --rate: the price of a GPU-hour, to price every run")
+    add_price_option(trainer)
     trainer.add_argument("--submit", choices=("ray",), help="submit each run as a Ray job to RAY_ADDRESS's cluster")
     trainer.add_argument("--status", action="store_true", help="each run's job state and last logged step (--out)")
     return parser

@@ -311,15 +311,16 @@ def missing_pools(record: dict) -> dict[str, str]:
 
 
 def priced(counts: dict[str, int], rate: float | None, price: float | None) -> dict[str, Any]:
-    """A run's completions (:func:`.dry_run.unit_cost`), and at ``rate`` completions/s its
-    generation time and GPU-hours, at ``price`` per GPU-hour their cost."""
+    """A run's completions (:func:`.dry_run.unit_cost`), and at ``rate`` completions/s per GPU
+    (its GPUs together: :func:`trajval_ops.generation_time.run_generation`) its generation time and
+    GPU-hours, at ``price`` per GPU-hour their cost."""
     from trajval_ops.experiment.dry_run import unit_cost
+    from trajval_ops.generation_time import run_generation
 
     cost = unit_cost(counts["training_completions"], counts["evaluation_completions"], counts["max_completion_tokens"])
     cost |= {"steps": counts["steps"], "evaluations": counts["evaluations"], "gpus": counts["gpus"]}
     if rate is not None:
-        cost["generation_s"] = cost["completions"] / rate
-        cost["gpu_hours"] = cost["generation_s"] * counts["gpus"] / 3600
+        cost |= run_generation(cost["completions"], rate, counts["gpus"])
         if price is not None:
             cost["price"] = cost["gpu_hours"] * price
     return cost
@@ -352,13 +353,13 @@ def pairs(values: list[str] | None, option: str, what: str = "VALUE") -> dict[st
 def run_trainer_command(config: ValidationConfig, args) -> Path | None:
     """``--trainer``: print the runs and write them to ``--out`` (returned); ``--dry-run``: print
     only, every command."""
+    from trajval_ops.generation_time import check_rate
+
     check_trainer_config(config)
-    for name in ("rate", "price"):
-        value = getattr(args, name)
-        if value is not None and not (value > 0 and value != float("inf")):
-            raise ConfigError(f"--{name} {value} must be a positive number")
-    if args.price is not None and args.rate is None:
-        raise ConfigError("--price prices GPU-hours: give --rate, a run's completions per second on its GPUs")
+    try:
+        check_rate(args.rate, args.price)  # the rules validate --dry-run and trajval cost follow
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     recipe = read_recipe(args.recipe, args.trainer)
     out = Path(args.out)
     pools = arm_pools(config, out, pairs(args.pool, "--pool"), pairs(args.weight_key, "--weight-key"))
@@ -404,5 +405,5 @@ def print_runs(record: dict, costs: list[dict], commands: bool) -> None:
             line += f", {sum(c['price'] for c in costs):,.2f} at the given price"
         line += " (training's backward passes come on top)"
     else:
-        line += "; give --rate (a run's completions per second) to price them"
+        line += "; give --rate (completions per second per GPU) to price them"
     print(line)
