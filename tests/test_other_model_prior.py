@@ -109,3 +109,45 @@ def test_the_shipped_other_model_is_another_pretraining_seed():
     assert quality["training"]["seed"] == 1 and json.loads((ours / "quality.json").read_text())["training"]["seed"] == 0
     assert (ours / "config.json").read_text() == (other / "config.json").read_text()
     assert (ours / "model.safetensors").read_bytes() != (other / "model.safetensors").read_bytes()
+
+
+def test_a_relative_model_folder_is_read_from_the_configs_folder(tmp_path, monkeypatch):
+    """A config's `model` and `probe.other_model` given as relative folder paths are its folder's,
+    as its `data:` paths are, in the config check, the units (which run in another working
+    directory), the model's identity and the dry run's measured rate; short references as before."""
+    import os
+    from pathlib import Path
+
+    from trajval_ops.experiment.dry_run import measured_rate
+    from trajval_ops.experiment.protocol import _base_spec, probe_recipe
+    from trajval_ops.experiment.validation_config import model_identity
+    from trajval_ops.models import resolve_model
+    from trajval_ops.rollout.cache import model_content_digest
+
+    folder, arms = tmp_path / "configs", ["uniform", "variance_other_model"]
+    (folder / "models").mkdir(parents=True)
+    (folder / "models" / "trained").symlink_to(resolve_model("tiny-arith"))
+    (folder / "models" / "other").symlink_to(resolve_model("tiny-arith-seed1"))
+    path = config_file(folder, model="models/trained", training__arms=arms, probe__other_model="models/other")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    config = load_config(os.path.relpath(path))
+    assert config.model == "models/trained"  # recorded as the config gives it
+    passes = probe_recipe(config, tmp_path / "out")["process"]
+    trained = passes[0]["trajval_probe_trainer"]["model"]
+    (other,) = [step["trajval_endpoint_reward_mapper"]["model"] for step in passes
+                if step.get("trajval_endpoint_reward_mapper", {}).get("output_key") == OTHER_MODEL_PASS]
+    assert (trained, other) == (str(folder / "models" / "trained"), str(folder / "models" / "other"))
+    assert _base_spec(config, tmp_path / "out" / "u", tmp_path / "pool.jsonl", 0)["model"] == trained
+    assert model_identity(config)["sha256"] == model_content_digest(resolve_model("tiny-arith"))
+    assert measured_rate(config, prompts=2, seconds=0.05) > 0
+    with pytest.raises(ConfigError, match="probe.other_model is the trained model"):
+        load_config(config_file(folder, model="models/trained", training__arms=arms,
+                                probe__other_model="./models/trained/"))
+    with pytest.raises(ConfigError, match=r"model 'models/trained' is neither.*read from the config's folder"):
+        load_config(config_file(tmp_path, model="models/trained", training__arms=arms,
+                                probe__other_model="tiny-arith-seed1"))
+    short = load_config(config_file(folder, model="tiny-arith", training__arms=arms,
+                                    probe__other_model="tiny-arith-seed1"))
+    assert probe_recipe(short, tmp_path / "out")["process"][0]["trajval_probe_trainer"]["model"] == "tiny-arith"
+    assert Path(os.getcwd()) == tmp_path / "elsewhere"

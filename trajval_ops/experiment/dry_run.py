@@ -22,7 +22,7 @@ from typing import Any
 from trajval_ops.experiment.priors import SAMPLED_SHORT_N, SHORT_PASS_READERS, units_the_priors_wait_for
 from trajval_ops.generation_time import generation_time
 from trajval_ops.experiment.validation_config import (
-    ValidationConfig, arm_reads_priors, data_file, evaluation_count,
+    ValidationConfig, arm_reads_priors, config_model, data_file, evaluation_count,
 )
 
 
@@ -90,7 +90,8 @@ def measured_rate(config: ValidationConfig, prompts: int = 64, seconds: float = 
 
     g = config.grpo
     decoding = DecodingConfig(n=g.num_generations, max_new_tokens=g.max_completion_length, seed=config.seed)
-    with EngineSession("transformers", resolve_model(config.model), torch_threads=config.threads_per_worker) as session:
+    model = resolve_model(config_model(config, config.model))
+    with EngineSession("transformers", model, torch_threads=config.threads_per_worker) as session:
         text = [render_prompt(session.tokenizer, [{"role": "user", "content": f"{i} + {i}"}]) for i in range(prompts)]
         session.generate(text[:4], decoding)  # warm-up
         done, start = 0, time.perf_counter()

@@ -44,8 +44,8 @@ from trajval_ops.errors import TrajvalInputError
 from trajval_ops.generation_time import add_price_option, add_rate_option
 from trajval_ops.pools.io import write_rows
 from trajval_ops.experiment.validation_config import (ARMS, ConfigError, ValidationConfig, arm_reads_priors,
-                                                     data_file, load_config, model_identity, protocol_hash,
-                                                     recorded_settings, regime_verifier)
+                                                     config_model, data_file, load_config, model_identity,
+                                                     protocol_hash, recorded_settings, regime_verifier)
 from trajval_ops.experiment.devices import UNITS_RECORD, record_unit
 from trajval_ops.experiment.splits import ID_KEY, check_splits, ids_from
 from trajval_ops.experiment.trainer_recipes import TRAINERS
@@ -156,7 +156,7 @@ def _grpo_unit(name: str, folder: Path, spec: dict, after=()) -> Unit:
 
 def _base_spec(config: ValidationConfig, folder: Path, pool: Path, seed: int) -> dict:
     verifier, options = regime_verifier(config)
-    return {"name": str(folder), "model": config.model, "pool": str(pool), "seed": seed,
+    return {"name": str(folder), "model": config_model(config, config.model), "pool": str(pool), "seed": seed,
             "grpo": config.to_dict()["grpo"], "template": config.template, "verifier": verifier,
             "verifier_options": options, **revision_record(verifier_revision(verifier)),  # --reuse-from compares
             "threads": config.threads_per_worker, "output_dir": str(folder),
@@ -199,8 +199,9 @@ def probe_recipe(config: ValidationConfig, out: Path) -> dict:
                 # equal pass rates)
                 "torch_threads": config.threads_per_worker}
     process = [{"trajval_probe_trainer": {
-        "output_dir": str(probe_dir), "model": config.model, "probe_fraction": config.probe.probe_fraction,
-        "seed": config.seed, "epochs": epochs, **dataclasses.asdict(g), "window_k": config.probe.window_k,
+        "output_dir": str(probe_dir), "model": config_model(config, config.model),
+        "probe_fraction": config.probe.probe_fraction, "seed": config.seed, "epochs": epochs,
+        **dataclasses.asdict(g), "window_k": config.probe.window_k,
         "keep_epochs": stability_epochs, "verifier": verifier, "verifier_options": options,
         "prompt_template": config.template, "show_progress": False, **_placement(config)}}]
     k = config.probe.window_k
@@ -216,7 +217,8 @@ def probe_recipe(config: ValidationConfig, out: Path) -> dict:
             "weight_tolerance": config.probe.weight_tolerance, "seed": config.seed + 20}})
     if config.probe.other_model:  # another model's pass: the *_other_model arms' prior
         process.append({"trajval_endpoint_reward_mapper": endpoint | {
-            "model": config.probe.other_model, "output_key": OTHER_MODEL_PASS, "seed": config.seed + 50}})
+            "model": config_model(config, config.probe.other_model), "output_key": OTHER_MODEL_PASS,
+            "seed": config.seed + 50}})
     if set(config.training.arms) & SHORT_PASS_READERS:  # the short early pass, every row
         process.append({"trajval_endpoint_reward_mapper": endpoint | {
             "model": f"manifest:{probe_dir}#early[0]", "output_key": SAMPLED_SHORT, "n": SAMPLED_SHORT_N,

@@ -9,6 +9,7 @@ every key; unknown keys are errors (a typo must not silently fall back to a defa
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -262,6 +263,21 @@ def data_file(config: ValidationConfig, name: str) -> Path | None:
     return path if path.is_absolute() or not config.source else Path(config.source).parent / path
 
 
+def config_model(config: ValidationConfig, value: str | None) -> str | None:
+    """A model the config names (``model``, ``probe.other_model``) as every place resolves it: a
+    relative folder path from the config's folder, as ``data:`` paths are (the units run in another
+    working directory), made absolute; a short reference (``tiny-arith``), a ``manifest:``
+    reference and an absolute path as given."""
+    from trajval_ops.models import KNOWN_MODELS, MANIFEST_PREFIX
+
+    if value is None or value in KNOWN_MODELS or value.startswith(MANIFEST_PREFIX):
+        return value
+    path = Path(value).expanduser()
+    if not path.is_absolute() and config.source:
+        path = Path(config.source).parent / path
+    return os.path.abspath(path)
+
+
 def check_config(config: ValidationConfig) -> None:
     """Errors a run would otherwise meet late: unknown arms, sizes, missing files.
 
@@ -359,16 +375,18 @@ def _check_other_model(config: ValidationConfig, where: str) -> None:
     """``probe.other_model`` names a model found here (its pass runs after the probe trained), and
     not the trained one under another name (its folder's path, a link to it, the folder a short
     reference names): the comparison would be of one model's passes."""
-    import os
-
     from trajval_ops.models import MANIFEST_PREFIX, model_location
     from trajval_ops.probe.manifest import resolve_model_reference
 
     def folder(key: str, model: str) -> str:
+        found = config_model(config, model)
         try:  # where the model is, built or not: nothing is built or loaded here
-            path = resolve_model_reference(model)[0] if model.startswith(MANIFEST_PREFIX) else model_location(model)
+            path = resolve_model_reference(found)[0] if found.startswith(MANIFEST_PREFIX) else model_location(found)
         except (FileNotFoundError, ValueError) as exc:  # a ManifestError is a ValueError
-            raise ConfigError(f"{where}: {key}: {exc}") from None
+            if found == model:
+                raise ConfigError(f"{where}: {key}: {exc}") from None
+            raise ConfigError(f"{where}: {key}: {str(exc).replace(repr(found), repr(model))} (a relative path is "
+                              f"read from the config's folder: {found})") from None
         return os.path.realpath(path)
 
     other, trained = folder("probe.other_model", config.probe.other_model), folder("model", config.model)
@@ -435,7 +453,7 @@ def protocol_hash(config: ValidationConfig, settings: dict | None = None, *, by_
     left_out = ("source", *PLACEMENT_SETTINGS) + (() if by_location else ("model",))
     settings = {k: v for k, v in settings.items() if k not in left_out}
     if by_location:
-        model = model_fingerprint(resolve_model(config.model))
+        model = model_fingerprint(resolve_model(config_model(config, config.model)))
     else:
         model = {"sha256": model_identity(config)["sha256"]}
     revision = verifier_revision(regime_verifier(config)[0]) if revision is None else revision
@@ -458,7 +476,7 @@ def model_identity(config: ValidationConfig) -> dict:
     from trajval_ops.models import resolve_model
     from trajval_ops.rollout.cache import model_content_digest
 
-    return {"name": config.model, "sha256": model_content_digest(resolve_model(config.model))}
+    return {"name": config.model, "sha256": model_content_digest(resolve_model(config_model(config, config.model)))}
 
 
 def recorded_model_sha256(record: dict, config: ValidationConfig) -> str | None:
