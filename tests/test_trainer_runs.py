@@ -423,6 +423,10 @@ def test_the_verdict_reads_the_folder_the_runs_were_written_to(regime, capsys):
     # give them (train_batch_size 8 x rollout.n 4 a step) and the planned steps (3 epochs of 40 // 8)
     result = json.loads((out / "verdict" / "results.json").read_text())
     assert result["training"]["uniform"]["completions"] == 12 * 8 * 4
+    # and the baseline's prior says what it was read from: those commands, no saved config
+    assert result["priors"]["uniform"] == {"name": "none", "completions": 0, "source": (
+        f"from the runs' written commands in {out / 'runs.json'} (their overrides over verl's defaults): "
+        "no weighted pool")}
     assert result["training"]["trajval"]["auc_completions_minus_uniform"] is not None and "cost" in result
     assert result["runs"]["uniform"][0]["planned_steps"] == 15 and len(result["stopped_early"]) == 6
     for arm in ("uniform", "trajval", "variance"):

@@ -130,6 +130,8 @@ def test_verl_logs_written_by_verls_own_tracking_give_the_figures_by_hand(tmp_pa
     # the prior and its price from the verl config saved beside the runs: its pool's provenance
     assert result["priors"]["trajval"]["name"] == "trajval" and result["priors"]["trajval"]["completions"] == 320
     assert result["priors"]["uniform"]["completions"] == 0
+    assert result["priors"]["uniform"]["source"] == ("from the verl config saved beside the runs "
+                                                     "(.hydra/config.yaml): no weighted pool")
     # completions per step: train_batch_size 4 x rollout.n 2 = 8; the cost reads them
     assert row["completions"] == 8 * 20
     target = np.convolve(base.mean(axis=0), np.ones(5) / 5, mode="valid").max()  # uniform's Best Acc

@@ -63,8 +63,10 @@ class RunLog:
     planned_steps: int | None = None
     #: completions generated at each training step (step -> count), where the files say
     completions: dict[int, float] = field(default_factory=dict)
-    #: the trainer's saved configuration, where one was found beside the log
+    #: the trainer's settings, where they were found (a config saved beside the log, or the written run's command)
     config: dict | None = None
+    #: where ``config`` was read, in words (a verdict's prior says it)
+    config_source: str | None = None
     #: metric key -> {step: (where it was logged, the value)}: its non-finite values, not in ``metrics``
     nonfinite: dict[str, dict[int, tuple[str, float]]] = field(default_factory=dict)
 
@@ -198,6 +200,7 @@ class VerlFileLog:
 
         run = _collect(records(), str(path), VerlFileLog.name)
         run.config = verl_saved_config(path)
+        run.config_source = "the verl config saved beside the runs (.hydra/config.yaml)" if run.config else None
         run.planned_steps = _whole(config_value(run.config, "trainer.total_training_steps"))
         fill_verl_completions(run)
         return run

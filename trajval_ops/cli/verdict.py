@@ -13,7 +13,7 @@ are read in their trainer's own format (detected, or named by --format): verl's 
 CSV / JSON lines table with a step column. Figures are those of ``trajval validate``: Best Acc,
 AUC and S2B per arm, each arm's AUC minus the baseline's with 95% bootstrap intervals over seeds,
 and, where the logs give each step's completions and a prior's price is known (--pool, or the
-verl config saved beside the runs), the completions to the baseline's Best Acc and the runs to
+verl config saved beside the runs, or RUNS_DIR's written commands), the completions to the baseline's Best Acc and the runs to
 break even. Writes DIR/results.json and DIR/index.html; prints a table.
 """
 
@@ -105,11 +105,13 @@ def manifest_run(folder, run: dict):
     dry run's count per step), so the folder's verdict has its equal-completions figures and break-even."""
     from trajval_ops.analysis.run_logs import fill_verl_completions, read_run
     from trajval_ops.experiment.trainer_recipes import verl_run_settings
+    from trajval_ops.experiment.trainer_runs import MANIFEST
 
     log = read_run(folder / run["log"], run["log_format"])
     log.planned_steps = log.planned_steps or run["counts"]["steps"]
     if run["trainer"] == "verl" and log.config is None:
         log.config = verl_run_settings(run["argv"])
+        log.config_source = f"the runs' written commands in {folder / MANIFEST} (their overrides over verl's defaults)"
         fill_verl_completions(log)
     elif run["trainer"] == "trl" and not log.completions:
         per_step = run["counts"]["training_completions"] / run["counts"]["steps"]

@@ -140,12 +140,14 @@ def pool_prior(path: str | Path) -> Prior:
 
 
 def verl_config_prior(runs: Sequence[RunLog]) -> Prior | None:
-    """The prior named by the verl config saved beside the arm's runs: a pool weighted by one of
-    this package's verl classes, read as :func:`pool_prior` where the pool file is here; a run
-    whose config names no such class trains without a prior (None where no run has a config)."""
+    """The prior named by the arm's runs' verl settings (a config saved beside them, or the
+    written runs' commands: each run's ``config_source``): a pool weighted by one of this package's
+    verl classes, read as :func:`pool_prior` where the pool file is here; a run whose settings name
+    no such class trains without a prior (None where no run has settings)."""
     configs = [run.config for run in runs if run.config]
     if not configs:
         return None
+    read = "from " + " and ".join(sorted({run.config_source or "the runs' verl config" for run in runs if run.config}))
     found = set()
     for config in configs:
         classes = [config_value(config, "data.custom_cls.name"), config_value(config, "data.sampler.class_name")]
@@ -158,11 +160,11 @@ def verl_config_prior(runs: Sequence[RunLog]) -> Prior | None:
                                 + "; ".join(map(str, sorted(found, key=str))))
     weighted, key, files = found.pop()
     if weighted is None:
-        return Prior("none", 0, "from the verl config saved beside the runs: no weighted pool")
+        return Prior("none", 0, f"{read}: no weighted pool")
     if len(files) == 1 and isinstance(files[0], str) and Path(files[0]).is_file():
         return pool_prior(files[0])
     return Prior(f"weighted by {key or 'trajval_weight'} ({weighted})", None,
-                 f"from the verl config saved beside the runs; its pool {', '.join(map(str, files))} "
+                 f"{read}; its pool {', '.join(map(str, files))} "
                  "is not readable here")
 
 
