@@ -764,8 +764,11 @@ def test_a_sampled_pass_needs_the_whole_pool_and_task_ids(tmp_path):
         row.pop("id")
     with pytest.raises(TrajvalInputError, match="names its rows by task id, and the pool has none: set id_key"):
         _op(tmp_path, sample_fraction=0.5).run(NestedDataset(Dataset.from_list(rows)))
-    with pytest.raises(ValueError, match="a reused pass costs nothing and reads every row"):
-        _op(tmp_path, sample_fraction=0.5, reuse_key="base", reuse_n=4)
+    for missing in ("error", "measure"):  # true of both: with measure, the rows lacking the column cost rollouts
+        with pytest.raises(ValueError, match=r"a reused pass reads its column on every row \(with reuse_missing: "
+                                             r"measure, it samples the rows that lack it, each in full\): it draws no "
+                                             r"sample; drop sample_fraction"):
+            _op(tmp_path, sample_fraction=0.5, reuse_key="base", reuse_n=4, reuse_missing=missing)
     with pytest.raises(ValueError, match="sample_fraction"):
         _op(tmp_path, sample_fraction=0.0)
 

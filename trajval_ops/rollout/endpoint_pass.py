@@ -234,7 +234,8 @@ class EndpointPass:
             self.budget = _adaptive_budget(groups[BudgetSettings], window, window_index, self.decoding)
             sample = groups[SampleSettings].drawn()
             if sample is not None and self.reuse is not None:
-                raise ValueError("a reused pass costs nothing and reads every row: drop sample_fraction")
+                raise ValueError("a reused pass reads its column on every row (with reuse_missing: measure, it samples "
+                                 "the rows that lack it, each in full): it draws no sample; drop sample_fraction")
         except ValueError as exc:
             raise ValueError(f"{what}: {exc}") from None
         self.model, self.id_key, self.early_key = model, id_key, groups[BudgetSettings].early_key
