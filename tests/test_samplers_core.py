@@ -144,3 +144,29 @@ def test_pass_rates_from_dataset_names_the_row_and_the_field():
             pass_rates_from_dataset(data, field)
     with pytest.raises(TrajvalInputError, match=r"row 1 \(task_id='y'\): field 'f' is missing"):
         pass_rates_from_dataset({"f": [0.5, None], "task_id": ["x", "y"]}, "f")
+
+
+def test_an_epoch_or_count_that_is_not_a_whole_number_is_refused_not_truncated():
+    """int() read an epoch of 2.7 as 2 (and a count of 2.5 rollouts as 2): every sampler's epoch,
+    count and seed is checked as a count setting is, the value and its name in the error."""
+    from trajval_ops.samplers.online import ComposedSampler, GresoScheduler
+    from trajval_ops.samplers.torch_sampler import TrajvalSampler
+
+    weights = [1.0, 2.0, 3.0]
+    with pytest.raises(ValueError, match="epoch must be an integer, got float 2.7"):
+        WeightedIndexSampler(weights, epoch=2.7)
+    with pytest.raises(ValueError, match="epoch must be an integer, got float nan"):
+        WeightedIndexSampler(weights).set_epoch(float("nan"))
+    with pytest.raises(ValueError, match=r"epoch must be .*, got -1"):
+        WeightedIndexSampler(weights).set_epoch(-1)
+    with pytest.raises(ValueError, match="epoch must be an integer, got float 1.5"):
+        TrajvalSampler(weights).set_epoch(1.5)
+    with pytest.raises(ValueError, match="epoch must be an integer, got float 1.5"):
+        GresoScheduler(3).set_epoch(1.5)
+    with pytest.raises(ValueError, match="num_tasks must be an integer, got float 3.5"):
+        GresoScheduler(3.5)
+    composed = ComposedSampler(weights, online=GresoScheduler(3))
+    with pytest.raises(ValueError, match="num_rollouts must be an integer, got float 2.7"):
+        composed.feedback_pass_rates([0, 1], [0.5, 1.0], num_rollouts=2.7)
+    sampler = WeightedIndexSampler(weights, epoch=np.int64(2))  # numpy's integers are whole numbers
+    assert sampler.epoch == 2 and type(sampler.epoch) is int

@@ -441,3 +441,16 @@ def test_async_grpo_worker_serves_a_resampled_pool_by_weight_and_resumes_in_it()
     counts = np.bincount(ids[::2], minlength=4)
     assert counts[0] == 0 and chisquare(counts[1:], 2000 * np.array(weights[1:]) / 4.5).pvalue > 1e-3
     assert served(700, 50)[::2] == resampled["task_id"][700:750]  # TRL's resume: a row position in the resample
+
+
+def test_an_epoch_or_draw_count_that_is_not_a_whole_number_is_refused():
+    """int() read 1.5 as 1: the epoch the trainer names, the iterable's draws and seed are checked."""
+    from trajval_ops.samplers.trl import weighted_iterable_dataset
+
+    with pytest.raises(ValueError, match="epoch must be an integer, got float 1.5"):
+        _sampler([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).set_epoch(1.5)
+    pool = _weighted_pool([1.0, 2.0])
+    with pytest.raises(ValueError, match="draws_per_epoch must be an integer, got float 2.5"):
+        weighted_iterable_dataset(pool, draws_per_epoch=2.5)
+    with pytest.raises(ValueError, match="seed must be an integer, got float 5.5"):
+        weighted_iterable_dataset(pool, seed=5.5)

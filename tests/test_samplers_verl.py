@@ -106,6 +106,18 @@ def test_a_resume_in_an_epochs_last_step_starts_the_next_epoch_as_verls_loop_doe
         assert loop(loop(save_at=step)[1])[0] == full[step:], step
 
 
+@pytest.mark.parametrize("change, message", [({"seed": 5.5}, "seed must be an integer, got float 5.5"),
+                                             ({"train_batch_size": 4.5}, "data.train_batch_size must be an integer, "
+                                                                         "got float 4.5")])
+def test_a_seed_or_batch_size_that_is_not_a_whole_number_is_refused(dataset, change, message):
+    """int() read them as 5 and 4."""
+    config = _config()
+    for key, value in change.items():
+        config[key] = value
+    with pytest.raises(ValueError, match=message):
+        TrajvalVerlSampler(dataset, config)
+
+
 def test_missing_weight_column_is_a_clear_error(dataset):
     with pytest.raises(TrajvalInputError, match="field 'nope' is missing"):
         TrajvalVerlSampler(dataset, _config(weight_key="nope"))

@@ -122,6 +122,18 @@ def value_problem(value: Any, hint: Any, metadata) -> str | None:
     return None
 
 
+def whole_number(value: Any, name: str, lowest: int = 0) -> int:
+    """``value`` as an int, checked as a count setting is (:func:`value_problem`: an integer, numpy's
+    too, of at least ``lowest``): ``int()`` would read 2.7 as 2, and a NaN as an error naming nothing.
+
+    :raises ValueError: ``<name> must be ..., got ...``.
+    """
+    problem = value_problem(value, int, {"ge": lowest})
+    if problem:
+        raise ValueError(f"{name} {problem}")
+    return int(value)
+
+
 def finite_float(text: str) -> float:
     """The ``argparse`` type of a number flag: a float, NaN and infinity refused as for every
     setting (``float("nan")`` parses, and would pass any bound the command checks)."""

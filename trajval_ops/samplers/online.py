@@ -36,7 +36,7 @@ import numpy as np
 
 from trajval_ops.core import compose_online
 from trajval_ops.samplers.weighted import WeightedIndexSampler
-from trajval_ops.settings import check_settings, setting, value_problem
+from trajval_ops.settings import check_settings, setting, value_problem, whole_number
 
 DEFAULT_SUCCESS_THRESHOLD = 0.5
 
@@ -190,7 +190,7 @@ class GresoScheduler:
 
     def __init__(self, num_tasks: int, **settings):
         self.settings = GresoSettings(**settings)
-        self.num_tasks = int(num_tasks)
+        self.num_tasks = whole_number(num_tasks, "num_tasks", 1)
         self.target_easy = self.settings.target_zero_variance / 3
         self.target_hard = 2 * self.settings.target_zero_variance / 3
         self.p_step, self.p_min, self.p_max = self.settings.p_step, self.settings.p_min, self.settings.p_max
@@ -225,7 +225,7 @@ class GresoScheduler:
 
     def set_epoch(self, epoch: int) -> None:
         """The data epoch (0-based); p adapts from epoch 1 on, as in GRESO."""
-        self.epoch = int(epoch)
+        self.epoch = whole_number(epoch, "epoch")
 
     def _moved(self, p: float, above_target: bool) -> float:
         return float(np.clip(p - self.p_step if above_target else p + self.p_step, self.p_min, self.p_max))
@@ -296,7 +296,7 @@ class BotsScheduler:
 
     def __init__(self, num_tasks: int, reference_pass_rates=None, prior_pass_rate=None, **settings):
         self.settings = BotsSettings(**settings)
-        self.num_tasks = int(num_tasks)
+        self.num_tasks = whole_number(num_tasks, "num_tasks", 1)
         self.m, self.lam, self.target, self.tau = self.settings.m, self.settings.lam, self.settings.target, self.settings.tau
         self.rho = self.settings.rho  # state: adaptive_rho halves it
         self.thompson, self.adaptive_rho = self.settings.thompson, self.settings.adaptive_rho
@@ -485,7 +485,7 @@ class ComposedSampler:
         if tasks.size and (tasks.min() < 0 or tasks.max() >= self.num_tasks):
             raise ValueError(f"task index outside the pool [0, {self.num_tasks})")
         if self.online is not None:
-            counts = np.full(tasks.size, int(num_rollouts))
+            counts = np.full(tasks.size, whole_number(num_rollouts, "num_rollouts", 1))
             self.online.update(tasks, rates, counts, (rates == 0) | (rates == 1))
             self._stale = True
 

@@ -14,7 +14,7 @@ from torch.utils.data import Sampler
 
 from trajval_ops.fields import PROVENANCE_RECORD, PROVENANCE_REF, RESAMPLE_PROVENANCE, WEIGHT
 from trajval_ops.samplers.online import ComposedSampler
-from trajval_ops.settings import value_problem
+from trajval_ops.settings import value_problem, whole_number
 
 DEFAULT_CHUNK_SIZE = 64
 
@@ -112,11 +112,12 @@ class TrajvalSampler(Sampler[int]):
         """Select the epoch of the next iteration (as with ``DistributedSampler``). The epoch a
         :meth:`load_state_dict` stopped in keeps its resume point (a training loop calls
         ``set_epoch`` at the top of every epoch, the resumed one included)."""
-        self._named_epoch = int(epoch)
+        epoch = whole_number(epoch, "epoch")
+        self._named_epoch = epoch
         self._unstarted = False
-        if self._resuming and int(epoch) == self.epoch:
+        if self._resuming and epoch == self.epoch:
             return
-        self.epoch = int(epoch)
+        self.epoch = epoch
         self._resuming = False
         self._yielded = 0
         self._pending.clear()

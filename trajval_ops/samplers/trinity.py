@@ -167,7 +167,7 @@ class TrajvalSelector(BaseSelector):
                                    **_bots_kwargs(kwargs))
         elif online_name is not None:
             online = ONLINE_SCHEDULERS[online_name](weights.size, **kwargs)
-        self.source = ComposedSampler(weights, online=online, seed=int(config.seed))
+        self.source = ComposedSampler(weights, online=online, seed=config.seed)  # checked there (int() truncated)
         self.draws = 0  # Trinity calls no set_epoch: the epoch is counted in draws (GRESO needs it)
 
     def get_indices(self, batch_size: int, return_extra_info: bool = False):

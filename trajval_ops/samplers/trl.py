@@ -33,7 +33,7 @@ from trajval_ops.errors import TrajvalInputError
 from trajval_ops.fields import TRAIN_POSITION, WEIGHT
 from trajval_ops.samplers.online import ComposedSampler
 from trajval_ops.samplers.weighted import weights_from_dataset
-from trajval_ops.settings import value_problem
+from trajval_ops.settings import value_problem, whole_number
 
 #: trl 1.16's async GRPO: its rollout worker (``async_rollout_worker.py``) iterates the training
 #: set in order and resumes with ``dataset.select(range(start, len(dataset)))``; no sampler hook.
@@ -76,7 +76,7 @@ class WeightedRepeatSampler(RepeatSampler):
 
     def set_epoch(self, epoch: int) -> None:
         """Called by Trainer/accelerate at each epoch start."""
-        self.epoch = int(epoch)
+        self.epoch = whole_number(epoch, "epoch")
 
     def __iter__(self):
         replay = self._take_replay()
@@ -390,11 +390,10 @@ def weighted_iterable_dataset(dataset, *, weight_column: str = WEIGHT, seed: int
     if epochs is not None:
         raise ValueError(FINITE_EPOCHS_REFUSED.format(epochs=epochs))
     weights = weights_from_dataset(dataset, weight_column)  # errors name the row and the field
-    draws = len(dataset) if draws_per_epoch is None else int(draws_per_epoch)
-    if draws < 1:
-        raise ValueError(f"draws_per_epoch must be >= 1, got {draws}")
+    draws = len(dataset) if draws_per_epoch is None else whole_number(draws_per_epoch, "draws_per_epoch", 1)
+    seed = whole_number(seed, "seed")
     return IterableDataset.from_generator(
-        _weighted_rows, gen_kwargs={"dataset": dataset, "weights": weights, "seed": int(seed), "draws": draws},
+        _weighted_rows, gen_kwargs={"dataset": dataset, "weights": weights, "seed": seed, "draws": draws},
         features=dataset.features,
     )
 

@@ -32,6 +32,7 @@ from trajval_ops.samplers.verl_dataset import GROUP_KEY
 from trajval_ops.samplers.weighted import weights_from_dataset
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.rows import get_path, path_parts
+from trajval_ops.settings import whole_number
 
 ONLINE_SCHEDULERS = {"greso": GresoScheduler, "bots": BotsScheduler}
 #: Where verl rows carry their task id (RLHFDataset also copies it to ``index``).
@@ -64,8 +65,9 @@ class TrajvalVerlSampler(AbstractSampler):
             raise TrajvalInputError(f"field '{weight_key}': {weights.size} weights for {len(data_source)} rows")
         seed = data_config.get("seed", None)
         online = self._build_online(data_source, weights.size, data_config)
-        self.source = ComposedSampler(weights, online=online, seed=0 if seed is None else int(seed))
-        self.batch_size = int(data_config.get("gen_batch_size", None) or data_config.get("train_batch_size", 64))
+        self.source = ComposedSampler(weights, online=online, seed=0 if seed is None else seed)  # checked there
+        size = "gen_batch_size" if data_config.get("gen_batch_size", None) else "train_batch_size"
+        self.batch_size = whole_number(data_config.get(size, 64), f"data.{size}", 1)
         self.inner = TrajvalSampler(source=self.source, chunk_size=self.batch_size)
 
     def _build_online(self, data_source: Sized, num_tasks: int, data_config: DictConfig):

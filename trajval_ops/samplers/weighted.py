@@ -26,7 +26,7 @@ from trajval_ops.fields import ID_CANDIDATES, PROB, PROVENANCE_RECORD, PROVENANC
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.input_checks import float_column
 from trajval_ops.rows import path_root
-from trajval_ops.settings import value_problem
+from trajval_ops.settings import whole_number
 
 STATE_VERSION = 1
 #: Pool size from which draws use the guide table.
@@ -272,10 +272,7 @@ class WeightedIndexSampler:
     """
 
     def __init__(self, weights, seed: int = 0, epoch: int = 0):
-        problem = value_problem(seed, int, {"ge": 0})
-        if problem:  # int() read 2.7 as 2, and said nothing of a NaN's setting
-            raise ValueError(f"seed {problem}")
-        self.seed = int(seed)
+        self.seed = whole_number(seed, "seed")
         self.set_weights(weights)
         self.set_epoch(epoch)
 
@@ -316,9 +313,7 @@ class WeightedIndexSampler:
 
     def set_epoch(self, epoch: int) -> None:
         """Restart the stream of ``epoch``: same seed and epoch give the same draws everywhere."""
-        if int(epoch) < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
-        self._epoch = int(epoch)
+        self._epoch = whole_number(epoch, "epoch")
         self._rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence((self.seed, self._epoch))))
         self._drawn = 0
 
