@@ -214,6 +214,28 @@ def test_the_cost_of_a_resampled_or_concatenated_pool_is_its_runs_record(tmp_pat
     assert "no prior_cost recorded" in capsys.readouterr().out
 
 
+def test_a_concatenation_of_old_pools_sums_each_pool_by_its_own_passes(tmp_path, capsys):
+    """Pools scored before prior_cost was recorded are summed per row by the passes their own
+    provenance names: a file of an old variance pool then an old TrajVal pool counted every row by
+    the first row's (the early pass alone), leaving out the TrajVal pool's late pass and calling it
+    all variance."""
+    import pyarrow as pa
+
+    from trajval_ops.pools.io import read_rows, write_table
+
+    def old(path):  # as pools were written before prior_cost was recorded
+        return [row | {"trajval_score_provenance": {k: v for k, v in row["trajval_score_provenance"].items()
+                                                    if k != "prior_cost"}} for row in read_rows(path)]
+
+    variance, trajval = old(_scored_pool(tmp_path, "v", "variance", 16)), old(_scored_pool(tmp_path, "t", "trajval", 8))
+    write_table(pa.Table.from_pylist(variance + trajval), tmp_path / "old_both.jsonl")
+    report = run_json(capsys, "--pool", str(tmp_path / "old_both.jsonl"))
+    assert [(run["prior"], run["rows"], run["completions"]) for run in report["runs"]] == [
+        ("variance", 10, 10 * 16), ("trajval", 10, 10 * 8 + 10 * 8)]
+    assert report["source"] == "per_row_sums" and report["completions"] == 320
+    assert report["stages"]["late"]["completions"] == 80
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda p: p.append({"trajval_learnabilty_mapper": {}}),
      "Unknown operator 'trajval_learnabilty_mapper' not found in registry (did you mean: trajval_learnability_mapper"),

@@ -402,20 +402,20 @@ def pool_cost(rows: list[Mapping[str, Any]]) -> dict:
     from trajval_ops.canonical import canonical_json
     from trajval_ops.rows import get_path
 
+    # rows grouped by their score provenance, every row read: a concatenated pool mixes runs, old
+    # ones (no prior_cost) too, and each group's members share the passes and prior it names
     runs: dict[str, list[Mapping[str, Any]]] = {}
-    unrecorded: list[Mapping[str, Any]] = []
+    unrecorded: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         provenance = row.get(fields.SCORE_PROVENANCE)
-        if isinstance(provenance, Mapping) and isinstance(provenance.get("prior_cost"), Mapping):
-            runs.setdefault(canonical_json(provenance), []).append(row)
-        else:
-            unrecorded.append(row)
+        recorded = isinstance(provenance, Mapping) and isinstance(provenance.get("prior_cost"), Mapping)
+        key = canonical_json(provenance) if isinstance(provenance, Mapping) else ""
+        (runs if recorded else unrecorded).setdefault(key, []).append(row)
     reports = [_run_from_record(members[0][fields.SCORE_PROVENANCE], members) for members in runs.values()]
-    if unrecorded:
-        early, late = _pass_sources(unrecorded[0].get(fields.SCORE_PROVENANCE))
-        summed = recorded_cost(lambda name: [get_path(row, name, None) for row in unrecorded], early, late)
-        reports.append({"rows": len(unrecorded), "prior": _prior_of(unrecorded[0]), "source": "per_row_sums",
-                        **summed})
+    for members in unrecorded.values():
+        early, late = _pass_sources(members[0].get(fields.SCORE_PROVENANCE))
+        summed = recorded_cost(lambda name: [get_path(row, name, None) for row in members], early, late)
+        reports.append({"rows": len(members), "prior": _prior_of(members[0]), "source": "per_row_sums", **summed})
     stages: dict[str, dict] = {}
     for run in reports:
         for name, stage in run["stages"].items():
