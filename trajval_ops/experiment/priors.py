@@ -172,6 +172,8 @@ def _rollouts(rows: list[dict], window: str) -> np.ndarray:
     """Rollouts behind each row's window mean: the sum of the ``_n`` of the passes the learnability
     mapper averaged for it (its provenance's ``r_<window>_source``), not of every pass whose name
     begins like the window's (the protocol's extra passes: short, other model, adaptive)."""
+    # the first row decides: the harness wrote this pool itself, one learnability mapper over every
+    # row of one pass set (probe_recipe), so every row holds the same provenance and columns
     provenance = rows[0].get(fields.SCORE_PROVENANCE) or {}
     keys = provenance.get(f"r_{window}_source") or [fields.window_mean_key(window)]
     missing = [f"{key}_n" for key in keys if f"{key}_n" not in rows[0]]
@@ -201,7 +203,7 @@ def pass_rates(rows: list[dict], prior, groups: list | None, checkpoint_keys=())
     def column(key):
         return np.array([row[key] for row in rows], dtype=np.float64)
 
-    provenance = rows[0].get(fields.SCORE_PROVENANCE) or {}
+    provenance = rows[0].get(fields.SCORE_PROVENANCE) or {}  # one for every row: the harness's pool (_rollouts)
     checkpoints = None
     if prior.reads_checkpoints:
         keys = [*(provenance.get("r_early_source") or [fields.R_EARLY]), *checkpoint_keys,
@@ -298,7 +300,8 @@ def registry_scores(rows: list[dict], stability_epochs=(), config=None) -> dict[
 
 
 def _written_prior(rows: list[dict]):
-    """TrajVal with the settings the probe unit's learnability mapper recorded."""
+    """TrajVal with the settings the probe unit's learnability mapper recorded (on every row alike:
+    the harness wrote the pool with one mapper, so the first row's are all rows')."""
     from trajval_ops.priors import build_prior
 
     return build_prior(DEFAULT_PRIOR, rows[0].get(fields.SCORE_PROVENANCE) or {})
