@@ -57,6 +57,23 @@ def test_operator_refuses_a_probe_larger_than_the_pool(tmp_path):
     assert not (tmp_path / "probe").exists()
 
 
+def test_the_probe_reads_the_id_field_any_row_holds_as_the_passes_do():
+    """The probe chose its id field from the first row alone, where a column of nulls counts as
+    present: a pool with an empty `id` column (concatenated files, one without ids) and its ids in
+    `task_id` was refused ("row 0: id field 'id' is missing") where the passes read `task_id`. Now
+    the field is the passes' (input_checks.id_key_of: the first any row holds), and a row without
+    it is an error naming the row."""
+    from trajval_ops.ops.probe_trainer import TrajvalProbeTrainer
+
+    op = TrajvalProbeTrainer(output_dir="x", probe_size=2, forced_ids=["t3"], seed=5)
+    empty_id = [{**row, "id": None, "task_id": row["id"]} for row in rows(4)]
+    positions, ids = op.probe_positions(pa.Table.from_pylist(empty_id))
+    assert "t3" in ids and len(ids) == 2
+    some_without = [{**row, "id": None if i == 1 else row["id"]} for i, row in enumerate(rows(4))]
+    with pytest.raises(TrajvalInputError, match=r"row 1.*id field 'id' is missing"):
+        op.probe_positions(pa.Table.from_pylist(some_without))
+
+
 def test_unreadable_ground_truth_names_row_and_writes_nothing(tmp_path):
     pool = rows(2)
     pool[1]["reward_model"]["ground_truth"] = "\\frac{"

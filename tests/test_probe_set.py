@@ -22,7 +22,6 @@ from trajval_ops.probe.manifest import (
 from trajval_ops.probe.probe_set import (
     DEFAULT_PROBE_FRACTION,
     probe_size_for,
-    resolve_id_key,
     unique_row_ids,
     sample_probe_positions,
 )
@@ -98,9 +97,7 @@ def test_forced_ids_errors():
 
 def test_row_ids_dotted_key_position_fallback_and_duplicates():
     rows = [{"extra_info": {"index": "a"}}, {"extra_info": json.dumps({"index": "b"})}]
-    assert resolve_id_key(rows[0], None) == "extra_info.index"
     assert unique_row_ids(rows, "extra_info.index") == ["a", "b"]
-    assert resolve_id_key({"prompt": "x"}, None) is None
     assert unique_row_ids([{"p": 1}, {"p": 2}], None) == ["0", "1"]
     with pytest.raises(TrajvalInputError, match=r"row 1 .*repeats row 0"):
         unique_row_ids([{"id": 1}, {"id": 1}], "id")

@@ -14,6 +14,7 @@ from typing_extensions import Annotated
 from trajval_ops import fields, settings
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.hardware import missing_gpu
+from trajval_ops.input_checks import id_key_of
 from trajval_ops.rows import path_root
 from trajval_ops.ops.dj.parameters import checked_parameters, safe_op_kwargs
 from trajval_ops.ops.dj.table_mapper import run_whole_pool
@@ -22,7 +23,6 @@ from trajval_ops.probe.config import ProbeConfig
 from trajval_ops.probe.probe_set import (
     DEFAULT_PROBE_FRACTION,
     probe_size_for,
-    resolve_id_key,
     unique_row_ids,
     sample_probe_positions,
 )
@@ -143,8 +143,7 @@ class TrajvalProbeTrainer(Pipeline):
     def probe_positions(self, table):
         """Sorted positions of P in a pyarrow.Table of the pool, and their ids."""
         size = probe_size_for(table.num_rows, self.probe_size, self.probe_fraction)
-        first = table.slice(0, 1).to_pylist()[0]
-        id_key = resolve_id_key(first, self.id_key)
+        id_key = id_key_of(table, self.id_key)  # any row's id field, as the passes read it, not the first row's
         if id_key is None:
             ids = [str(i) for i in range(table.num_rows)]
         else:

@@ -14,14 +14,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from trajval_ops.fields import ID_CANDIDATES
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.rows import get_path, row_label
 
 #: The paper's probe: 512 tasks of the 17,398-task math pool.
 DEFAULT_PROBE_FRACTION = 512 / 17398
-
-_MISSING = object()
 
 
 def probe_size_for(pool_size: int, probe_size: int | None = None, probe_fraction: float | None = None) -> int:
@@ -46,19 +43,6 @@ def probe_size_for(pool_size: int, probe_size: int | None = None, probe_fraction
     if size > pool_size:
         raise ValueError(f"probe of {size} rows is larger than the pool ({pool_size} rows)")
     return size
-
-
-def resolve_id_key(first_row: Mapping[str, Any] | None, id_key: str | None) -> str | None:
-    """The id field to use: ``id_key`` when given, else the first of ``ID_CANDIDATES`` present in
-    the first row, else None (rows are then named by their position)."""
-    if id_key:
-        return id_key
-    if first_row is None:
-        return None
-    for candidate in ID_CANDIDATES:
-        if get_path(first_row, candidate, _MISSING) is not _MISSING:
-            return candidate
-    return None
 
 
 def unique_row_ids(rows: Iterable[Mapping[str, Any]], id_key: str | None) -> list[str]:
