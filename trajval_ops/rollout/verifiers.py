@@ -659,7 +659,8 @@ def load_function(spec: str) -> Callable:
     return fn
 
 
-_VERIFIERS: dict[str, type[Verifier]] = {
+#: every verifier, by its name in recipes
+VERIFIERS: dict[str, type[Verifier]] = {
     MathVerifier.name: MathVerifier,
     AnswerTagVerifier.name: AnswerTagVerifier,
     DapoVerifier.name: DapoVerifier,
@@ -670,9 +671,9 @@ _VERIFIERS: dict[str, type[Verifier]] = {
 def verifier_revision(name: str) -> int:
     """How the named verifier's release reads answers (:attr:`Verifier.revision`): what a result
     scored by it depends on beside its name and options. A custom function is revision 1."""
-    if name not in _VERIFIERS:
-        raise ValueError(f"unknown verifier {name!r}; choose one of {sorted(_VERIFIERS)}")
-    return _VERIFIERS[name].revision
+    if name not in VERIFIERS:
+        raise ValueError(f"unknown verifier {name!r}; choose one of {sorted(VERIFIERS)}")
+    return VERIFIERS[name].revision
 
 
 #: What a record that holds no verifier revision was read by: the math verifier reads answers as
@@ -711,6 +712,6 @@ def revision_record(revision: int) -> dict[str, int]:
 
 def build_verifier(name: str, **options) -> Verifier:
     """A verifier by name ("math", "answer_tag", "dapo", "custom") with its options."""
-    if name not in _VERIFIERS:
-        raise ValueError(f"unknown verifier {name!r}; choose one of {sorted(_VERIFIERS)}")
-    return _VERIFIERS[name](**options)
+    if name not in VERIFIERS:
+        raise ValueError(f"unknown verifier {name!r}; choose one of {sorted(VERIFIERS)}")
+    return VERIFIERS[name](**options)
