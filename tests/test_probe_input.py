@@ -160,8 +160,8 @@ def test_an_unfinished_probe_recording_no_verifier_revision_is_refused_without_n
     with pytest.raises(ProbeDirectoryError) as refused:
         run_probe(rows(2), ["t0", "t1"], CONFIG, out)
     message = str(refused.value)
-    assert ("whose manifest records no revision of the math verifier (a release before 2026-11-27 recorded none: "
-            "revision 1, or 2 for releases from 2026-11-27 on); this release reads answers as revision 2") in message
+    assert ("whose manifest records no revision of the math verifier (records without one were read by revision 1 or 2, which cannot be told apart); "
+            "this release reads answers as revision 2") in message
     assert "revision 1 of the" not in message and "release that started it" not in message
     assert "use another output_dir, or delete this one" in message
     _check_same_reading(out, {}, "answer_tag")  # revision 1 then and now: goes on

@@ -206,9 +206,8 @@ def test_a_run_recorded_before_revisions_is_told_by_its_model_and_its_reading_na
     (source / "protocol.json").write_text(json.dumps({"hash": protocol_hash(config, revision=1),
                                                       "config": config.to_dict()}))
     check_reusable_run(source, out, config)
-    assert (f"--reuse-from {source}: its protocol.json records no revision of the math verifier (a release before "
-            "2026-11-27 recorded none: revision 1, or 2 for releases from 2026-11-27 on); this release reads answers "
-            "as revision 2: none of its units is reused") in caplog_loguru.text
+    assert (f"--reuse-from {source}: its protocol.json records no revision of the math verifier (records without one were read by revision 1 or 2, which cannot be told apart); "
+            "this release reads answers as revision 2: none of its units is reused") in caplog_loguru.text
     (source / "protocol.json").write_text(json.dumps({"model": model_identity(config), "verifier_revision": 1}))
     check_reusable_run(source, out, config)
     assert ("revision 1 of the math verifier scored its units, and this release reads answers as revision 2: none "

@@ -569,9 +569,8 @@ def test_a_run_recording_no_verifier_revision_is_refused_without_naming_one(tmp_
     with pytest.raises(ConfigError) as refused:
         check_same_protocol(config, old)
     message = str(refused.value)
-    assert ("holds a validation run whose protocol.json records no revision of the math verifier (a release before "
-            "2026-11-27 recorded none: revision 1, or 2 for releases from 2026-11-27 on); this release reads answers "
-            "as revision 2") in message
+    assert ("holds a validation run whose protocol.json records no revision of the math verifier (records without one were read by revision 1 or 2, which cannot be told apart); "
+            "this release reads answers as revision 2") in message
     assert "revision 1 of the" not in message and "release that started it" not in message
     assert "start the run over in another --out, or remove this one" in message
     tagged = load_config(config_file(tmp_path, verifier="answer_tag", verifier_options={}))

@@ -1,7 +1,7 @@
 """Run provenance stored once per JSON-lines pool file, a short reference on every row.
 
 The learnability score's and the resampler's provenance (``fields.RUN_PROVENANCE``) is one value
-for a whole run. Written in full on every row it doubled a million-row pool (issue 26). In a
+for a whole run. Written in full on every row it would double the size of a million-row pool. In a
 JSON-lines file a row therefore carries ``trajval_provenance``: the 6-character content id
 (:func:`~trajval_ops.canonical.short_id`) of a record ``{column: value}`` of its run provenance
 columns, and the first row of the file with that id also carries the record itself in

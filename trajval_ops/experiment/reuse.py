@@ -65,8 +65,8 @@ def _check_same_model(source: Path, config: ValidationConfig) -> None:
         raise ConfigError(
             f"--reuse-from {source}: cannot tell which model its units trained: its protocol.json records no "
             f"model content, and its hash holds neither the content nor the folder of this run's model; "
-            f"{here}. It trained other weights (or, a run made before 2026-11-27, a model folder elsewhere): "
-            f"none of its units is reused; leave out --reuse-from")
+            f"{here}. It trained other weights, or this model from another folder, which its record cannot tell "
+            f"apart: none of its units is reused; leave out --reuse-from")
     name = (record.get("model") or {}).get("name") or (record.get("config") or {}).get("model")
     raise ConfigError(
         f"--reuse-from {source}: its units trained '{name}' with content sha256 {theirs[:12]}... and {here}: "

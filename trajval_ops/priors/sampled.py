@@ -1,4 +1,4 @@
-"""A sampled prior (issue 27, item 4): the endpoint passes measure a seeded sample of the pool,
+"""A sampled prior: the endpoint passes measure a seeded sample of the pool,
 stratified by group; every other row's score is predicted from what is cheap for every row.
 
 Pure functions, shared by the frontier benchmark and the operators:

@@ -676,10 +676,10 @@ def verifier_revision(name: str) -> int:
     return VERIFIERS[name].revision
 
 
-#: What a record that holds no verifier revision was read by: the math verifier reads answers as
-#: revision 2 since 2026-11-27 (3c3f6c1), and results record the revision only from later that
-#: day (80538c2), both at version 0.1.0, so such a record's reading is not known.
-UNRECORDED_REVISION = "a release before 2026-11-27 recorded none: revision 1, or 2 for releases from 2026-11-27 on"
+#: What a record that holds no verifier revision was read by: the math verifier's revision 2
+#: (3c3f6c1) came before results recorded the revision (80538c2), both at version 0.1.0, so such a
+#: record's reading is not known.
+UNRECORDED_REVISION = "records without one were read by revision 1 or 2, which cannot be told apart"
 
 
 def unrecorded_revision(name: str) -> int | None:
