@@ -4,7 +4,7 @@ Your own script needs what the ``# trajval`` lines do: ``TrajvalScriptArguments`
 ``TrlParser`` (each run's pool, held-out set and weight column) and ``TrajvalGRPOTrainer`` with
 that weight column (unset for the uniform arm: TRL's own sampler). Rows are verl-style
 (``prompt``, ``reward_model.ground_truth``); the reward is 1 for a correct ``\\boxed{}`` answer
-(math-verify). docs/your_trainer.md::
+(math-verify). docs/howto/check_a_prior.md::
 
     accelerate launch --num_processes 8 recipes/trl/grpo_trajval.py \\
         --model_name_or_path /models/Qwen3-1.7B --max_steps 200 --per_device_train_batch_size 16 \\
