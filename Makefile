@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.trajval-installed
 
-.PHONY: install demo test test-slow bench validate validate-smoke
+.PHONY: install demo test test-slow bench validate validate-smoke docs
 
 $(STAMP): pyproject.toml tools/install.sh constraints/cpu.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -33,3 +33,10 @@ validate: install
 
 validate-smoke: install
 	$(PY) tools/validate.py --config recipes/validation/smoke.yaml --out outputs/validation/smoke
+
+# The documentation site (mkdocs, --strict: a broken link or a missing page fails), built into
+# SITE_DIR (default: a folder beside the clone, not in it). Installs the docs extra first.
+SITE_DIR ?= $(abspath ..)/trajval_ops-site
+docs: install
+	$(PY) -m pip install --disable-pip-version-check -q -c constraints/cpu.txt -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir "$(SITE_DIR)"
