@@ -1,4 +1,4 @@
-"""Every `pip install` line README.md and docs/*.md give, through pip's own parser (issue 54,
+"""Every `pip install` line README.md and docs/**/*.md give, through pip's own parser (issue 54,
 item 1): README.md once gave `pip install "trajval_ops[rollout,train] @ ."`, which pip refuses
 (`Invalid requirement`). Each line runs as `pip install --dry-run --no-deps --no-index` against an
 empty link folder, config files off: no network, nothing installed; a line pip cannot parse, an
@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 from tests.conftest import REPO
 
-DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md"))]
 #: what pip says of a requirement it parsed but cannot find without an index
 NOT_FOUND = re.compile(r"No matching distribution found for|Could not find a version that satisfies")
 
@@ -88,6 +88,8 @@ def test_the_docs_give_install_lines_and_the_gpu_line_is_among_them():
     commands = [command for _, command, _ in LINES]
     assert any(command.startswith("pip install -e") for command in commands)  # tools/install.sh's, in the docs
     assert 'pip install ".[rollout,train,analysis]" "vllm>=0.22,<0.32"' in commands  # the GPU node's line
+    # pages in docs/' folders are read too (the trainers' installs live in docs/howto/)
+    assert any(where.startswith("docs/howto/") for where, _, _ in LINES)
     assert pip_install_lines('a `pip install "x @ ."` b\n```bash\npip install a \\\n  b  # c\n```\n') == [
         "pip install a    b", 'pip install "x @ ."']
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-pytest.importorskip("openrlhf.datasets", reason="needs openrlhf==0.11.2 --no-deps (see docs/downstream.md)")
+pytest.importorskip("openrlhf.datasets", reason="needs openrlhf==0.11.2 --no-deps (see docs/howto/trainers.md)")
 
 from datasets import Dataset  # noqa: E402
 from openrlhf.datasets import PromptDataset  # noqa: E402

@@ -35,7 +35,7 @@ def test_epochs_differ_and_replicas_partition_the_same_stream():
 def test_stateful_dataloader_resumes_mid_epoch():
     stateful = pytest.importorskip(
         "torchdata.stateful_dataloader",
-        reason="needs torchdata (installed with TRAJVAL_WITH_TRAINERS=1; see docs/downstream.md)")
+        reason="needs torchdata (installed with TRAJVAL_WITH_TRAINERS=1; see docs/howto/trainers.md)")
     StatefulDataLoader = stateful.StatefulDataLoader
 
     w = np.random.default_rng(0).random(60) + 0.05
@@ -152,7 +152,7 @@ def test_uninterrupted_epochs_draw_what_they_drew_before():
 
 
 def _docs_loop(make_loader, sampler, start_epoch=0, epochs=3, save_at=None):
-    """docs/downstream.md's PyTorch loop; returns the batches served and, after batch ``save_at``,
+    """docs/howto/trainers.md's PyTorch loop; returns the batches served and, after batch ``save_at``,
     ``(state, epoch)``, the state from ``make_loader``'s second item."""
     loader, save = make_loader(sampler)
     served, saved = [], None
@@ -190,7 +190,7 @@ def test_stateful_dataloader_checkpoint_after_an_epochs_last_partial_batch():
     epoch 0's last, partial batch served epoch 1's draws inside epoch 0 and again in epoch 1."""
     stateful = pytest.importorskip(
         "torchdata.stateful_dataloader",
-        reason="needs torchdata (installed with TRAJVAL_WITH_TRAINERS=1; see docs/downstream.md)")
+        reason="needs torchdata (installed with TRAJVAL_WITH_TRAINERS=1; see docs/howto/trainers.md)")
 
     def make_loader(sampler):
         loader = stateful.StatefulDataLoader(list(range(30)), batch_size=4, sampler=sampler, collate_fn=list)
@@ -249,7 +249,7 @@ def test_a_count_that_is_no_whole_number_is_refused_naming_it(options, says):
 def test_from_dataset_checks_the_rows_a_bare_list_cannot_show():
     """``TrajvalSampler.from_dataset`` reads the weights with the adapters' checks: the row of a bad
     weight named, and a pool the resampler already drew by its weight refused (a bare list of
-    weights, as docs/downstream.md showed before, carries no record of the draw)."""
+    weights, as docs/howto/trainers.md showed before, carries no record of the draw)."""
     import pytest
 
     from trajval_ops.errors import TrajvalInputError
@@ -311,7 +311,7 @@ def test_stateful_dataloader_with_workers_warns_that_online_feedback_misses_its_
     trained on), so the feedback given since is not in a checkpoint: the feedback warns."""
     stateful = pytest.importorskip(
         "torchdata.stateful_dataloader",
-        reason="needs torchdata (installed with TRAJVAL_WITH_TRAINERS=1; see docs/downstream.md)")
+        reason="needs torchdata (installed with TRAJVAL_WITH_TRAINERS=1; see docs/howto/trainers.md)")
     from trajval_ops.samplers import GresoScheduler
 
     def run(num_workers):
@@ -345,7 +345,7 @@ def test_stateful_dataloader_resumes_an_epochs_end_where_the_loop_names(size, ba
     loop resumed in its own epoch served the next epoch there and again in the next."""
     stateful = pytest.importorskip(
         "torchdata.stateful_dataloader",
-        reason="needs torchdata (installed with TRAJVAL_WITH_TRAINERS=1; see docs/downstream.md)")
+        reason="needs torchdata (installed with TRAJVAL_WITH_TRAINERS=1; see docs/howto/trainers.md)")
 
     def loop(state=None, start=0, save_at=None, save_after=None):
         sampler = TrajvalSampler(np.linspace(0.1, 1.0, size), seed=1)

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-pytest.importorskip("trinity.buffer.selector", reason="needs trinity-rft==0.6.0 (see docs/downstream.md)")
+pytest.importorskip("trinity.buffer.selector", reason="needs trinity-rft==0.6.0 (see docs/howto/trainers.md)")
 
 from datasets import Dataset  # noqa: E402
 from trinity.buffer.reader.file_reader import _HFBatchReader  # noqa: E402
@@ -174,7 +174,7 @@ def test_trinitys_bots_names_are_accepted_and_greedy_tau_is_refused_with_the_rea
 
 
 # The task_selector block of Trinity-RFT's own examples/bots/bots.yaml (modelscope/Trinity-RFT at
-# 0381d17ae74b09a20747b6b72539dde7b69e6867), verbatim: the settings docs/downstream.md says carry over.
+# 0381d17ae74b09a20747b6b72539dde7b69e6867), verbatim: the settings docs/howto/trainers.md says carry over.
 BOTS_YAML = """
 task_selector:
   selector_type: difficulty_based

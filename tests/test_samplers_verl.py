@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-pytest.importorskip("verl.experimental.dataset.sampler", reason="needs verl==0.7.1 (see docs/downstream.md)")
+pytest.importorskip("verl.experimental.dataset.sampler", reason="needs verl==0.7.1 (see docs/howto/trainers.md)")
 
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402

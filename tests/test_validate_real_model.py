@@ -19,7 +19,7 @@ FULL = REPO / "recipes" / "validation" / "real_smollm2.yaml"
 SMOKE = REPO / "recipes" / "validation" / "real_smollm2_smoke.yaml"
 SHORT = REPO / "recipes" / "validation" / "real_smollm2_short.yaml"
 SHORT_SMOKE = REPO / "recipes" / "validation" / "real_smollm2_short_smoke.yaml"
-#: The H200's SmolLM2 rates (docs/scale_out.md): the endpoint pass's completions a second, and a
+#: The H200's SmolLM2 rates (recipes/validation/real_smollm2.yaml's header): the endpoint pass's completions a second, and a
 #: probe step's (64 completions generated and trained on in 3.6 s, fp32 at 128 tokens)
 H200_ENDPOINT_RATE, H200_STEP_RATE = 37.0, 64 / 3.6
 DATA = REPO / "recipes" / "data" / "real_smollm2"

@@ -78,8 +78,8 @@ def test_the_worked_example_and_the_table_in_the_docs():
     rates = np.array(WORKED_RATES)
     assert rollout_n_per_prompt(rates, 8, 2, 32).tolist() == [16, 3, 2, 3, 16]
     assert rollout_n_per_prompt(rates, 16, 2, 64).tolist() == [33, 6, 2, 6, 33]
-    # docs/downstream.md gives P(group has variance) to three places and the allocations above
-    text = (REPO / "docs" / "downstream.md").read_text()
+    # docs/howto/trainers.md gives P(group has variance) to three places and the allocations above
+    text = (REPO / "docs" / "howto" / "trainers.md").read_text()
     for n in (8, 16):
         row = re.search(rf"^\| P\(variance\), n = {n} \|(.*)\|$", text, re.MULTILINE)
         assert row, f"the docs table has no row for n = {n}"
@@ -98,7 +98,7 @@ def test_the_worked_example_and_the_table_in_the_docs():
 
 @needs_verl
 def test_the_settings_table_in_the_docs_is_the_declaration():
-    text = (REPO / "docs" / "downstream.md").read_text()
+    text = (REPO / "docs" / "howto" / "trainers.md").read_text()
     for field in declared(RolloutNFromPrior):
         default = default_of(field)
         shown = "required" if default is dataclasses.MISSING else f"`{default}`"

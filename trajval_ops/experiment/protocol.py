@@ -560,7 +560,7 @@ def _parser(prog: str):
 
     parser = argparse.ArgumentParser(
         prog=prog, description="Measure TrajVal's claims end to end in one regime (docs/validation.md), or launch "
-                               "the arms as your own trainer's runs (--trainer, docs/your_trainer.md).")
+                               "the arms as your own trainer's runs (--trainer, docs/howto/check_a_prior.md).")
     parser.add_argument("--config", help="validation config (e.g. recipes/validation/full.yaml); required unless --status")
     parser.add_argument("--out", type=Path, help="output folder (resumable; required unless --dry-run)")
     parser.add_argument("--seed", type=int, default=None, help="override the config's base seed")
@@ -586,7 +586,7 @@ def _parser(prog: str):
                              "--workers says otherwise), with --rate measured there; with --trainer: the GPUs each "
                              "run holds (checked against the recipe's)")
     parser.add_argument("--json", action="store_true", help="with --dry-run or --trainer: print one JSON object")
-    trainer = parser.add_argument_group("your own trainer's runs (docs/your_trainer.md)")
+    trainer = parser.add_argument_group("your own trainer's runs (docs/howto/check_a_prior.md)")
     trainer.add_argument("--trainer", choices=TRAINERS, help="write the arms as runs of this trainer")
     trainer.add_argument("--recipe", help="your base recipe: verl Hydra overrides or command; the command of your "
                                           "TRL script with its arguments")

@@ -9,7 +9,7 @@ and seed, and counted.
   --num_processes 8 train_grpo.py --model_name_or_path ... --max_steps 200 ...``, or
   ``python train_grpo.py ...``); the script parses its arguments with TRL's ``TrlParser`` and
   :class:`trajval_ops.samplers.trl.TrajvalScriptArguments` and builds a ``TrajvalGRPOTrainer``
-  (docs/your_trainer.md). A run is that command with the arm's arguments set
+  (docs/howto/check_a_prior.md). A run is that command with the arm's arguments set
   (:func:`trl_run_args`).
 
 The recipe decides everything a run trains with; a run sets only its pool (and the weighting),

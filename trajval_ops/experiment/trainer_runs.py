@@ -17,7 +17,7 @@ user's base recipe (:mod:`.trainer_recipes`), one run per arm and seed: the same
 The output folder (``--out``) gets a shell script per run (``runs/<arm>-seed<s>.sh``), one that
 writes the missing weighted pools and then runs them all (``run_all.sh``), and the manifest
 :data:`MANIFEST` that ``trajval verdict <folder>`` reads (:func:`manifest`, its schema in
-docs/your_trainer.md). ``--submit ray`` submits each run as a Ray job (:mod:`.ray_jobs`); no
+docs/howto/check_a_prior.md). ``--submit ray`` submits each run as a Ray job (:mod:`.ray_jobs`); no
 scheduler of ours places anything.
 """
 
@@ -220,7 +220,7 @@ def _inside(path: Path, out: Path) -> str:
 
 
 def manifest(config: ValidationConfig, recipe: Recipe, pools: dict[str, ArmPool], runs: list[TrainerRun]) -> dict:
-    """What ``runs.json`` holds (docs/your_trainer.md, "The run manifest")."""
+    """What ``runs.json`` holds (docs/howto/check_a_prior.md, "The run manifest")."""
     return {"kind": MANIFEST_KIND, "version": MANIFEST_VERSION, "name": config.name, "trainer": recipe.trainer,
             "config": str(Path(config.source).resolve()) if config.source else None,
             "recipe": str(Path(recipe.source).resolve()), "baseline": BASELINE_ARM,

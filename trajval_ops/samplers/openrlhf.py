@@ -5,7 +5,7 @@ order, keeping only prompt, label, image and datasource) and calls
 ``strategy.setup_dataloader(..., sampler=None)``, which accepts a ``sampler`` nobody passes.
 Read the weights from the raw rows before ``PromptDataset`` drops the column and pass
 :func:`prompt_sampler`'s result as ``sampler=``. With no code change at all, train on the pool
-resampled by the ``trajval_weighted_resampler`` operator instead (see docs/downstream.md).
+resampled by the ``trajval_weighted_resampler`` operator instead (see docs/howto/trainers.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Rollouts per prompt from a prior's pass rate (``__rollout_n__`` for verl 0.9's agent loop):
 the numeric core, pure numpy, so it can be used and tested without verl
-(:class:`trajval_ops.samplers.verl_dataset.TrajvalVerlDataset` is the glue; docs/downstream.md
+(:class:`trajval_ops.samplers.verl_dataset.TrajvalVerlDataset` is the glue; docs/howto/trainers.md
 has the rule and its arithmetic)."""
 
 from __future__ import annotations

@@ -22,14 +22,14 @@ RESUMED_AT_EPOCH_END = (
     "TrajvalSampler: resumed from a state saved after epoch {epoch}'s iteration ended, with no set_epoch: "
     "it goes on with epoch {epoch} + 1, right for a state saved after the inner loop; one saved in the step "
     "of the epoch's last, partial batch cannot be told from it, and its loop then serves an epoch more. "
-    "Call sampler.set_epoch(epoch) at the top of each epoch, as with DistributedSampler (docs/downstream.md).")
+    "Call sampler.set_epoch(epoch) at the top of each epoch, as with DistributedSampler (docs/howto/trainers.md).")
 SAVED_BEFORE_FEEDBACK = (
     "TrajvalSampler: feedback() came for indices this sampler handed out before its last state_dict() "
     "call, so that saved state does not hold this feedback and a run resumed from it restarts the online "
     "scheduler from there (the draws after it differ from the uninterrupted run's). A DataLoader with "
     "num_workers > 0 does this: it takes indices ahead of the batches trained on, and torchdata's "
     "StatefulDataLoader saves the sampler's state when it hands them to a worker. With an online source "
-    "use num_workers=0 and save the loader state after feedback() (see docs/downstream.md, PyTorch)."
+    "use num_workers=0 and save the loader state after feedback() (see docs/howto/trainers.md, PyTorch)."
 )
 
 

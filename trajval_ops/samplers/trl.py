@@ -44,7 +44,7 @@ ASYNC_GRPO_ROUTE = (
     "resampled by weight instead: dj-process --config recipes/resample_pool.yaml with mode: multinomial "
     "(or systematic), num_samples: the prompts the run will read, shuffle: true; then pass "
     "load_dataset('json', data_files=<the export>, split='train') as train_dataset to the plain "
-    "AsyncGRPOTrainer (docs/downstream.md, 'TRL async GRPO'). Online composition (GRESO, BOTS) is not "
+    "AsyncGRPOTrainer (docs/howto/trainers.md, 'TRL async GRPO'). Online composition (GRESO, BOTS) is not "
     "available on that route.")
 
 #: The weighted sampler's state in every checkpoint folder: the composed source (scheduler and

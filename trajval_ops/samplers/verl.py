@@ -4,7 +4,7 @@ Targets verl 0.7.1, the last release with the dataset-sampler hook
 (``verl.experimental.dataset.sampler.AbstractSampler``, built by ``create_rl_sampler`` in
 ``verl/trainer/main_ppo.py``; ``AbstractCurriculumSampler.update(batch)`` called by
 ``RayPPOTrainer`` after each step). verl 0.8.0 and 0.9.x removed that hook: there, use the
-resampled pool written by ``trajval_weighted_resampler`` (see docs/downstream.md).
+resampled pool written by ``trajval_weighted_resampler`` (see docs/howto/trainers.md).
 
 Configuration (hydra, ``+`` adds keys verl's schema does not list)::
 
