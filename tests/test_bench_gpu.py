@@ -99,7 +99,7 @@ H200_RUN = REPO / "docs" / "results" / "gpu" / "h200-2026-11-26"
 
 
 def test_the_published_h200_figures_pass_the_checks_a_gpu_run_must(gpu_of_capability):
-    """The figures docs/results/gpu/h200-2026-11-26/index.md quotes are the bench's own JSON from the device, and pass
+    """The figures docs/results/gpu/index.md and the README quote are the bench's own JSON from the device, and pass
     what the ``gpu`` test asks of a run; the default parts' own wall times fit the 5 minutes."""
     gpu_of_capability((9, 0))  # the H200's: what the probe resolved its precisions on
     report = json.loads((H200_RUN / "bench_gpu.json").read_text())

@@ -31,7 +31,7 @@ error and the others go on), one after the other:
 
 It prints each figure with its ratio against its baseline and writes everything to ``--out``
 (JSON; rewritten as each part ends, so a run cut short by its caller keeps what it measured).
-The default parts took 267 s on an NVIDIA H200 (docs/results/gpu/h200-2026-11-26/index.md).
+The default parts took 267 s on an NVIDIA H200 (docs/results/gpu/index.md).
 ``--device cpu --quick`` runs the parts at small sizes on CPU (the slow test suite runs every
 part so, so the script cannot rot without a GPU); ``--device cuda`` needs a GPU.
 
