@@ -105,8 +105,7 @@ class ProbeConfig:
     precision: str = setting("auto", "weights and mixed precision of the probe: ``auto`` (``bf16-mixed`` on a GPU "
                              "with native bf16, compute capability 8.0+; else ``fp32``), ``bf16-mixed`` (fp32 "
                              "weights, optimizer state and checkpoints, bf16 autocast), ``bf16`` (bf16 weights "
-                             "and autocast: half the memory; its updates went non-finite for "
-                             "SmolLM2-135M-Instruct on a GPU) or ``fp32``.",
+                             "and autocast: half the memory, updates without fp32 master weights) or ``fp32``.",
                              choices=PRECISIONS, hashed_at_default=False)
     use_lora: bool = setting(False, "train a LoRA adapter instead of all weights; checkpoints are merged into "
                              "full model folders for the endpoint mapper.")
@@ -257,8 +256,7 @@ def resolve_generation(generation: str, device: str) -> tuple[str, str]:
 
 def resolve_precision(precision: str, device: str) -> str:
     """``bf16-mixed``, ``bf16`` or ``fp32``: ``auto`` is ``bf16-mixed`` on a GPU with native bf16
-    (fp32 master weights: SmolLM2-135M-Instruct's bf16-weight updates went non-finite at step 3 on
-    an H200 where fp32 weights trained) and ``fp32`` on older GPUs (V100, T4: torch would emulate
+    (fp32 master weights, so small updates are not lost to bf16's rounding) and ``fp32`` on older GPUs (V100, T4: torch would emulate
     bf16) and on CPU (bf16 autocast gave no training gain on CPU and costs precision)."""
     if precision == "auto":
         return "bf16-mixed" if device == "cuda" and hardware.computes_bf16(device) else "fp32"

@@ -197,8 +197,7 @@ class NonFiniteGuard(TrainerCallback):
 
         remedy = "a lower learning_rate or max_grad_norm"
         if not cause:  # what went non-finite may be the precision's doing
-            remedy = {"bf16": "precision: bf16-mixed or fp32 (bf16 weights went non-finite for "
-                              "SmolLM2-135M-Instruct on a GPU)",
+            remedy = {"bf16": "precision: bf16-mixed or fp32 (fp32 master weights)",
                       "bf16-mixed": "precision: fp32, or a lower learning_rate or max_grad_norm"}.get(self.precision, remedy)
         raise TrainingDiverged(
             f"{self.what}: step {step}: {what} is {value} (precision {self.precision}, learning "
