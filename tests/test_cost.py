@@ -547,10 +547,10 @@ def test_rate_is_one_option_with_one_meaning_in_every_command():
     def option(parser, name):
         return next(action for action in parser._actions if name in action.option_strings)
 
-    cost_rate, validate_rate = option(cost_cli._parser(None), "--rate"), option(protocol._parser("v"), "--rate")
+    cost_rate, validate_rate = option(cost_cli.parser(), "--rate"), option(protocol.parser("v"), "--rate")
     assert cost_rate.help == RATE_HELP and validate_rate.help.startswith(RATE_HELP)
     assert cost_rate.metavar == validate_rate.metavar == "COMPLETIONS_PER_S_PER_GPU"
-    assert option(protocol._parser("v"), "--price").help == PRICE_HELP
+    assert option(protocol.parser("v"), "--price").help == PRICE_HELP
 
 
 def test_the_rates_and_gpus_rules_are_the_dry_runs(tmp_path, capsys):

@@ -27,7 +27,8 @@ import sys
 from trajval_ops.generation_time import add_rate_option
 
 
-def _parser(prog: str | None) -> argparse.ArgumentParser:
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command's argument parser (its flags, read by ``--help`` and the generated reference)."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     source = parser.add_mutually_exclusive_group(required=True)
@@ -48,7 +49,7 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit code 0, or 2 on a missing or unreadable recipe or pool, or a recipe dj-process refuses."""
-    args = _parser(prog).parse_args(argv)
+    args = parser(prog).parse_args(argv)
     from trajval_ops.errors import TrajvalInputError
 
     try:

@@ -23,8 +23,8 @@ def _load(path: str) -> dict:
     return data
 
 
-def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
-    """Exit code 0, or 2 on a missing or malformed curve file."""
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command's argument parser (its flags, read by ``--help`` and the generated reference)."""
     from trajval_ops.analysis import curves
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
@@ -36,9 +36,18 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
                         help="the step of the first evaluation (default: --eval-every, or 1): 0 for curves that "
                              "begin with the base model, as trajval validate writes them. S2B is a ratio of "
                              "steps, so the offset changes it")
-    parser.add_argument("--window", type=int, default=curves.DEFAULT_WINDOW)
+    parser.add_argument("--window", type=int, default=curves.DEFAULT_WINDOW,
+                        help=f"evaluations in the sliding-window mean Best Acc and S2B read (default "
+                             f"{curves.DEFAULT_WINDOW})")
     parser.add_argument("--out", help="write the metrics as JSON here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+    """Exit code 0, or 2 on a missing or malformed curve file."""
+    from trajval_ops.analysis import curves
+
+    args = parser(prog).parse_args(argv)
 
     import numpy as np
 

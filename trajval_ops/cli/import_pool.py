@@ -15,7 +15,8 @@ import argparse
 import sys
 
 
-def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> argparse.Namespace:
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command's argument parser (its flags, read by ``--help`` and the generated reference)."""
     from trajval_ops.pools.answers import ANSWER_EXTRACTORS
     from trajval_ops.pools.importers import FORMATS, ID_FALLBACKS, ON_CONFLICT, ON_DUPLICATE
 
@@ -44,12 +45,12 @@ def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> arg
                         "without it such rows get none")
     parser.add_argument("--report", help="report JSON path (default <output>.report.json)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit code 0, or 2 on bad input (the message names the file, line and row)."""
-    args = parse_args(argv, prog=prog)
+    args = parser(prog).parse_args(argv)
     from trajval_ops.pools.importers import import_pool
     from trajval_ops.errors import TrajvalInputError
 

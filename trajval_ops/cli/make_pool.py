@@ -21,7 +21,8 @@ DEFAULT_SIZE = 128
 SPLITS_MANIFEST = "splits.json"
 
 
-def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> argparse.Namespace:
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command's argument parser (its flags, read by ``--help`` and the generated reference)."""
     from trajval_ops.pools.generate import PRESETS
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -43,12 +44,12 @@ def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> arg
                              "tuning study already read, so that no later split holds them)")
     parser.add_argument("--no-answer-instruction", action="store_true",
                         help="do not append the \\boxed{} / <answer> instruction to each question")
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit code 0; 1 when ``--check`` finds rows that fail; 2 on a bad mix or size."""
-    args = parse_args(argv, prog=prog)
+    args = parser(prog).parse_args(argv)
     from trajval_ops.errors import TrajvalInputError
     from trajval_ops.pools.generate import (
         FAMILIES,

@@ -12,16 +12,24 @@ import os
 import sys
 
 
-def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
-    from trajval_ops.models import KNOWN_MODELS, resolve_model
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command's argument parser (its flags, read by ``--help`` and the generated reference)."""
+    from trajval_ops.models import KNOWN_MODELS
 
     parser = argparse.ArgumentParser(prog=prog, description="build short-reference models into the cache "
                                      "(shipped ones are only located)")
     parser.add_argument("refs", nargs="*", help=f"default: all ({', '.join(KNOWN_MODELS)})")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+    from trajval_ops.models import KNOWN_MODELS, resolve_model
+
+    cli = parser(prog)
+    args = cli.parse_args(argv)
     unknown = [ref for ref in args.refs if ref not in KNOWN_MODELS]
     if unknown:
-        parser.error(f"unknown model reference(s) {unknown}; known: {', '.join(KNOWN_MODELS)}")
+        cli.error(f"unknown model reference(s) {unknown}; known: {', '.join(KNOWN_MODELS)}")
     # the models are built from installed files only: keep transformers off the hub (this command's
     # own process; a user's HF_HUB_OFFLINE=0 is kept)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -13,7 +13,8 @@ import argparse
 import sys
 
 
-def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command's argument parser (its flags, read by ``--help`` and the generated reference)."""
     from trajval_ops.analysis.pool_columns import TRAJECTORY_KEY
     from trajval_ops.settings import finite_float
 
@@ -32,7 +33,11 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
                         "r_early / r_late (default 1)")
     parser.add_argument("--alpha", type=finite_float, default=None, help="default: pool provenance, else 0.3")
     parser.add_argument("--eps", type=finite_float, default=None, help="default: pool provenance, else 0.05")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+    args = parser(prog).parse_args(argv)
 
     from trajval_ops.analysis.pool_report import build_report
     from trajval_ops.errors import TrajvalInputError

@@ -19,7 +19,8 @@ import argparse
 import sys
 
 
-def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> argparse.Namespace:
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command's argument parser (its flags, read by ``--help`` and the generated reference)."""
     from trajval_ops.fields import WEIGHT
     from trajval_ops.pools.transfer import MATCH_BY, UNMATCHED_POLICIES
 
@@ -41,12 +42,12 @@ def parse_args(argv: list[str] | None = None, *, prog: str | None = None) -> arg
                         help="unmatched target rows: fail (default), null weight, the source's floor eps, "
                              "or the median source weight")
     parser.add_argument("--report", help="report JSON path (default <output>.report.json)")
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit code 0, or 2 on bad input (unmatched rows under ``--unmatched error``, mixed regimes)."""
-    args = parse_args(argv, prog=prog)
+    args = parser(prog).parse_args(argv)
     from trajval_ops.atomic import check_outputs_spare_inputs, write_json
     from trajval_ops.pools.io import write_rows
     from trajval_ops.canonical import file_sha256

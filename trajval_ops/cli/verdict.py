@@ -26,7 +26,8 @@ import os
 import sys
 
 
-def _parser(prog: str | None) -> argparse.ArgumentParser:
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command's argument parser (its flags, read by ``--help`` and the generated reference)."""
     from trajval_ops.analysis.run_logs import FORMATS
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
@@ -121,7 +122,7 @@ def manifest_run(folder, run: dict):
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit 0, or 2 on bad input (nothing written then)."""
-    args = _parser(prog).parse_args(argv)
+    args = parser(prog).parse_args(argv)
     from pathlib import Path
 
     from trajval_ops.errors import TrajvalInputError

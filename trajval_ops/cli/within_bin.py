@@ -14,6 +14,19 @@ import argparse
 import sys
 
 
+def parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command's argument parser (its flags, read by ``--help`` and the generated reference)."""
+    from trajval_ops.analysis import within_bin
+
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pool", required=True, help="pool JSONL with trajval_r_early / trajval_r_late")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--binning", choices=within_bin.BINNINGS, default="quantile")
+    parser.add_argument("--split", choices=within_bin.SPLITS, default="paired")
+    parser.add_argument("--id-key", default=None, help="dotted id field used to name rows in errors")
+    return parser
+
+
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Exit code 0, or 2 on bad input."""
     from pathlib import Path
@@ -23,13 +36,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     from trajval_ops.pools.io import read_rows
     from trajval_ops.errors import TrajvalInputError
 
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pool", required=True, help="pool JSONL with trajval_r_early / trajval_r_late")
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--binning", choices=within_bin.BINNINGS, default="quantile")
-    parser.add_argument("--split", choices=within_bin.SPLITS, default="paired")
-    parser.add_argument("--id-key", default=None, help="dotted id field used to name rows in errors")
-    args = parser.parse_args(argv)
+    args = parser(prog).parse_args(argv)
     try:
         names = [within_bin.subpool_filename(b, h) for b in within_bin.BIN_NAMES for h in within_bin.HALVES]
         for name in names + [within_bin.STATS_FILE]:

@@ -555,7 +555,8 @@ def check_same_protocol(config: ValidationConfig, out: Path) -> None:
                         "verifier_revision": verifier_revision(regime_verifier(config)[0])})
 
 
-def _parser(prog: str):
+def parser(prog: str = "trajval validate"):
+    """``trajval validate``'s argument parser (its flags, read by ``--help`` and the generated reference)."""
     import argparse
 
     parser = argparse.ArgumentParser(
@@ -601,19 +602,19 @@ def _parser(prog: str):
 
 
 def main(argv: list[str] | None = None, *, prog: str = "trajval validate") -> int:
-    parser = _parser(prog)
-    args = parser.parse_args(argv)
+    cli = parser(prog)
+    args = cli.parse_args(argv)
     try:
         if args.status or args.trainer:
-            return _trainer_main(parser, args)
+            return _trainer_main(cli, args)
         if args.config is None:
-            parser.error("--config is required (unless --status)")
+            cli.error("--config is required (unless --status)")
         if not args.dry_run and args.out is None:
-            parser.error("--out is required (unless --dry-run)")
+            cli.error("--out is required (unless --dry-run)")
         if args.gpus is not None and not args.dry_run:
-            parser.error("--gpus plans a run elsewhere: it goes with --dry-run (a run uses the GPUs it sees)")
+            cli.error("--gpus plans a run elsewhere: it goes with --dry-run (a run uses the GPUs it sees)")
         if args.recipe or args.pool or args.weight_key or args.price is not None or args.submit:
-            parser.error("--recipe, --pool, --weight-key, --price and --submit go with --trainer")
+            cli.error("--recipe, --pool, --weight-key, --price and --submit go with --trainer")
         config = load_config(args.config, seed=args.seed, split_seed=args.split_seed)
         if args.workers is not None:
             if args.workers < 1:
