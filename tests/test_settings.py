@@ -60,13 +60,14 @@ def _numeric_settings() -> list[tuple[type, str]]:
 
 def _valid_required(cls) -> dict:
     """A value within its bounds for each setting the class declares without a default (a name for
-    a plain field without one, such as a validation config's)."""
+    a string without one, such as a validation config's name or a data section's files)."""
     required = {}
     declared = {field.name for field in settings.declared(cls)}
+    hints = settings.type_hints(cls)
     for field in dataclasses.fields(cls):
         if settings.default_of(field) is not dataclasses.MISSING:
             continue
-        if field.name not in declared:
+        if field.name not in declared or not _is_number(hints[field.name]):
             required[field.name] = "name"
             continue
         low = field.metadata.get("ge", field.metadata.get("gt", 0))

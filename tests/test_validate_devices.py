@@ -36,7 +36,7 @@ def test_device_precision_and_generation_are_the_probes_declarations():
     ({"device": "tpu"}, "device must be one of 'auto', 'cpu', 'cuda', got 'tpu'"),
     ({"precision": "fp16"}, "precision must be one of 'auto', 'bf16-mixed', 'bf16', 'fp32', got 'fp16'"),
     ({"generation": "vllm", "device": "cpu"}, "generation: vllm runs TRL's vLLM integration, which needs a GPU"),
-    ({"workers": 0}, "workers must be a positive integer, got 0"),
+    ({"workers": 0}, r"workers must be in \[1, inf\), got 0"),
 ])
 def test_a_bad_placement_is_a_config_error(tmp_path, changes, message):
     with pytest.raises(ConfigError, match=message):
