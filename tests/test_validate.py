@@ -56,6 +56,11 @@ def test_shipped_configs_load(path):
     ({"training__steps": True}, "training: steps must be an integer, got bool True"),
     ({"workers": 2.5}, "workers must be an integer or null, got float 2.5"),
     ({"evaluation__n": "4"}, "evaluation: n must be an integer, got str '4'"),
+    # every key declared with its bounds: these ran (or failed late, in a unit) before
+    ({"oracle__window": 0}, r"oracle: window must be in \[1, inf\), got 0"),
+    ({"evaluation__batch_size": 0}, r"evaluation: batch_size must be in \[1, inf\), got 0"),
+    ({"probe__weight_tolerance": 1.5}, r"probe: weight_tolerance must be in \[0, 1\), got 1.5"),
+    ({"tasks__tuning_size": -1}, r"tasks: tuning_size must be in \[0, inf\), got -1"),
     # issue 53, item 3: where the units run
     ({"executor": "slurm"}, "executor must be one of 'process', 'ray', got 'slurm'"),
     ({"executor": "ray", "gpus_per_unit": 0}, r"gpus_per_unit must be in \(0, 64\]"),
