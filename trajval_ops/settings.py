@@ -83,12 +83,20 @@ def _type_name(hint: Any) -> str:
     if hint is type(None):
         return "null"
     origin = typing.get_origin(hint)
-    if origin is tuple:
+    if origin in (tuple, list):
         plural = {int: "integers", float: "numbers", str: "strings"}
         item = typing.get_args(hint)[0]
         return f"a list of {plural.get(item, _type_name(item))}"
     names = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a mapping"}
     return names.get(origin or hint, getattr(hint, "__name__", str(hint)))
+
+
+def type_text(hint: Any) -> str:
+    """A type annotation in words, as the errors and the reference pages say it: ``an integer``,
+    ``a string or null``, ``a list of integers``."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(option) for option in typing.get_args(hint))
+    return _type_name(hint)
 
 
 def interval_text(metadata) -> str:
@@ -176,13 +184,20 @@ def default_of(field: dataclasses.Field) -> Any:
     return dataclasses.MISSING
 
 
+def limits_text(metadata) -> str:
+    """A setting's choices (``one of a, b``) or bounds (``in [1, inf)``); empty without either."""
+    if metadata.get("choices"):
+        return f"one of {', '.join(map(str, metadata['choices']))}"
+    if any(key in metadata for key in _BOUND_KEYS):
+        return f"in {interval_text(metadata)}"
+    return ""
+
+
 def help_text(field: dataclasses.Field) -> str:
     """The help sentence with the bounds or choices appended where the text does not give them."""
-    text = field.metadata["help"]
-    if field.metadata.get("choices") and "one of" not in text:
-        text += f" One of {', '.join(map(str, field.metadata['choices']))}."
-    elif any(key in field.metadata for key in _BOUND_KEYS):
-        text += f" In {interval_text(field.metadata)}."
+    text, limits = field.metadata["help"], limits_text(field.metadata)
+    if limits and not (field.metadata.get("choices") and "one of" in text):
+        text += f" {limits[0].upper()}{limits[1:]}."
     return text
 
 

@@ -229,7 +229,8 @@ class ValidationConfig:
         return [(arm + MODE_SUFFIX[mode], arm, mode) for mode in self.training.sampling for arm in self.training.arms]
 
 
-_SECTIONS = {"tasks": TaskSettings, "data": DataFiles, "grpo": GrpoSettings, "evaluation": EvaluationSettings,
+#: the config's sections: key -> the dataclass declaring its settings
+SECTIONS = {"tasks": TaskSettings, "data": DataFiles, "grpo": GrpoSettings, "evaluation": EvaluationSettings,
              "oracle": OracleSettings, "probe": ProbeSettings, "training": TrainingSettings}
 
 
@@ -268,7 +269,7 @@ def load_config(path: str | Path, seed: int | None = None, split_seed: int | Non
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the config must be a mapping")
     raw = dict(raw)
-    for key, cls in _SECTIONS.items():
+    for key, cls in SECTIONS.items():
         if key in raw and raw[key] is not None:
             raw[key] = _build(cls, raw[key], f"{path}: {key}")
     if seed is not None:
@@ -538,8 +539,8 @@ def recorded_settings(config: ValidationConfig, recorded: dict) -> dict:
                 if default is not dataclasses.MISSING and _plain(default) == value:
                     continue
                 out[key] = value
-            elif cls is ValidationConfig and key in _SECTIONS and isinstance(value, dict) and isinstance(seen[key], dict):
-                out[key] = known(value, _SECTIONS[key], seen[key])
+            elif cls is ValidationConfig and key in SECTIONS and isinstance(value, dict) and isinstance(seen[key], dict):
+                out[key] = known(value, SECTIONS[key], seen[key])
             else:
                 out[key] = value
         return out

@@ -18,6 +18,7 @@ from trajval_ops.ops import (  # noqa: E402
     weighted_resampler,
 )
 
-install(
-    module.OP_NAME for module in (probe_trainer, endpoint_reward_mapper, learnability_mapper, weighted_resampler)
-)
+#: the operators' modules in a recipe's order (each registers one operator, named by its OP_NAME)
+OPERATOR_MODULES = (probe_trainer, endpoint_reward_mapper, learnability_mapper, weighted_resampler)
+
+install(module.OP_NAME for module in OPERATOR_MODULES)

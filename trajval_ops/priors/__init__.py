@@ -153,7 +153,9 @@ def settings_union():
             help_text = f"{spec.metadata['help']} A setting of {whose}; unset: its default ({default_of(spec)})."
             fields.append((spec.name, Optional[hints[spec.name]],
                            dataclasses.field(default=None, metadata={**spec.metadata, "help": help_text})))
-    return dataclasses.make_dataclass("PriorSettings", fields, frozen=True)
+    union = dataclasses.make_dataclass("PriorSettings", fields, frozen=True, namespace={
+        "__doc__": "The priors' settings, given beside prior: each reaches the prior named, which checks it."})
+    return union
 
 
 def prior_from_spec(spec: Mapping[str, Any]) -> Prior:
