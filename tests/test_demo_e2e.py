@@ -10,14 +10,23 @@ from trajval_ops import core
 pytestmark = pytest.mark.slow
 
 
-def test_demo_recipe_carries_signal_beyond_the_rollout_noise(tmp_path):
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """The README's main job run once (``make demo``'s first command), for the tests that read it."""
+    tmp_path = tmp_path_factory.mktemp("demo")
+    text = (REPO / "recipes" / "demo_trajval.yaml").read_text().replace("outputs/demo", str(tmp_path / "demo"))
+    config = yaml.safe_load(text)
+    result = dj_process(config, tmp_path, timeout=900)
+    result.config = config
+    return result
+
+
+def test_demo_recipe_carries_signal_beyond_the_rollout_noise(demo_run):
     """The main job on tiny-arith: the probe's gain (delta) differs between task families beyond
     the standard errors that n = 16 rollouts per pass imply."""
     from trajval_ops.summary import group_noise
 
-    text = (REPO / "recipes" / "demo_trajval.yaml").read_text().replace("outputs/demo", str(tmp_path / "demo"))
-    config = yaml.safe_load(text)
-    result = dj_process(config, tmp_path, timeout=900)
+    result, config = demo_run, demo_run.config
     assert result.returncode == 0, result.stderr[-4000:]
     pool = read_jsonl(REPO / config["dataset_path"])
     out = read_jsonl(config["export_path"])
@@ -37,6 +46,16 @@ def test_demo_recipe_carries_signal_beyond_the_rollout_noise(tmp_path):
     output = result.stdout + result.stderr
     assert "{'loss'" not in output and "'grad_norm'" not in output
     assert output.count("probe: epoch 1/1 done (step 75/75), mean reward") == 1
+
+
+def test_the_readme_gives_the_demos_figures(demo_run):
+    """Every figure of the README's demo passage (within-noise count, median SE, Cochran's Q, each
+    family's delta and z, the prior's cost) is the demo's log's at the README's precision: the
+    README printed 155 of 218, Q 282.3 and z +14.4 where a run gave 156 of 219, 282.93 and +14.5."""
+    from tests.demo_figures import demo_figure_mismatches
+
+    assert demo_run.returncode == 0, demo_run.stderr[-4000:]
+    assert not demo_figure_mismatches((REPO / "README.md").read_text(), demo_run.stderr)
 
 
 def test_smollm2_recipe_end_to_end(tmp_path):
