@@ -4,10 +4,10 @@ every number the README's demo passage prints must equal the log's at the README
 The passage is the README's text between ``<!-- demo figures -->`` and ``<!-- end of demo figures -->``
 where it has those markers, else the paragraph that says "N of the M ... positive scores". Its
 wording may change; its numbers are read by pattern: "N of the M ... positive", "median SE X",
-"Cochran's Q X on D degrees of freedom", "`family` +D (z +Z)" or "`family` +D (+Z)", and the
-prior's cost "C completions: probe P, each pass E". The log's figures come from the learnability
-mapper's lines (trajval_ops.summary): its rollout noise record, its per-group table, its Cochran
-sentence and its cost line.
+"Cochran's Q X on D degrees of freedom", "G of F families ... more than", "`family` +D (z +Z)" or
+"`family` +D (+Z)", and the prior's cost "C completions: probe P, each pass E". The log's figures
+come from the learnability mapper's lines (trajval_ops.summary): its rollout noise record, its
+per-group table, its sentence on the groups and Cochran's Q, and its cost line.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ README_PATTERNS = {
         rf"({_NUMBER})\s+of\s+the\s+({_NUMBER})\s+(?:\w+\s+){{0,4}}?(?:with\s+a\s+)?positive",
     ("se_delta_median",): rf"median\s+SE(?:\s+of\s+delta)?[\s|:=]*({_NUMBER})",
     ("cochran_q", "df"): rf"Cochran's\s+Q[\s|:=]*(?:of\s+)?({_NUMBER})\s+on\s+({_NUMBER})\s+degrees",
+    ("groups_beyond_noise", "groups"):
+        rf"({_NUMBER})\s+of\s+({_NUMBER})\s+(?:task\s+)?(?:families|groups)\s+(?:\w+\s+){{0,2}}?more\s+than",
     ("prior_completions", "probe_completions", "pass_completions"):
         rf"({_NUMBER})\s+completions:\s+probe\s+({_NUMBER}),\s+each\s+pass\s+({_NUMBER})",
 }
@@ -70,6 +72,9 @@ def log_figures(log: str) -> dict[str, float]:
     cochran = re.search(r"Cochran's Q ([\d.]+) on (\d+) degrees of freedom", log)
     if cochran:
         figures["cochran_q"], figures["df"] = float(cochran.group(1)), float(cochran.group(2))
+    beyond = re.search(r"(\d+) of (\d+) groups more than", log)
+    if beyond:
+        figures["groups_beyond_noise"], figures["groups"] = float(beyond.group(1)), float(beyond.group(2))
     table = re.search(r"mean delta by .*?\n(group .*?)(?:\n\S+ \S+ \| |\Z)", log, re.S)
     for line in (table.group(1).splitlines()[1:] if table else []):
         cells = line.split()

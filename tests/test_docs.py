@@ -217,6 +217,9 @@ def test_the_readme_demo_check_reads_the_numbers_strictly_and_the_wording_loosel
                 "Cochran's Q 282.9 on 11 degrees of freedom: `sort_digits` +0.32 (z +14.5), `count_digit` +0.12 "
                 "(+4.1), `mul2` -0.01 (-3.9), `add3` -0.00 (-3.1).")
     assert demo_figure_mismatches(f"# Demo\n\n{sentence}\n\nMore.\n", DEMO_LOG) == []
+    assert demo_figure_mismatches(sentence + " 8 of 12 families lie more than 2 SE from it.", DEMO_LOG) == []
+    assert demo_figure_mismatches(sentence + " 7 of 12 families lie more than 2 SE from it.", DEMO_LOG) == [
+        "groups_beyond_noise: README 7, the demo's log 8.0"]
     reworded = ("<!-- demo figures: compared with the demo's log by the slow suite -->\n| | |\n|---|---|\n"
                 "| within noise | 156 of the 219 rows with a positive score |\n| Cochran's Q | 282.93 on 11 degrees of "
                 "freedom |\n| `sort_digits`: +0.316 (z = +14.5) | |\n<!-- end of demo figures -->")
