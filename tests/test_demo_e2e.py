@@ -16,7 +16,10 @@ def demo_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("demo")
     text = (REPO / "recipes" / "demo_trajval.yaml").read_text().replace("outputs/demo", str(tmp_path / "demo"))
     config = yaml.safe_load(text)
-    result = dj_process(config, tmp_path, timeout=900)
+    with pytest.MonkeyPatch.context() as patch:  # as `make demo` runs: the probe's torch threads are the cores
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            patch.delenv(name, raising=False)
+        result = dj_process(config, tmp_path, timeout=900)
     result.config = config
     return result
 

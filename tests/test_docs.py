@@ -4,6 +4,7 @@ every relative link and ``#anchor`` of README.md and docs/ resolves (GitHub's he
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
 import re
@@ -24,8 +25,12 @@ def _generator():
 
 def test_every_generated_page_is_what_the_generator_writes():
     generate = _generator()
-    stale = generate.stale_pages(generate.pages())
-    assert not stale, f"stale generated pages (run python tools/docs/generate.py): {stale}"
+    generated = generate.pages()
+    stale = generate.stale_pages(generated)
+    diffs = [line for name in stale for line in difflib.unified_diff(
+        (REPO / name).read_text(encoding="utf-8").splitlines() if (REPO / name).is_file() else [],
+        generated[REPO / name].splitlines(), f"{name} (committed)", f"{name} (generated)", lineterm="", n=1)]
+    assert not stale, f"stale generated pages (run python tools/docs/generate.py): {stale}\n" + "\n".join(diffs[:80])
 
 
 @pytest.fixture
