@@ -235,3 +235,12 @@ def test_the_readme_demo_check_reads_the_numbers_strictly_and_the_wording_loosel
         "rows_with_positive_score: README 218, the demo's log 219.0", "z:sort_digits: README 14.4, the demo's log 14.5"]
     assert "the README's demo passage gives no cochran_q" in demo_figure_mismatches(
         sentence.replace("Cochran's Q", "Q"), DEMO_LOG)
+
+
+def test_an_operator_parameters_union_reads_alike_in_either_order():
+    from typing import Optional, Union
+
+    generate = _generator()
+    assert (generate.annotation_text(Optional[list[Union[int, str]]])
+            == generate.annotation_text(Optional[list[Union[str, int]]])
+            == ("a list (a string or an integer each) or null", ""))

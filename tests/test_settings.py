@@ -164,3 +164,14 @@ def test_a_validation_config_refuses_nan_in_any_numeric_key(tmp_path, section, k
     path.write_text(f"name: x\ntasks: {{}}\n{section}: {{{key}: .nan}}\n")
     with pytest.raises(ConfigError, match=rf"{section}: {key} must be a finite number, got nan"):
         load_config(path)
+
+
+def test_a_unions_words_do_not_depend_on_which_module_built_it_first():
+    # typing caches unions and compares them as sets: Optional[list[Union[str, int]]] may come back
+    # as the Union[int, str] another import built first (vLLM's did, and a reference page changed)
+    from typing import Optional, Union
+
+    from trajval_ops.settings import type_text
+
+    assert type_text(Union[str, int]) == type_text(Union[int, str]) == "a string or an integer"
+    assert type_text(Union[None, int]) == type_text(Optional[int]) == "an integer or null"

@@ -91,11 +91,20 @@ def _type_name(hint: Any) -> str:
     return names.get(origin or hint, getattr(hint, "__name__", str(hint)))
 
 
+def union_options(hint: Any) -> tuple:
+    """A union's members in one order, by their words, null last. ``typing`` caches unions and
+    compares them as sets, so ``Optional[list[Union[str, int]]]`` may come back as the
+    ``Union[int, str]`` another module built first: the written order is not the declaration's."""
+    options = typing.get_args(hint)
+    return tuple(sorted((o for o in options if o is not type(None)), key=_type_name)) + (
+        (type(None),) if type(None) in options else ())
+
+
 def type_text(hint: Any) -> str:
     """A type annotation in words, as the errors and the reference pages say it: ``an integer``,
     ``a string or null``, ``a list of integers``."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(option) for option in typing.get_args(hint))
+        return " or ".join(_type_name(option) for option in union_options(hint))
     return _type_name(hint)
 
 

@@ -116,7 +116,7 @@ def group_title(cls) -> str:
 def annotation_text(hint) -> tuple[str, str]:
     """An operator parameter's annotation as (type in words, bounds or choices): pydantic's
     ``Annotated[float, Field(gt=0)]``, ``PositiveInt`` and ``Literal[...]`` included."""
-    from trajval_ops.settings import interval_text, type_text
+    from trajval_ops.settings import interval_text, type_text, union_options
 
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Annotated:
@@ -130,7 +130,7 @@ def annotation_text(hint) -> tuple[str, str]:
     if origin is typing.Literal:
         return type_text(type(args[0])), "one of " + ", ".join(map(str, args))
     if origin in (typing.Union, types.UnionType):
-        parts = [annotation_text(option) for option in args if option is not type(None)]
+        parts = [annotation_text(option) for option in union_options(hint) if option is not type(None)]
         text = " or ".join(part[0] for part in parts) + (" or null" if type(None) in args else "")
         return text, "; ".join(part[1] for part in parts if part[1])
     if origin is list:
