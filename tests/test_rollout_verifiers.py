@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from trajval_ops.rollout.verifiers import build_verifier, canonical_answer, last_boxed
+from trajval_ops.pools.answers import last_boxed
+from trajval_ops.rollout.verifiers import build_verifier, canonical_answer
 
 
 @pytest.fixture(scope="module")

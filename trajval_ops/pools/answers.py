@@ -1,4 +1,5 @@
-"""Extracting a short ground truth from a worked answer (GSM8K ``#### 42``, MATH ``\\boxed{}``)."""
+"""Extracting a short ground truth from a worked answer (GSM8K ``#### 42``, MATH ``\\boxed{}``), and
+the last ``\\boxed{}`` answer of a text, which the math verifier reads from a completion too."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import re
 from typing import Any
 
 from trajval_ops.canonical import canonical_json
-from trajval_ops.rollout.verifiers import last_boxed
 
 #: How a ground-truth value is turned into the canonical string.
 ANSWER_EXTRACTORS = ("none", "gsm8k", "boxed", "auto")
@@ -16,6 +16,7 @@ GSM8K_MARKER = "####"
 #: (``(2, 3)``, ``2,3``) are part of the answer.
 THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 BOXED_MARKER = "\\boxed{"
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
 def canonical_ground_truth(value: Any) -> str:
@@ -59,3 +60,21 @@ def extract_answer(text: str, how: str) -> str:
     if not answer:
         raise ValueError(f"empty answer after the {how} marker")
     return answer
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (balanced braces, nested boxes allowed), or None, also
+    when the last box does not close (a truncated completion): an earlier box is an answer the
+    completion went on to revise, and verl's math rewards find none there either."""
+    starts = [m.end() for m in _BOX_RE.finditer(text)]
+    if not starts:
+        return None
+    depth = 1
+    for i in range(starts[-1], len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[starts[-1]:i]
+    return None

@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 from loguru import logger
 
 from trajval_ops.lifetime import die_with_parent
+from trajval_ops.pools.answers import last_boxed
 
 #: Longer completions are not parsed at all (score 0, reason logged).
 DEFAULT_MAX_COMPLETION_CHARS = 100_000
@@ -243,7 +244,6 @@ def _serve_checks(conn, verifier: "Verifier") -> None:
 
 # ----------------------------------------------------------------------------- math
 
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _NUMBER_RE = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 _LATEX_FRACTION_RE = re.compile(r"\\[dt]?frac\s*\{\s*(-?\d+)\s*\}\s*\{\s*(\d+)\s*\}")
 #: what a number is part of, not the answer, when it follows one of these: an exponent, an index,
@@ -257,24 +257,6 @@ def _integer_truth(ground_truth: Any) -> str | None:
     the math verifier reads and compares without the checking child."""
     text = str(ground_truth).strip()
     return text if _SHORT_INTEGER_RE.fullmatch(text) else None
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (balanced braces, nested boxes allowed), or None, also
-    when the last box does not close (a truncated completion): an earlier box is an answer the
-    completion went on to revise, and verl's math rewards find none there either."""
-    starts = [m.end() for m in _BOX_RE.finditer(text)]
-    if not starts:
-        return None
-    depth = 1
-    for i in range(starts[-1], len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[starts[-1]:i]
-    return None
 
 
 def last_number(text: str) -> str | None:
