@@ -67,7 +67,7 @@ def test_a_pool_too_small_for_the_probe_is_refused_as_the_probe_would(tmp_path, 
 
 
 def test_recorded_cost_sums_each_pass_and_reads_the_probe_manifest(tmp_path):
-    from trajval_ops.probe.manifest import write_manifest
+    from trajval_ops.probe_manifest import write_manifest
 
     write_manifest(tmp_path, {"cost": {"completions": 640, "generated_tokens": 3000, "wall_time_s": 12.5}})
     checkpoint = {"name": "epoch-2", "manifest": str(tmp_path / "manifest.json")}
@@ -89,7 +89,7 @@ def test_a_probe_manifest_is_read_where_it_is_now_and_a_missing_one_is_an_error(
     """The rows name the manifest where the probe ran; a run that moved reads it where it is now,
     and a manifest found nowhere stops the count rather than count the probe as free."""
     from trajval_ops.prior_cost import probe_cost_from_manifests
-    from trajval_ops.probe.manifest import write_manifest
+    from trajval_ops.probe_manifest import write_manifest
 
     write_manifest(tmp_path / "now", {"cost": {"completions": 640, "generated_tokens": 3000, "wall_time_s": 12.5}})
     late = [{"checkpoint": {"name": "epoch-2", "manifest": "/elsewhere/probe_run/manifest.json"}},
@@ -135,7 +135,7 @@ def test_the_weighted_pool_provenance_carries_the_prior_total(tmp_path):
     import pyarrow as pa
 
     from trajval_ops.ops.learnability_mapper import TrajvalLearnabilityMapper
-    from trajval_ops.probe.manifest import write_manifest
+    from trajval_ops.probe_manifest import write_manifest
 
     write_manifest(tmp_path, {"cost": {"completions": 640, "generated_tokens": 3000, "wall_time_s": 12.5}})
     checkpoint = {"name": "epoch-2", "manifest": str(tmp_path / "manifest.json")}

@@ -28,7 +28,7 @@ from trajval_ops.probe.launch import (
     read_job,
     write_job,
 )
-from trajval_ops.probe.manifest import config_hash, load_manifest
+from trajval_ops.probe_manifest import config_hash, load_manifest
 from trajval_ops.probe.run import run_probe
 
 #: Checkpoints of the 4-epoch probe below (8 rows, 2 prompts per step: 4 steps per epoch).

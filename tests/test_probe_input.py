@@ -92,7 +92,7 @@ def test_overlong_probe_prompt_names_row(tmp_path):
 def _unfinished_probe(out, config, probe_ids) -> dict:
     """The manifest an interrupted probe of ``config`` would leave in ``out`` on this CPU."""
     from trajval_ops.models import resolve_model
-    from trajval_ops.probe.manifest import STATUS_RUNNING, config_hash
+    from trajval_ops.probe_manifest import STATUS_RUNNING, config_hash
     from trajval_ops.probe.run import _start_manifest, library_versions
 
     identity = {"config": config.identity(), "probe_ids": list(probe_ids), "device": "cpu",
@@ -109,7 +109,7 @@ def test_an_unfinished_probe_goes_on_only_where_its_numerics_resolve_alike(tmp_p
     in fp32 (nor one started with vLLM without it); the error comes before any model loads."""
     from trajval_ops import models
     from trajval_ops.errors import TrajvalInputError
-    from trajval_ops.probe.manifest import write_manifest
+    from trajval_ops.probe_manifest import write_manifest
 
     out = tmp_path / "probe"
     manifest = _unfinished_probe(out, CONFIG, ["t0", "t1"])
@@ -129,7 +129,7 @@ def test_an_unfinished_probe_goes_on_only_with_the_verifier_reading_it_started_w
     release that started it: the rest of its steps under another reading would mix the two.
     Refused before any model loads."""
     from trajval_ops import models
-    from trajval_ops.probe.manifest import write_manifest
+    from trajval_ops.probe_manifest import write_manifest
     from trajval_ops.rollout.verifiers import MathVerifier
 
     out = tmp_path / "probe"
@@ -150,7 +150,7 @@ def test_an_unfinished_probe_recording_no_verifier_revision_is_refused_without_n
     the release that started it (one from 2026-11-27 read as this one does and is refused too). A
     verifier never revised reads a manifest recording none as revision 1, its own."""
     from trajval_ops import models
-    from trajval_ops.probe.manifest import write_manifest
+    from trajval_ops.probe_manifest import write_manifest
     from trajval_ops.probe.run import _check_same_reading
 
     out = tmp_path / "probe"
@@ -172,7 +172,7 @@ def test_a_probe_of_the_same_ids_on_other_task_content_is_not_reused(tmp_path, m
     was fixed under the same ids got the finished probe trained on the old tasks ("already
     complete; not repeating it"). The manifest records the tasks' sha256 and a rerun compares it."""
     from trajval_ops import models
-    from trajval_ops.probe.manifest import STATUS_COMPLETE, write_manifest
+    from trajval_ops.probe_manifest import STATUS_COMPLETE, write_manifest
     from trajval_ops.probe.run import probe_examples, tasks_digest
 
     out = tmp_path / "probe"

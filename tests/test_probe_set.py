@@ -11,7 +11,7 @@ from trajval_ops.probe.checkpoints import (
     check_loadable_model, checkpoint_entries, last_resumable, list_checkpoints, prune_checkpoints, trained_to,
 )
 from trajval_ops.probe.config import ProbeConfig, grpo_arguments
-from trajval_ops.probe.manifest import (
+from trajval_ops.probe_manifest import (
     FORMAT,
     ManifestError,
     config_hash,

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import dj_process, read_jsonl, write_jsonl
 from trajval_ops.probe.checkpoints import list_checkpoints
 from trajval_ops.probe.config import ProbeConfig
-from trajval_ops.probe.manifest import load_manifest, resolve_checkpoint
+from trajval_ops.probe_manifest import load_manifest, resolve_checkpoint
 from trajval_ops.probe.run import ProbeDirectoryError, run_probe
 
 pytestmark = pytest.mark.slow
@@ -402,7 +402,7 @@ def test_a_probe_whose_weights_cannot_sample_fails_and_is_never_reused(tmp_path)
 
     from tests.conftest import REPO
     from trajval_ops.errors import TrainingDiverged
-    from trajval_ops.probe.manifest import ManifestError
+    from trajval_ops.probe_manifest import ManifestError
 
     recipe = yaml.safe_load((REPO / "recipes" / "demo_trajval.yaml").read_text())
     settings = recipe["process"][0]["trajval_probe_trainer"]

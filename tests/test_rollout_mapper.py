@@ -375,8 +375,8 @@ def test_bad_settings(tmp_path):
 
 
 def test_manifest_reference(tmp_path, tiny_model_path):
-    from trajval_ops.probe.manifest import FORMAT, write_manifest
-    from trajval_ops.probe.manifest import resolve_model_reference
+    from trajval_ops.probe_manifest import FORMAT, write_manifest
+    from trajval_ops.probe_manifest import resolve_model_reference
 
     probe = tmp_path / "probe"
     write_manifest(probe, {

@@ -22,7 +22,7 @@ def _probe_run(out, rows=8):
     late pass, the sampled prior's short pass), in the provenance the endpoint passes write."""
     from trajval_ops.experiment.priors import ADAPTIVE_LATE, SAMPLED_SHORT
     from trajval_ops.experiment.results import probe_manifest_path
-    from trajval_ops.probe.manifest import write_manifest
+    from trajval_ops.probe_manifest import write_manifest
 
     manifest = probe_manifest_path(out)
     write_manifest(manifest.parent, {"cost": {"completions": PROBE, "generated_tokens": 0, "wall_time_s": 1.0}})

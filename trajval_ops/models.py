@@ -6,13 +6,13 @@ A ``model`` setting (the probe's base model, an endpoint pass's checkpoint) may 
 - a model folder path;
 - a short reference below (``smollm2-135m-instruct``, ...);
 - ``manifest:<probe output dir or manifest.json>#<checkpoint ref>``: a checkpoint of a finished
-  probe run, looked up in its manifest (:func:`trajval_ops.probe.manifest.resolve_checkpoint`);
+  probe run, looked up in its manifest (:func:`trajval_ops.probe_manifest.resolve_checkpoint`);
   the ref is ``early[i]``, ``late[i]`` (Python indexing into the window) or a checkpoint name
   (``base``).
 
 :func:`resolve_model` resolves a folder or a short reference (:func:`resolve_model_description`
 with its description for provenance); a ``manifest:`` reference is resolved where manifests live,
-:func:`trajval_ops.probe.manifest.resolve_model_reference`, which reads the manifest and then
+:func:`trajval_ops.probe_manifest.resolve_model_reference`, which reads the manifest and then
 resolves the checkpoint's folder here.
 
 No model hub is reachable from the machines this runs on, so recipes name models either by a
@@ -78,7 +78,7 @@ MANIFEST_PREFIX = "manifest:"
 def resolve_model(model: str) -> Path:
     """The model folder a ``model`` setting names: a folder or a short reference (module
     docstring). A probe checkpoint (``manifest:<dir>#<ref>``) is resolved where manifests live,
-    :func:`trajval_ops.probe.manifest.resolve_model_reference`.
+    :func:`trajval_ops.probe_manifest.resolve_model_reference`.
 
     :raises FileNotFoundError: neither a known reference nor a directory.
     :raises ValueError: not a model name, a ``manifest:`` reference, or a short reference that is
@@ -93,7 +93,7 @@ def resolve_model_description(model: str) -> tuple[Path, dict]:
         raise ValueError(f"model must be a path, a short model reference or 'manifest:<dir>#<ref>', got {model!r}")
     if model.startswith(MANIFEST_PREFIX):
         raise ValueError(f"model {model!r} names a probe checkpoint: resolve it with "
-                         "trajval_ops.probe.manifest.resolve_model_reference")
+                         "trajval_ops.probe_manifest.resolve_model_reference")
     return model_folder(model), {"name": model, "source": "short_ref" if model in KNOWN_MODELS else "path"}
 
 

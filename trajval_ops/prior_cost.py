@@ -205,7 +205,7 @@ def probe_run_elsewhere(recipe: Mapping[str, Any]) -> dict | None:
     models) that it does not train itself: the prior needs that probe all the same. Priced at
     what its manifest records (``recorded: true``), or at 0 with ``recorded: false`` while no
     probe there has recorded a cost (price the recipe that trains it)."""
-    from trajval_ops.probe.manifest import ManifestError, read_manifest
+    from trajval_ops.probe_manifest import ManifestError, read_manifest
 
     locations = sorted({location for _, location, _ in _passes_on_probes(recipe)})
     if not locations:
@@ -315,7 +315,7 @@ def probe_cost_from_manifests(provenances: Iterable[Any], locate: Callable[[str]
         a validation run moved to another machine keeps its probe in its own folder); default: as
         named. A manifest not found is an error, never a probe that cost nothing.
     """
-    from trajval_ops.probe.manifest import read_manifest
+    from trajval_ops.probe_manifest import read_manifest
 
     manifests = set()
     for provenance in provenances:

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     from scipy.stats import spearmanr
 
-    from trajval_ops.probe.manifest import resolve_model_reference
+    from trajval_ops.probe_manifest import resolve_model_reference
     from trajval_ops.pools.io import read_rows
     from trajval_ops.priors import TrajVal
     from trajval_ops.rollout.budget import AdaptiveBudget

@@ -400,7 +400,7 @@ def trained_numerics(out: Path) -> dict[str, dict]:
     unit's result, and the probe's manifest while the probe is unfinished (a finished probe is
     only read, wherever the run goes on)."""
     from trajval_ops.experiment.results import probe_manifest_path
-    from trajval_ops.probe.manifest import STATUS_COMPLETE, manifest_numerics
+    from trajval_ops.probe_manifest import STATUS_COMPLETE, manifest_numerics
 
     records = finished_results(out)
     manifest = probe_manifest_path(out)

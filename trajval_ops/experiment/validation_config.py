@@ -393,7 +393,7 @@ def _check_other_model(config: ValidationConfig, where: str) -> None:
     not the trained one under another name (its folder's path, a link to it, the folder a short
     reference names): the comparison would be of one model's passes."""
     from trajval_ops.models import MANIFEST_PREFIX, model_location
-    from trajval_ops.probe.manifest import resolve_model_reference
+    from trajval_ops.probe_manifest import resolve_model_reference
 
     def folder(key: str, model: str) -> str:
         found = config_model(config, model)

@@ -32,7 +32,7 @@ from trajval_ops.atomic import atomic_open
 from trajval_ops import errors
 from trajval_ops.errors import TrajvalInputError
 from trajval_ops.probe.config import ProbeConfig
-from trajval_ops.probe.manifest import load_manifest
+from trajval_ops.probe_manifest import load_manifest
 
 #: Environment variable holding the pid of the process a launched process must not outlive.
 PARENT_PID_ENV = "TRAJVAL_PARENT_PID"

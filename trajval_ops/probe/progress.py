@@ -14,7 +14,7 @@ from loguru import logger
 from transformers import TrainerCallback
 
 from trajval_ops.probe.checkpoints import base_entry, checkpoint_entries, prune_checkpoints
-from trajval_ops.probe.manifest import write_manifest
+from trajval_ops.probe_manifest import write_manifest
 
 
 def reward_per_epoch(log_history: Sequence[Mapping[str, Any]], steps_per_epoch: int) -> list[float]:

@@ -23,7 +23,7 @@ from trajval_ops.probe.config import (
     lora_config, numerics_differ, precision_note, resolve_device, resolve_generation, resolve_precision,
     resolved_numerics, strategy_mismatch, torch_dtype,
 )
-from trajval_ops.probe.manifest import (
+from trajval_ops.probe_manifest import (
     FORMAT,
     STATUS_COMPLETE,
     STATUS_FAILED,

@@ -304,7 +304,7 @@ class EndpointPass:
         if self._provenance is not None:
             return
         from trajval_ops.models import cache_dir as default_cache_root
-        from trajval_ops.probe.manifest import resolve_model_reference
+        from trajval_ops.probe_manifest import resolve_model_reference
         from trajval_ops.rollout.cache import RolloutCache, model_fingerprint
         from trajval_ops.rollout.pass_rates import RolloutPass
         from trajval_ops.rollout.verifiers import revision_record

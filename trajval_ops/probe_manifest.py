@@ -1,7 +1,9 @@
 """The probe manifest: ``<output_dir>/manifest.json`` (format in docs/probe.md).
 
 The probe trainer writes it (atomically, at start, after every kept checkpoint and at the end);
-the endpoint-reward mapper reads it to find ``early[i]`` / ``late[i]`` checkpoints.
+the endpoint passes read it to find ``early[i]`` / ``late[i]`` checkpoints
+(:func:`resolve_model_reference`). It sits below both, beside the model resolver, so that neither
+imports the other's layer.
 """
 
 from __future__ import annotations
