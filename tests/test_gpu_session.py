@@ -88,3 +88,21 @@ def test_a_budget_or_unit_time_that_is_no_finite_positive_number_is_refused(sess
         session.main(["run", "validate", flag, value])
     assert exit_info.value.code == 2
     assert f"argument {flag}: must be a finite number of seconds > 0, got '{value}'" in capsys.readouterr().err
+
+
+def test_the_ray_import_shim_wheel_installs_the_folders_files_as_ray(tmp_path):
+    """The shim's sources sit in a folder not named ``ray`` (a tool resolving imports by path would
+    take it for Ray); the wheel built from it installs them as the package ``ray``, and nothing else."""
+    import subprocess
+    import sys
+    import zipfile
+
+    built = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "_wheels.py"), str(tmp_path), "cp312",
+                            "build-shim", str(REPO / "tools" / "gpu" / "ray_import_shim")],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    name, version = built.split("==")
+    with zipfile.ZipFile(tmp_path / f"{name}-{version}-py3-none-any.whl") as wheel:
+        names = wheel.namelist()
+        assert wheel.read(f"{name}-{version}.dist-info/top_level.txt") == b"ray\n"
+    assert sorted(n for n in names if ".dist-info/" not in n) == [
+        "ray/__init__.py", "ray/data/__init__.py", "ray/data/read_api.py"]

@@ -337,3 +337,29 @@ def test_the_model_resolver_imports_nothing_above_it():
     floor (issue 34)."""
     graph = _package_imports()
     assert not {dep for dep in graph["trajval_ops.models"] if dep.startswith("trajval_ops.probe")}
+
+
+def test_no_folder_in_the_repository_is_named_after_a_package_it_imports():
+    """A tool that resolves imports by path reads ``import ray`` as a folder named ``ray`` wherever
+    it stands (the GPU kit's Ray import shim was one): no folder of the repository bears the name of
+    a third-party package that its Python imports. The standard library's names are left out:
+    ``pools/io`` is the pool reader's package, and every module here imports with absolute names."""
+    import ast
+    import subprocess
+    import sys
+
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    imported = set()
+    for name in files:
+        if name.endswith(".py"):
+            for node in ast.walk(ast.parse((REPO / name).read_text())):
+                if isinstance(node, ast.Import):
+                    imported.update(alias.name.split(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    imported.add(node.module.split(".")[0])
+    folders = {"/".join(name.split("/")[:depth]) for name in files for depth in range(1, name.count("/") + 1)}
+    own = {folder for folder in folders if "/" not in folder}  # the repository's own top-level packages
+    third_party = imported - set(sys.stdlib_module_names) - own
+    assert {"ray", "trl", "torch"} <= third_party, "the imports were not read"
+    named = sorted(folder for folder in folders if folder.rsplit("/", 1)[-1] in third_party)
+    assert not named, f"folders named after a package the code imports: {named}"

@@ -221,7 +221,7 @@ def test_trl_runs_parse_with_trls_own_parser(regime, capsys):
 
     from trajval_ops.samplers.trl import TrajvalScriptArguments
 
-    script = REPO / "recipes" / "trl" / "grpo_trajval.py"
+    script = REPO / "recipes" / "trl_scripts" / "grpo_trajval.py"
     recipe = regime["tmp"] / "trl_recipe.sh"
     recipe.write_text(TRL_RECIPE.format(script=script))
     assert _trainer(regime, "--dry-run", "--json", trainer="trl", recipe=recipe) == 0
@@ -304,7 +304,7 @@ def test_bad_recipes_and_pools_are_errors_naming_them(regime, capsys):
         capsys.readouterr().err
     pytest.importorskip("trl")
     no_eval = regime["tmp"] / "no_eval.sh"
-    no_eval.write_text(TRL_RECIPE.format(script=REPO / "recipes" / "trl" / "grpo_trajval.py").replace(
+    no_eval.write_text(TRL_RECIPE.format(script=REPO / "recipes" / "trl_scripts" / "grpo_trajval.py").replace(
         "--eval_strategy steps --eval_steps 5 ", ""))
     assert _trainer(regime, trainer="trl", recipe=no_eval) == 2
     assert "evaluate the held-out set at no step (eval_strategy no)" in capsys.readouterr().err
@@ -355,7 +355,7 @@ def test_a_heldout_task_in_the_pool_is_an_error(regime, capsys):
 
 @pytest.mark.slow  # two short TRL runs on the tiny model: ~60 s here
 def test_the_written_trl_runs_train_with_the_shipped_script(tmp_path, capsys, tiny_model_path):
-    """The runs of both arms, as their scripts run them (recipes/trl/grpo_trajval.py, TRL's own
+    """The runs of both arms, as their scripts run them (recipes/trl_scripts/grpo_trajval.py, TRL's own
     GRPO on CPU), leave their held-out evaluations where the manifest says the verdict reads them."""
     from tests.conftest import arithmetic_rows
 
@@ -370,7 +370,7 @@ def test_the_written_trl_runs_train_with_the_shipped_script(tmp_path, capsys, ti
                                       "evaluation": {"min_heldout": 8},
                                       "training": {"seeds": [0], "arms": ["uniform", "trajval"]}}))
     recipe = tmp_path / "recipe.sh"
-    recipe.write_text(f"OMP_NUM_THREADS=1 {sys.executable} {REPO / 'recipes' / 'trl' / 'grpo_trajval.py'} "
+    recipe.write_text(f"OMP_NUM_THREADS=1 {sys.executable} {REPO / 'recipes' / 'trl_scripts' / 'grpo_trajval.py'} "
                       f"--model_name_or_path {tiny_model_path} --max_steps 2 --per_device_train_batch_size 4 "
                       "--num_generations 2 --max_completion_length 8 --eval_strategy steps --eval_steps 2 "
                       "--per_device_eval_batch_size 4 --save_steps 2 --logging_steps 1 --report_to none --use_cpu\n")
@@ -445,7 +445,7 @@ def test_the_verdict_of_a_trl_folder_counts_each_steps_completions_as_the_dry_ru
     from trajval_ops.cli import verdict
 
     recipe = regime["tmp"] / "trl_recipe.sh"
-    recipe.write_text(TRL_RECIPE.format(script=REPO / "recipes" / "trl" / "grpo_trajval.py"))
+    recipe.write_text(TRL_RECIPE.format(script=REPO / "recipes" / "trl_scripts" / "grpo_trajval.py"))
     variance = write_jsonl(regime["tmp"] / "variance.jsonl", [_row(i, "p", trajval_weight=1.0) for i in range(POOL_ROWS)])
     assert _trainer(regime, "--pool", f"variance={variance}", trainer="trl", recipe=recipe) == 0
     out = regime["tmp"] / "out"

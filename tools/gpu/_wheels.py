@@ -2,6 +2,9 @@
 
     _wheels.py DEST CPTAG have NAME==VERSION      exit 0 when DEST has that wheel, usable on CPTAG
     _wheels.py DEST CPTAG build-shim SHIM_DIR     build the Ray import shim wheel into DEST, print NAME==VERSION
+                                                  (SHIM_DIR's files become the wheel's package ``ray``: the
+                                                  folder is not named ``ray``, so no tool resolving imports
+                                                  by path takes this repository's folder for Ray)
     _wheels.py DEST CPTAG prune REQ...            keep one wheel per REQ, delete every other wheel
 """
 
@@ -14,6 +17,8 @@ from pathlib import Path
 
 SHIM_NAME = "trajval_gpu_ray_import_shim"
 SHIM_VERSION = "0.1.0"
+#: the package the shim wheel installs, stood in for
+SHIM_PACKAGE = "ray"
 
 
 def norm(name):
@@ -51,11 +56,12 @@ def have(dest, cptag, req):
 
 
 def build_shim(dest, shim_dir):
-    """A py3-none-any wheel of the `ray` stand-in; byte-identical on every build."""
+    """A py3-none-any wheel of the `ray` stand-in (``shim_dir``'s files as the package ``ray``);
+    byte-identical on every build."""
     shim_dir = Path(shim_dir)
     files = {}
     for path in sorted(shim_dir.rglob("*.py")):
-        files[path.relative_to(shim_dir).as_posix()] = path.read_bytes()
+        files[f"{SHIM_PACKAGE}/{path.relative_to(shim_dir).as_posix()}"] = path.read_bytes()
     info = f"{SHIM_NAME}-{SHIM_VERSION}.dist-info"
     files[f"{info}/METADATA"] = (
         f"Metadata-Version: 2.1\nName: {SHIM_NAME}\nVersion: {SHIM_VERSION}\n"
@@ -66,7 +72,7 @@ def build_shim(dest, shim_dir):
         "Wheel-Version: 1.0\nGenerator: trajval_ops tools/gpu/_wheels.py\n"
         "Root-Is-Purelib: true\nTag: py3-none-any\n"
     ).encode()
-    files[f"{info}/top_level.txt"] = b"ray\n"
+    files[f"{info}/top_level.txt"] = f"{SHIM_PACKAGE}\n".encode()
     record = []
     for name, data in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()

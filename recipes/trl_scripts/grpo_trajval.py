@@ -6,7 +6,7 @@ that weight column (unset for the uniform arm: TRL's own sampler). Rows are verl
 (``prompt``, ``reward_model.ground_truth``); the reward is 1 for a correct ``\\boxed{}`` answer
 (math-verify). docs/howto/check_a_prior.md::
 
-    accelerate launch --num_processes 8 recipes/trl/grpo_trajval.py \\
+    accelerate launch --num_processes 8 recipes/trl_scripts/grpo_trajval.py \\
         --model_name_or_path /models/Qwen3-1.7B --max_steps 200 --per_device_train_batch_size 16 \\
         --num_generations 16 --eval_strategy steps --eval_steps 20 --learning_rate 1e-6
 """
