@@ -310,6 +310,59 @@ def test_no_import_cycles_inside_the_package():
     assert "trajval_ops.input_checks" in graph and graph["trajval_ops.pools.io"], "the import graph was not read"
 
 
+ARCHITECTURE_DOC = REPO / "docs" / "architecture.md"
+
+
+def _declared_layers(text: str | None = None) -> dict[str, tuple[int, str]]:
+    """docs/architecture.md's layer table: each package or top-level module of trajval_ops (its
+    name after ``trajval_ops.``; ``__init__`` for the package itself) -> (layer, what it holds)."""
+    text = ARCHITECTURE_DOC.read_text() if text is None else text
+    begin, end = "<!-- layers: begin -->", "<!-- layers: end -->"
+    assert text.count(begin) == 1 and text.count(end) == 1, "docs/architecture.md: one layer table, delimited"
+    rows = [line for line in text[text.index(begin):text.index(end)].splitlines() if line.startswith("|")][2:]
+    layers = {}
+    for row in rows:
+        number, what, members = (cell.strip() for cell in row.strip("|").split("|"))
+        for name in re.findall(r"`([^`]+)`", members):
+            assert name not in layers, f"docs/architecture.md's layer table lists {name} twice"
+            layers[name] = (int(number), what)
+    return layers
+
+
+def _unit(module: str) -> str:
+    """The package or top-level module a trajval_ops module belongs to (its layer table row)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer_violations(graph: dict[str, set[str]], layers: dict[str, tuple[int, str]]) -> list[str]:
+    """Each import in ``graph`` (module -> modules it imports) that runs up the layers, and each
+    module whose package or top-level module has no layer."""
+    unplaced = sorted({_unit(module) for module in graph} - set(layers))
+    problems = [f"{name}: no layer in docs/architecture.md's table" for name in unplaced]
+    for module, imported in sorted(graph.items()):
+        for target in sorted(imported):
+            here, there = layers.get(_unit(module)), layers.get(_unit(target))
+            if here and there and there[0] > here[0]:
+                problems.append(f"{module} (layer {here[0]}, {here[1]}) imports {target} (layer {there[0]}, "
+                                f"{there[1]}): up the layers")
+    return problems
+
+
+def test_every_import_in_the_package_runs_down_the_layers_architecture_md_draws():
+    graph = _package_imports()
+    layers = _declared_layers()
+    problems = layer_violations(graph, layers)
+    assert not problems, "\n".join(problems)
+    assert {_unit(module) for module in graph} == set(layers), "a layer lists a name the package lacks"
+    # the check can fail: the two imports up the layers it was written against (issue 55)
+    up = {"trajval_ops.rollout.endpoint_pass": {"trajval_ops.probe.run"},
+          "trajval_ops.pools.answers": {"trajval_ops.rollout.verifiers"}}
+    assert len(layer_violations(up, layers)) == 2
+    assert layer_violations({"trajval_ops.newcomer": set()}, layers) == [
+        "newcomer: no layer in docs/architecture.md's table"]
+
+
 def test_no_function_in_the_package_is_over_80_lines():
     import ast
 
