@@ -4,6 +4,7 @@ built in Python does not know is refused rather than swallowed."""
 
 import inspect
 from dataclasses import dataclass
+from typing import Optional
 
 import pytest
 from data_juicer.ops.base_op import OPERATORS, Mapper
@@ -17,6 +18,7 @@ from trajval_ops.settings import check_settings, setting
 class _Decoding:
     n: int = setting(4, "Rollouts per row.", ge=1)
     temperature: float = setting(1.0, "Sampling temperature.", gt=0)
+    greedy: bool | None = setting(None, "Greedy decoding; None: by the temperature.")
 
     def __post_init__(self):
         check_settings(self)
@@ -63,6 +65,12 @@ def test_data_juicers_preflight_and_config_parser_read_the_generated_signature()
     from jsonargparse import ArgumentParser
 
     pre_instantiation_check([{OP_NAME: {"n": 8, "temperature": 0.7, "model": "m"}}])
+    # a `|` union is spelled Optional[...]: the preflight leaves it to the declaration's check, where
+    # it named the expected type and a `|` union has no name (AttributeError)
+    assert inspect.signature(_DeclaredMapper.__init__).parameters["greedy"].annotation == Optional[bool]
+    pre_instantiation_check([{OP_NAME: {"greedy": 1}}])
+    with pytest.raises(ValueError, match="greedy must be true or false or null, got int 1"):
+        _DeclaredMapper(greedy=1)
     with pytest.raises(PipelineConfigError, match="did you mean: temperature"):
         pre_instantiation_check([{OP_NAME: {"temperatur": 0.7}}])
     added = ArgumentParser().add_class_arguments(_DeclaredMapper, nested_key=OP_NAME, fail_untyped=False,

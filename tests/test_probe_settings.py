@@ -14,6 +14,7 @@ from tests.conftest import REPO
 from trajval_ops import settings
 from trajval_ops.experiment.validation_config import ConfigError, GrpoSettings, load_config
 from trajval_ops.probe.config import EXECUTION_SETTINGS, ProbeConfig
+from trajval_ops.probe.probe_set import ProbeSetSettings
 
 DOCS_BEGIN = "<!-- settings table: generated from ProbeConfig (tests/test_probe_settings.py) -->"
 DOCS_END = "<!-- end of settings table -->"
@@ -43,18 +44,12 @@ def test_the_operator_takes_each_setting_with_its_declared_default_and_type():
     from trajval_ops.ops.probe_trainer import TrajvalProbeTrainer
 
     parameters = inspect.signature(TrajvalProbeTrainer.__init__).parameters
-    operator_hints = typing.get_type_hints(TrajvalProbeTrainer.__init__)
     config_hints = typing.get_type_hints(ProbeConfig)
     for field in dataclasses.fields(ProbeConfig):
         assert field.name in parameters, field.name
-        declared = settings.default_of(field)
-        default = parameters[field.name].default
-        # an empty list or mapping is None in the signature (no mutable default)
-        assert default == declared or (default is None and declared in ((), {})), field.name
-        operator_type = _canonical(operator_hints[field.name])
+        assert parameters[field.name].default == settings.default_of(field), field.name
+        operator_type = _canonical(parameters[field.name].annotation)
         config_type = _canonical(config_hints[field.name])
-        if default is None and declared in ((), {}):
-            operator_type = operator_type.replace("|None", "").replace("None|", "")
         assert operator_type == config_type, (field.name, operator_type, config_type)
 
 
@@ -131,14 +126,16 @@ def test_grpo_runs_and_the_probe_recipe_take_the_grpo_settings_whole(tmp_path):
     assert {k: probe[k] for k in spec["grpo"]} == dataclasses.asdict(config.grpo)
 
 
-def test_docs_list_the_settings_as_declared():
+@pytest.mark.parametrize("declaration", [ProbeConfig, ProbeSetSettings])
+def test_docs_list_the_settings_as_declared(declaration):
     text = (REPO / "docs" / "probe.md").read_text()
-    assert DOCS_BEGIN in text and DOCS_END in text, "docs/probe.md lost its generated settings table"
-    block = text.split(DOCS_BEGIN)[1].split(DOCS_END)[0].strip()
-    assert block == settings.markdown_table(ProbeConfig), (
-        "docs/probe.md's settings table differs from ProbeConfig; regenerate it with "
-        "python -c 'from trajval_ops import settings; from trajval_ops.probe.config import ProbeConfig; "
-        "print(settings.markdown_table(ProbeConfig))'")
+    begin = DOCS_BEGIN.replace("ProbeConfig", declaration.__name__)
+    assert begin in text and DOCS_END in text, f"docs/probe.md lost its settings table of {declaration.__name__}"
+    block = text.split(begin)[1].split(DOCS_END)[0].strip()
+    assert block == settings.markdown_table(declaration), (
+        f"docs/probe.md's settings table differs from {declaration.__name__}; regenerate it with "
+        f"python -c 'from trajval_ops import settings; from {declaration.__module__} import {declaration.__name__}; "
+        f"print(settings.markdown_table({declaration.__name__}))'")
 
 
 def test_probe_generation_is_a_setting_and_a_gpu_without_vllm_uses_transformers(monkeypatch, gpu_of_capability):

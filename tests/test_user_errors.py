@@ -108,7 +108,7 @@ def test_a_parameter_of_the_wrong_type(tmp_path):
     ("resampler", {"threshold": "0.1"}, "threshold must be a number, got str '0.1'"),
     ("learnability", {"alpha": True}, "alpha must be a number, got bool True"),
     ("endpoint", {"n": 16.0}, "parameter 'n' = 16.0: Input should be a valid integer"),
-    ("probe", {"output_dir": "x", "epochs": "20"}, "parameter 'epochs' = '20': Input should be a valid integer"),
+    ("probe", {"output_dir": "x", "epochs": "20"}, "epochs must be an integer, got str '20'"),
 ])
 def test_operator_parameters_are_checked_when_the_operator_is_built(operator, parameters, message):
     from trajval_ops.ops.dj.error_exit import SettingError

@@ -131,6 +131,11 @@ class ProbeConfig:
                                              "DDP on CPU is tested.", execution=True)
 
     def __post_init__(self):
+        # a recipe's null for a list or a mapping is its empty default
+        if self.keep_epochs is None:
+            object.__setattr__(self, "keep_epochs", ())
+        if self.verifier_options is None:
+            object.__setattr__(self, "verifier_options", {})
         # lists from YAML recipes become tuples so the config stays hashable and canonical
         if isinstance(self.keep_epochs, list):
             object.__setattr__(self, "keep_epochs", tuple(self.keep_epochs))

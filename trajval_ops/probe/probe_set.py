@@ -1,6 +1,7 @@
 """Choosing the probe set P: a seeded uniform sample of the pool, with optional forced tasks.
 
-Pure functions over row ids; the operator reads the ids from the pool and marks the rows.
+:class:`ProbeSetSettings` declares how P is chosen and marked; :func:`probe_positions` reads the
+ids from the pool (an Arrow table) and draws P with the pure functions over row ids below.
 
 Size rule: ``probe_size`` (rows) wins when given; otherwise ``probe_fraction * pool_size``
 rounded to the nearest integer, halves rounded up, and at least 1 row. The default fraction
@@ -10,15 +11,65 @@ is the paper's 512 / 17,398 (about 2.9 %), so a 17,398-row pool gives exactly 51
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
+from loguru import logger
 
+from trajval_ops import fields
 from trajval_ops.errors import TrajvalInputError
-from trajval_ops.rows import get_path, row_label
+from trajval_ops.input_checks import id_key_of
+from trajval_ops.rows import get_path, path_root, row_label
+from trajval_ops.settings import check_settings, setting
 
 #: The paper's probe: 512 tasks of the 17,398-task math pool.
 DEFAULT_PROBE_FRACTION = 512 / 17398
+
+
+@dataclass(frozen=True)
+class ProbeSetSettings:
+    """Which rows of the pool form the probe set P, and the field that marks them."""
+
+    probe_size: Optional[int] = setting(None, "rows in P; overrides ``probe_fraction``.", ge=1)
+    probe_fraction: Optional[float] = setting(None, "share of the pool in P (default 512/17398, about 2.9 %), rounded "
+                                              "to the nearest row (halves up), at least 1. A probe larger than the "
+                                              "pool is an error.", gt=0, le=1)
+    forced_ids: Optional[List[Union[str, int]]] = setting(None, "row ids always put in P (e.g. to share tasks between "
+                                                          "two probes).")
+    id_key: Optional[str] = setting(None, "dotted path of the row id; None: the first of id, task_id, "
+                                    "extra_info.index, extra_info.id, index, uid present, else the row position.")
+    in_probe_key: str = setting(fields.IN_PROBE, "output field, True for rows of P.")
+
+    def __post_init__(self):
+        check_settings(self)
+
+    @property
+    def forced(self) -> list[str]:
+        """The forced ids as the probe names rows (strings)."""
+        return [str(i) for i in (self.forced_ids or [])]
+
+
+def probe_positions(table, settings: ProbeSetSettings, seed: int, what: str = "probe") -> tuple[np.ndarray, list[str]]:
+    """Sorted positions of P in a pyarrow.Table of the pool, and their ids (logged: how many, from
+    how many rows, by which rule).
+
+    :param what: the name the log line begins with (the operator's)."""
+    size = probe_size_for(table.num_rows, settings.probe_size, settings.probe_fraction)
+    id_key = id_key_of(table, settings.id_key)  # any row's id field, as the passes read it, not the first row's
+    if id_key is None:
+        ids = [str(i) for i in range(table.num_rows)]
+    else:
+        root = path_root(id_key) if id_key not in table.column_names else id_key
+        ids = unique_row_ids(table.select([root]).to_pylist(), id_key)
+    positions = sample_probe_positions(ids, size, seed, settings.forced)
+    fraction = settings.probe_fraction if settings.probe_fraction is not None else DEFAULT_PROBE_FRACTION
+    logger.info(
+        f"{what}: probe of {size} rows from {table.num_rows} "
+        f"({'probe_size' if settings.probe_size else f'fraction {fraction:.4g}'}, seed {seed}, "
+        f"{len(settings.forced)} forced, ids from {id_key or 'row position'})"
+    )
+    return positions, [ids[p] for p in positions]
 
 
 def probe_size_for(pool_size: int, probe_size: int | None = None, probe_fraction: float | None = None) -> int:

@@ -112,13 +112,23 @@ def declared_parameters(*groups):
                     raise TypeError(f"{init.__qualname__}: setting {field.name!r} is declared twice ({group.__name__})")
                 names.add(field.name)
                 added.append(kinds(field.name, kinds.KEYWORD_ONLY, default=default_of(field),
-                                   annotation=hints[field.name]))
+                                   annotation=_preflight_annotation(hints[field.name])))
         init.__signature__ = signature.replace(parameters=plain + var_positional + added + var_keyword)
         init.__doc__ = "\n".join([init.__doc__ or "", *(param_lines(group) for group in groups)])
         init.declared_groups = groups
         return init
 
     return decorate
+
+
+def _preflight_annotation(hint):
+    """A declared type as the signature gives it: ``X | None`` spelled ``Optional[X]``. Data-Juicer's
+    preflight leaves typing's unions to the operator (whose declarations check the value) and names
+    the expected type of any other mismatch, and a ``|`` union has no name to give."""
+    import types
+    import typing
+
+    return typing.Union[typing.get_args(hint)] if isinstance(hint, types.UnionType) else hint
 
 
 def take_declared(kwargs: dict, groups) -> dict:
