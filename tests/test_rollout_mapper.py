@@ -162,6 +162,32 @@ def test_the_cache_key_holds_what_fits_a_prompt_beyond_the_models_files(tmp_path
     assert tokenizer["path"] == str(resolve_model("tiny-arith").resolve()) and tokenizer["files"]
 
 
+@pytest.mark.parametrize("options, pinned", [
+    ({}, "b9b3b8d22f09d4e122e3671c"),
+    ({"window": "late", "budget": "adaptive", "budget_prior": {"prior": "trajval", "alpha": 0.3, "eps": 0.05}},
+     "cd43d8d5bcede2b4810be4d5"),
+    ({"sample_fraction": 0.5, "sample_seed": 3, "sample_group_key": "family"}, "1bba429fef05d25d06820447"),
+    ({"window": "early", "budget": "adaptive", "budget_prior": {"prior": "variance"}, "sample_fraction": 0.25},
+     "c79fb4179920d81862754876"),
+    ({"reuse_key": "base_rate", "reuse_n": 8, "reuse_missing": "measure"}, "b9b3b8d22f09d4e122e3671c"),
+    ({"reuse_key": "base_rate", "reuse_n": 8, "reuse_missing": "measure", "window": "late", "budget": "adaptive",
+      "budget_prior": {"prior": "trajval", "alpha": 0.3, "eps": 0.05}}, "cd43d8d5bcede2b4810be4d5"),
+], ids=["measured", "adaptive", "sampled", "sampled_adaptive", "reused_measure", "reused_adaptive"])
+def test_each_modes_rollout_cache_key_stays_the_one_users_caches_are_filed_under(tmp_path, options, pinned):
+    """A pass finds its rollouts by its cache key: a key that changes makes every user's cache a
+    miss, and their rollouts are sampled again. Each mode's key, less the model folder's fingerprint
+    (its path and mtimes), pinned (a reused pass measuring its missing rows files them as a measured
+    pass does); only a deliberate change (a verifier's new reading, a new
+    setting that decides the rollouts) updates these."""
+    from trajval_ops.canonical import stable_hash
+
+    op = _op(tmp_path, **options)
+    op.endpoint._prepare()
+    key = {name: value for name, value in op.endpoint._cache.run_key.items() if name != "model"}
+    op.release()
+    assert stable_hash(key)[:24] == pinned, key
+
+
 def test_repeated_tasks_in_several_workers_are_warned_of(tmp_path, caplog_loguru):
     """Copies of a task in batches of two workers take the rollouts of whichever samples it first,
     and a call is sampled as a whole: their rate followed the workers' order (0.5 or 0.1875 in the
