@@ -603,7 +603,7 @@ def test_the_pass_settings_are_declared_once_in_their_groups():
 
     from trajval_ops import settings
     from trajval_ops.ops.endpoint_reward_mapper import TrajvalEndpointRewardMapper
-    from trajval_ops.rollout.endpoint_pass import SETTING_GROUPS
+    from trajval_ops.rollout.pass_settings import SETTING_GROUPS
 
     parameters = inspect.signature(TrajvalEndpointRewardMapper.__init__).parameters
     doc = TrajvalEndpointRewardMapper.__init__.__doc__

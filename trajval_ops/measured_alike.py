@@ -81,9 +81,10 @@ def entry_measurement(settings: dict[str, Any]) -> dict:
     (declared defaults for the settings it leaves out), before anything runs; ``{}`` for a reused
     pass (``reuse_key`` / ``reuse_preset``): it samples nothing, and how its source sampled is not
     known, so there is nothing to compare. A setting its declaration refuses raises ``ValueError``."""
-    from trajval_ops.rollout.endpoint_pass import (DecodingConfig, ReuseSettings, VerifierSettings, group_settings,
-                                                   measured_with)
+    from trajval_ops.rollout.engines import DecodingConfig
     from trajval_ops.rollout.pass_rates import PromptSettings
+    from trajval_ops.rollout.pass_settings import VerifierSettings, group_settings, measured_with
+    from trajval_ops.rollout.reused_pass import ReuseSettings
     from trajval_ops.rollout.verifiers import build_verifier
 
     groups = group_settings(settings)

@@ -63,8 +63,9 @@ def pass_stage(settings: Mapping[str, Any], pool_rows: int, group_sizes: Mapping
     sizes of the groups of its ``sample_group_key`` (or it has none), else ``ceil(fraction x
     rows)``, short by at most one row per group (each group rounds up), flagged likewise."""
     from trajval_ops.priors.sampled import rows_to_measure
-    from trajval_ops.rollout.endpoint_pass import ReuseSettings, group_settings
     from trajval_ops.rollout.engines import DecodingConfig
+    from trajval_ops.rollout.pass_settings import group_settings
+    from trajval_ops.rollout.reused_pass import ReuseSettings
 
     groups = group_settings(settings)  # the pass's own setting groups, as the operator builds them
     decoding, reuse = groups[DecodingConfig], groups[ReuseSettings].settings()
@@ -98,7 +99,8 @@ def pass_stage(settings: Mapping[str, Any], pool_rows: int, group_sizes: Mapping
 def measured_missing_keys(recipe: Mapping[str, Any]) -> list[str]:
     """The pool fields the recipe's reused passes read whose missing rows they measure (how many
     rows lack each makes the cost exact)."""
-    from trajval_ops.rollout.endpoint_pass import ReuseSettings, group_settings
+    from trajval_ops.rollout.pass_settings import group_settings
+    from trajval_ops.rollout.reused_pass import ReuseSettings
 
     keys = set()
     for name, settings in operator_entries(recipe):

@@ -44,7 +44,7 @@ def ray_plan(recipe: Mapping[str, Any]) -> dict:
     :raises TrajvalInputError: a pass whose actors cannot hold its vLLM engine as planned
         (:func:`engine_gpu_problem`), naming the entry.
     """
-    from trajval_ops.rollout.endpoint_pass import EngineSettings
+    from trajval_ops.rollout.pass_settings import EngineSettings
 
     if recipe.get("executor_type") not in RAY_EXECUTORS:
         return {}

@@ -15,12 +15,13 @@ from trajval_ops.ops.dj.export import start_run
 from trajval_ops.ops.dj.parameters import checked_parameters, safe_op_kwargs
 from trajval_ops.ops.dj.table_mapper import TableMapper
 from trajval_ops.ops.dj.tables import append_columns, dataset_table, with_column_types
-from trajval_ops.rollout.endpoint_pass import (
-    SETTING_GROUPS, BudgetSettings, CacheSettings, EndpointPass, EngineSettings, ReuseSettings, SampleSettings,
-    VerifierSettings, group_settings,
-)
+from trajval_ops.rollout.endpoint_pass import build_pass
 from trajval_ops.rollout.engines import DecodingConfig
 from trajval_ops.rollout.pass_rates import PromptSettings
+from trajval_ops.rollout.pass_settings import (
+    SETTING_GROUPS, BudgetSettings, CacheSettings, EngineSettings, SampleSettings, VerifierSettings, group_settings,
+)
+from trajval_ops.rollout.reused_pass import ReuseSettings
 from trajval_ops.rows import batch_row
 
 OP_NAME = "trajval_endpoint_reward_mapper"
@@ -49,7 +50,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
     prompt or ground truth stops the run with an error naming the row and the field.
 
     The pass itself (measured, adaptive, sampled or reused) is
-    :class:`trajval_ops.rollout.endpoint_pass.EndpointPass`; this operator is its Data-Juicer glue.
+    the class :func:`trajval_ops.rollout.endpoint_pass.build_pass` builds; this operator is its Data-Juicer glue.
     """
 
     _batched_op = True
@@ -119,7 +120,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
             groups = group_settings(given)  # every setting checked by its declaration
         except ValueError as exc:
             raise ValueError(f"{OP_NAME}: {exc}") from None
-        self.endpoint = EndpointPass(model, window, window_index, output_key, groups, id_key, drawn_sample, OP_NAME)
+        self.endpoint = build_pass(model, window, window_index, output_key, groups, id_key, drawn_sample, OP_NAME)
         self.output_key = self.endpoint.output_key
         if engine != "transformers" and not is_ray_mode():  # under Ray num_proc is the actor count
             if int(self.num_proc or 1) > 1:
@@ -135,7 +136,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
 
     __init__.__doc__ = "\n".join([
         "Initialization method. The pass's settings are declared in groups "
-        "(:mod:`trajval_ops.rollout.endpoint_pass`), which check them.",
+        "(:mod:`trajval_ops.rollout.pass_settings`), which check them.",
         "",
         ":param model: the checkpoint to evaluate: a model folder, a short reference "
         "(``smollm2-135m-instruct``, ``tiny-random-llama``) or ``manifest:<probe output dir>#<ref>`` with "
@@ -186,7 +187,7 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         return None  # every column: a custom verifier receives the whole row
 
     def score_rows(self, rows: list[dict], first_row: int | None = None) -> dict[str, list]:
-        """The output columns for rows in pool order (:meth:`EndpointPass.columns`)."""
+        """The output columns for rows in pool order (the pass's ``columns``)."""
         self.endpoint.threads = self._worker_threads()
         return self.endpoint.columns(rows, first_row)
 
@@ -254,5 +255,5 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         self.endpoint.finish(table, elapsed_s)
 
     def release(self) -> None:
-        """Free the model and every process the pass started (:meth:`EndpointPass.release`)."""
+        """Free the model and every process the pass started (the pass's ``release``)."""
         self.endpoint.release()
