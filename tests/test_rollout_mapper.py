@@ -615,8 +615,8 @@ def test_the_pass_settings_are_declared_once_in_their_groups():
         TrajvalEndpointRewardMapper(model="tiny-random-llama", top_p=1.5)
     with pytest.raises(ValueError, match=r"sample_fraction must be in \(0, 1\], got 0"):
         TrajvalEndpointRewardMapper(model="tiny-random-llama", sample_fraction=0)
-    with pytest.raises(ValueError, match=r"parameter 'n' = 16.0: Input should be a valid integer"):
-        TrajvalEndpointRewardMapper(model="tiny-random-llama", n=16.0)  # the type, strictly, from the signature
+    with pytest.raises(ValueError, match=r"trajval_endpoint_reward_mapper: n must be an integer, got float 16.0"):
+        TrajvalEndpointRewardMapper(model="tiny-random-llama", n=16.0)  # the type, strictly, from the declaration
 
 
 def test_recorded_cost_is_what_the_engine_was_asked_for(tmp_path):

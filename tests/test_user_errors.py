@@ -107,7 +107,7 @@ def test_a_parameter_of_the_wrong_type(tmp_path):
     ("resampler", {"num_samples": 0}, "num_samples must be in [1, inf), got 0"),
     ("resampler", {"threshold": "0.1"}, "threshold must be a number, got str '0.1'"),
     ("learnability", {"alpha": True}, "alpha must be a number, got bool True"),
-    ("endpoint", {"n": 16.0}, "parameter 'n' = 16.0: Input should be a valid integer"),
+    ("endpoint", {"n": 16.0}, "n must be an integer, got float 16.0"),
     ("probe", {"output_dir": "x", "epochs": "20"}, "epochs must be an integer, got str '20'"),
 ])
 def test_operator_parameters_are_checked_when_the_operator_is_built(operator, parameters, message):

@@ -8,25 +8,17 @@ from typing import Dict, Optional
 from data_juicer.ops.base_op import OPERATORS, Mapper
 from loguru import logger
 
-from trajval_ops import fields, settings
-from trajval_ops.ops.dj.error_exit import user_errors
+from trajval_ops.ops.dj.error_exit import SettingError, user_errors
 from trajval_ops.ops.dj.executor import check_ray_actor_resources, hand_to_ray_actors, is_ray_mode
 from trajval_ops.ops.dj.export import start_run
-from trajval_ops.ops.dj.parameters import checked_parameters, safe_op_kwargs
+from trajval_ops.ops.dj.parameters import checked_parameters, declared_parameters, safe_op_kwargs, take_declared
 from trajval_ops.ops.dj.table_mapper import TableMapper
 from trajval_ops.ops.dj.tables import append_columns, dataset_table, with_column_types
 from trajval_ops.rollout.endpoint_pass import build_pass
-from trajval_ops.rollout.engines import DecodingConfig
-from trajval_ops.rollout.pass_rates import PromptSettings
-from trajval_ops.rollout.pass_settings import (
-    SETTING_GROUPS, BudgetSettings, CacheSettings, EngineSettings, SampleSettings, VerifierSettings, group_settings,
-)
-from trajval_ops.rollout.reused_pass import ReuseSettings
+from trajval_ops.rollout.pass_settings import SETTING_GROUPS, EngineSettings
 from trajval_ops.rows import batch_row
 
 OP_NAME = "trajval_endpoint_reward_mapper"
-#: the declared defaults of every setting group, read by the signature below
-_DECODING, _ENGINE, _PROMPT, _VERIFIER, _CACHE, _BUDGET, _SAMPLE, _REUSE = (group() for group in SETTING_GROUPS)
 
 
 @OPERATORS.register_module(OP_NAME)
@@ -49,90 +41,39 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
     uninterrupted run). Rows keep their order and count; a row without a
     prompt or ground truth stops the run with an error naming the row and the field.
 
-    The pass itself (measured, adaptive, sampled or reused) is
-    the class :func:`trajval_ops.rollout.endpoint_pass.build_pass` builds; this operator is its Data-Juicer glue.
+    The pass itself (measured, adaptive, sampled or reused) is the class
+    :func:`trajval_ops.rollout.endpoint_pass.build_pass` builds; this operator is its Data-Juicer glue.
     """
 
     _batched_op = True
 
     @checked_parameters
-    def __init__(
-        self,
-        model: str = "smollm2-135m-instruct",
-        window: Optional[str] = None,
-        window_index: Optional[int] = None,
-        output_key: Optional[str] = None,
-        engine: str = _ENGINE.engine,
-        n: int = _DECODING.n,
-        temperature: float = _DECODING.temperature,
-        top_p: float = _DECODING.top_p,
-        top_k: int = _DECODING.top_k,
-        max_new_tokens: int = _DECODING.max_new_tokens,
-        seed: int = _DECODING.seed,
-        verifier: str = _VERIFIER.verifier,
-        verifier_options: Optional[Dict] = _VERIFIER.verifier_options,
-        template: str = _PROMPT.template,
-        prompt_key: str = _PROMPT.prompt_key,
-        ground_truth_key: str = _PROMPT.ground_truth_key,
-        category_key: str = _PROMPT.category_key,
-        chat_template_kwargs: Optional[Dict] = _PROMPT.chat_template_kwargs,
-        prompts_per_generate: int = _ENGINE.prompts_per_generate,
-        dtype: str = _ENGINE.dtype,
-        torch_threads: Optional[int] = _ENGINE.torch_threads,
-        max_model_len: int = _ENGINE.max_model_len,
-        enforce_eager: bool = _ENGINE.enforce_eager,
-        kv_cache_space_gb: float = _ENGINE.kv_cache_space_gb,
-        tensor_parallel_size: int = _ENGINE.tensor_parallel_size,
-        gpu_memory_utilization: float = _ENGINE.gpu_memory_utilization,
-        engine_kwargs: Optional[Dict] = _ENGINE.engine_kwargs,
-        use_cache: bool = _CACHE.use_cache,
-        cache_dir: Optional[str] = _CACHE.cache_dir,
-        keep_completions: bool = _CACHE.keep_completions,
-        max_bad_truth_share: float = _VERIFIER.max_bad_truth_share,
-        overlong_prompt: str = _VERIFIER.overlong_prompt,
-        id_key: Optional[str] = None,
-        reuse_key: Optional[str] = _REUSE.reuse_key,
-        reuse_n: Optional[int] = _REUSE.reuse_n,
-        reuse_n_key: Optional[str] = _REUSE.reuse_n_key,
-        reuse_form: Optional[str] = _REUSE.reuse_form,
-        reuse_preset: Optional[str] = _REUSE.reuse_preset,
-        reuse_missing: str = _REUSE.reuse_missing,
-        budget: str = _BUDGET.budget,
-        round_size: Optional[int] = _BUDGET.round_size,
-        weight_tolerance: float = _BUDGET.weight_tolerance,
-        early_key: str = _BUDGET.early_key,
-        budget_prior: Optional[Dict] = _BUDGET.budget_prior,
-        sample_fraction: float = _SAMPLE.sample_fraction,
-        sample_seed: int = _SAMPLE.sample_seed,
-        sample_group_key: Optional[str] = _SAMPLE.sample_group_key,
-        drawn_sample: Optional[Dict] = None,
-        *args,
-        **kwargs,
-    ):
-        given = dict(locals())
+    @declared_parameters(*SETTING_GROUPS)
+    def __init__(self, model: str = "smollm2-135m-instruct", window: Optional[str] = None,
+                 window_index: Optional[int] = None, output_key: Optional[str] = None, id_key: Optional[str] = None,
+                 drawn_sample: Optional[Dict] = None, *args, **kwargs):
+        try:
+            groups = take_declared(kwargs, SETTING_GROUPS)  # every setting checked by its declaration
+        except ValueError as exc:
+            raise SettingError(f"{OP_NAME}: {exc}") from None
         kwargs = safe_op_kwargs(kwargs)
         # one model copy per process: generation already uses every core
         kwargs.setdefault("num_proc", 1)
         super().__init__(*args, **kwargs)
-        if window not in (None, *fields.WINDOWS):
-            raise ValueError(f"{OP_NAME}: window must be one of {fields.WINDOWS} or null, got {window!r}")
-        try:
-            groups = group_settings(given)  # every setting checked by its declaration
-        except ValueError as exc:
-            raise ValueError(f"{OP_NAME}: {exc}") from None
         self.endpoint = build_pass(model, window, window_index, output_key, groups, id_key, drawn_sample, OP_NAME)
         self.output_key = self.endpoint.output_key
-        if engine != "transformers" and not is_ray_mode():  # under Ray num_proc is the actor count
+        engine = groups[EngineSettings]
+        if engine.engine != "transformers" and not is_ray_mode():  # under Ray num_proc is the actor count
             if int(self.num_proc or 1) > 1:
-                logger.info(f"{OP_NAME}: num_proc {self.num_proc} -> 1 for engine {engine}: vLLM starts its own "
-                            "workers (num_proc spreads only the transformers engine's)")
+                logger.info(f"{OP_NAME}: num_proc {self.num_proc} -> 1 for engine {engine.engine}: vLLM starts its "
+                            "own workers (num_proc spreads only the transformers engine's)")
             self.num_proc = 1
-        self.torch_threads = torch_threads
+        self.torch_threads = engine.torch_threads
         self.bind_table_process()
         if is_ray_mode():
-            check_ray_actor_resources(OP_NAME, self.num_proc, self.num_gpus,
-                                      tensor_parallel_size if engine == "vllm" else 1,
-                                      gpu_memory_utilization if engine == "vllm" else None)
+            vllm = engine.engine == "vllm"
+            check_ray_actor_resources(OP_NAME, self.num_proc, self.num_gpus, engine.tensor_parallel_size if vllm else 1,
+                                      engine.gpu_memory_utilization if vllm else None)
 
     __init__.__doc__ = "\n".join([
         "Initialization method. The pass's settings are declared in groups "
@@ -152,10 +93,9 @@ class TrajvalEndpointRewardMapper(TableMapper, Mapper):
         "``<output_key>_status``, provenance to ``<output_key>_provenance``.",
         ":param id_key: dotted path of the row id used in error messages; None tries common id fields and "
         "falls back to the position in the batch.",
-        *(settings.param_lines(group) for group in (DecodingConfig, EngineSettings, PromptSettings, VerifierSettings,
-                                                    CacheSettings, BudgetSettings, SampleSettings, ReuseSettings)),
         ":param drawn_sample: not a recipe setting: the sample the operator drew from the whole pool (its "
         "settings, the pool's size and the measured task ids), handed to the Ray actors it runs in.",
+        __init__.__doc__.strip("\n"),  # the declared settings' lines (declared_parameters)
     ])
 
     def use_ray_actor(self) -> bool:
