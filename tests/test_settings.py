@@ -9,6 +9,7 @@ import importlib
 import math
 import re
 import typing
+from typing import List, Optional, Union
 
 import pytest
 
@@ -175,3 +176,15 @@ def test_a_unions_words_do_not_depend_on_which_module_built_it_first():
 
     assert type_text(Union[str, int]) == type_text(Union[int, str]) == "a string or an integer"
     assert type_text(Union[None, int]) == type_text(Optional[int]) == "an integer or null"
+
+
+@pytest.mark.parametrize("hint, text", [
+    (Optional[List[Union[str, int]]], "a list (a string or an integer each) or null"),
+    (List[Union[int, str]], "a list (a string or an integer each)"),
+    (List[str], "a list of strings"),
+    (Optional[int], "an integer or null"),
+])
+def test_a_type_is_said_in_words(hint, text):
+    """The reference pages and the errors say a type in words: a list of mixed items read 'a list
+    of Union' (the probe set's forced_ids)."""
+    assert settings.type_text(hint) == text

@@ -86,6 +86,8 @@ def _type_name(hint: Any) -> str:
     if origin in (tuple, list):
         plural = {int: "integers", float: "numbers", str: "strings"}
         item = typing.get_args(hint)[0]
+        if typing.get_origin(item) in (typing.Union, types.UnionType):
+            return f"a list ({type_text(item)} each)"
         return f"a list of {plural.get(item, _type_name(item))}"
     names = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a mapping"}
     return names.get(origin or hint, getattr(hint, "__name__", str(hint)))
@@ -102,7 +104,7 @@ def union_options(hint: Any) -> tuple:
 
 def type_text(hint: Any) -> str:
     """A type annotation in words, as the errors and the reference pages say it: ``an integer``,
-    ``a string or null``, ``a list of integers``."""
+    ``a string or null``, ``a list of integers``, ``a list (a string or an integer each)``."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return " or ".join(_type_name(option) for option in union_options(hint))
     return _type_name(hint)
