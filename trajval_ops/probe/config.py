@@ -49,9 +49,11 @@ HASHED_AT_DEFAULT = "hashed_at_default"
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    """GRPO probe settings, each declared once (type, default, bounds, help). Defaults follow the
-    paper (GRPO, lr 1e-6, weight decay 0.1, grad clip 1.0, 64 prompts per batch, n = 16, clip
-    ratio 0.2, temperature 1.0, T = 20, K = 1).
+    """How the probe trains with GRPO.
+
+    Each setting is declared once (type, default, bounds, help). Defaults follow the paper
+    (GRPO, lr 1e-6, weight decay 0.1, grad clip 1.0, 64 prompts per batch, n = 16, clip ratio
+    0.2, temperature 1.0, T = 20, K = 1).
 
     One optimizer step consumes ``prompts_per_batch`` prompts x ``num_generations`` completions
     (the global batch, whatever the process count), split evenly over ``num_processes`` processes,
