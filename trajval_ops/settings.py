@@ -187,6 +187,13 @@ def declared(cls) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
 
 
+def built_groups(values: dict[str, Any], groups) -> dict[type, Any]:
+    """``{group: its instance}``, each built from the settings of ``values`` it declares (flat keys,
+    as a recipe entry gives them); each instance checks its values (a ``ValueError`` naming the
+    setting)."""
+    return {group: group(**{f.name: values[f.name] for f in declared(group) if f.name in values}) for group in groups}
+
+
 def default_of(field: dataclasses.Field) -> Any:
     if field.default is not dataclasses.MISSING:
         return field.default

@@ -10,7 +10,7 @@ build the groups from a recipe entry's flat keys (:func:`group_settings`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields as dataclass_fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from trajval_ops import fields
@@ -19,7 +19,7 @@ from trajval_ops.rollout.budget import BUDGETS, DEFAULT_TOLERANCE
 from trajval_ops.rollout.engines import DTYPES, ENGINES, DecodingConfig
 from trajval_ops.rollout.pass_rates import PromptSettings
 from trajval_ops.rollout.reused_pass import ReuseSettings
-from trajval_ops.settings import check_settings, setting
+from trajval_ops.settings import built_groups, check_settings, setting
 
 if TYPE_CHECKING:
     from trajval_ops.rollout.verifiers import Verifier
@@ -148,8 +148,7 @@ SETTING_GROUPS = (DecodingConfig, EngineSettings, PromptSettings, VerifierSettin
 
 def group_settings(values: dict[str, Any]) -> dict[type, Any]:
     """Each group built from the flat settings it declares (a recipe entry's keys)."""
-    return {group: group(**{f.name: values[f.name] for f in dataclass_fields(group) if f.name in values})
-            for group in SETTING_GROUPS}
+    return built_groups(values, SETTING_GROUPS)
 
 
 def measured_with(decoding: DecodingConfig, verifier: Verifier, prompt: PromptSettings) -> dict:

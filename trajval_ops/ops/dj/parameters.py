@@ -135,7 +135,10 @@ def take_declared(kwargs: dict, groups) -> dict:
     """``{group: its instance}``, each built from the settings of ``kwargs`` it declares (taken out
     of ``kwargs``, which then holds Data-Juicer's own arguments); each instance checks its values
     against their declarations (a ``ValueError`` naming the setting)."""
-    from trajval_ops.settings import declared
+    from trajval_ops.settings import built_groups, declared
 
-    return {group: group(**{f.name: kwargs.pop(f.name) for f in declared(group) if f.name in kwargs})
-            for group in groups}
+    instances = built_groups(kwargs, groups)
+    for group in groups:
+        for field in declared(group):
+            kwargs.pop(field.name, None)
+    return instances
